@@ -1,0 +1,50 @@
+"""One error hierarchy for everything dlm reports to a person.
+
+Library code raises a subclass of :class:`DlmError` with a message that says
+what is wrong (naming the file, line or field) and, where there is one, a
+``hint`` saying what to do next. The CLI turns these into ``error: ...`` +
+``hint: ...`` on stderr and exit code 1, in exactly one place
+(``dlmstore.cli.main``). Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class DlmError(Exception):
+    """Base class: a problem a person can fix, reported without a traceback."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class DocumentError(DlmError):
+    """A .dlm document is missing, unreadable or malformed."""
+
+    def __init__(
+        self, path: object, message: str, *, line: int | None = None, hint: str | None = None
+    ) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.path = str(path)
+        self.line = line
+
+
+class SourceError(DlmError):
+    """A training.sources directive cannot be expanded as written."""
+
+
+class StoreError(DlmError):
+    """A store directory or its database cannot be used."""
+
+
+class StoreVersionError(StoreError):
+    """The store database was written by a newer dlmstore than this one."""
+
+
+class BaseModelError(DlmError):
+    """A base model name cannot be resolved to a tokenizer or model."""
