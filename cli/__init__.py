@@ -1,0 +1,1 @@
+"""The `dlm` command: a thin click layer over the dlmstore library."""

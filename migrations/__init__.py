@@ -1,0 +1,1 @@
+"""Alembic environment and numbered revisions for store.db (installed as dlmstore.migrations)."""

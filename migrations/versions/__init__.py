@@ -1,0 +1,1 @@
+"""Numbered, append-only revisions of the store.db schema."""
