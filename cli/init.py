@@ -1,0 +1,35 @@
+"""``dlm init PATH``: write a new .dlm document with a fresh id."""
+
+from __future__ import annotations
+
+import click
+
+from dlmstore.cli.render import emit_json
+
+
+@click.command("init")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--base-model",
+    default="smollm2-135m",
+    show_default=True,
+    help="Built-in name, Hugging Face hub id or local model directory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def init_command(path: str, base_model: str, as_json: bool) -> None:
+    """Write a new .dlm document at PATH and create its store.
+
+    The document gets a fresh ULID and a commented example of every
+    section type and of training.sources. An existing file is never
+    overwritten.
+    """
+    from dlmstore.scaffold import init_document
+
+    result = init_document(path, base_model=base_model)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"wrote {result.path}")
+    click.echo(f"id:    {result.dlm_id}")
+    click.echo(f"store: {result.store_path}")
+    click.echo(f"next:  edit it, then `dlm show {path}`")

@@ -1,0 +1,55 @@
+"""The ``dlm`` command group and the one place errors become messages.
+
+Importing this module imports click and the command modules, which import
+nothing heavy at module level: ``dlm --help`` never loads sqlalchemy,
+pydantic, torch or transformers. Every command body imports the library
+function it calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from dlmstore import __version__
+
+
+class DlmGroup(click.Group):
+    """A click group that turns ``DlmError`` into ``error: ...`` and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from dlmstore.errors import DlmError
+
+        try:
+            return super().invoke(ctx)
+        except DlmError as exc:
+            click.echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                click.echo(f"hint: {exc.hint}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=DlmGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dlm", message="%(prog)s %(version)s")
+def cli() -> None:
+    """dlm: a local-first store for LLM training data.
+
+    Write a .dlm document (Markdown + YAML frontmatter), then inspect,
+    tokenize and train from it. Everything a run produces is recorded in one
+    SQLite database per store (see `dlm show DOC` for where).
+    """
+
+
+def _register() -> None:
+    from dlmstore.cli import init, show
+
+    cli.add_command(init.init_command)
+    cli.add_command(show.show_command)
+
+
+_register()

@@ -1,0 +1,48 @@
+"""``dlm show PATH``: what a document holds and where its store is."""
+
+from __future__ import annotations
+
+import click
+
+from dlmstore.cli.render import emit_json, human_bytes, warn
+
+
+@click.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def show_command(path: str, as_json: bool) -> None:
+    """Summarise the .dlm document at PATH (read-only).
+
+    Lists sections by type, the rows they become, each training.sources
+    directive with what it included and skipped, and the store's path.
+    """
+    from dlmstore.summary import summarize
+
+    summary = summarize(path)
+    for message in summary.warnings:
+        warn(message)
+    if as_json:
+        emit_json(summary)
+        return
+    base = summary.base_model
+    sections = ", ".join(f"{n} {kind}" for kind, n in summary.sections.items())
+    rows = ", ".join(f"{n} {kind}" for kind, n in summary.rows.items())
+    click.echo(f"document: {summary.path}")
+    click.echo(f"id:       {summary.dlm_id}")
+    click.echo(f"base:     {base.name} ({base.kind}{': ' + base.error if base.error else ''})")
+    click.echo(f"sections: {sections}; {summary.source_sections} from sources")
+    click.echo(f"rows:     {rows}")
+    for source in summary.sources:
+        skipped = {
+            key.removeprefix("skipped_"): value
+            for key, value in source.items()
+            if key.startswith("skipped_") and value
+        }
+        detail = ", ".join(f"{n} {why}" for why, n in skipped.items())
+        click.echo(
+            f"source:   {source['directive']}: {source['files_included']} files, "
+            f"{human_bytes(int(source['bytes_included']))}"  # type: ignore[call-overload]
+            + (f" (skipped {detail})" if detail else "")
+        )
+    state = "exists" if summary.store.exists else "not created yet"
+    click.echo(f"store:    {summary.store.path} ({state})")

@@ -1,0 +1,46 @@
+"""A document's corpus: its in-body sections plus its directive-sourced ones.
+
+This is the single place that combines ``dlmstore.document`` (the body) and
+``dlmstore.sources`` (``training.sources``), so ``dlm show``, ``dlm
+tokenize`` and ``dlm train`` all see the same sections and rows in the same
+order: in-body sections first, then each directive's files in sorted order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlmstore.document import Document
+from dlmstore.rows import Row, document_rows
+from dlmstore.sections import Section
+from dlmstore.sources import SourceExpansion, expand_sources
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Everything a document trains on."""
+
+    document: Document
+    sections: tuple[Section, ...]
+    expansion: SourceExpansion
+
+    @property
+    def body_sections(self) -> tuple[Section, ...]:
+        return self.document.sections
+
+    @property
+    def source_sections(self) -> tuple[Section, ...]:
+        return self.expansion.sections
+
+    def rows(self) -> list[Row]:
+        """The training rows of every section, with distinct row keys."""
+        return document_rows(self.sections, system_prompt=self.document.frontmatter.system_prompt)
+
+
+def load_corpus(document: Document) -> Corpus:
+    """Expand ``document``'s ``training.sources`` and combine with its body."""
+    training = document.frontmatter.training
+    expansion = expand_sources(
+        training.sources, doc_dir=document.directory, policy=training.sources_policy
+    )
+    return Corpus(document, document.sections + expansion.sections, expansion)

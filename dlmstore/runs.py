@@ -1,0 +1,101 @@
+"""Runs: one row per ``dlm tokenize`` / ``dlm train`` invocation.
+
+A run is inserted as ``running`` before any work starts and finished as
+``completed`` or ``failed``. :func:`recorded_run` wraps the whole lifecycle:
+an exception (Ctrl-C included) marks the run failed with a one-line reason
+and re-raises, so the store never keeps a run that claims to be running
+after its process is gone. Ids come from ``AUTOINCREMENT`` and are never
+reused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlmstore import __version__
+from dlmstore.schema import runs, utc_now
+from dlmstore.store import Store
+
+RUN_COMMANDS = ("tokenize", "train")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of the ``runs`` table."""
+
+    id: int
+    command: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    dlm_path: str
+    dlm_sha256: str
+    dlmstore_version: str
+    pid: int | None
+    error: str | None
+
+
+def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) -> int:
+    """Insert a ``running`` run and return its id."""
+    if command not in RUN_COMMANDS:
+        raise ValueError(f"unknown run command {command!r}")
+    with store.write() as conn:
+        result = conn.execute(
+            runs.insert().values(
+                command=command,
+                status="running",
+                started_at=utc_now(),
+                dlm_path=str(dlm_path),
+                dlm_sha256=dlm_sha256,
+                dlmstore_version=__version__,
+                pid=os.getpid(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+
+def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:
+    """Mark run ``run_id`` as ``completed`` or ``failed``."""
+    if status not in ("completed", "failed"):
+        raise ValueError(f"a run finishes as completed or failed, not {status!r}")
+    with store.write() as conn:
+        conn.execute(
+            runs.update()
+            .where(runs.c.id == run_id)
+            .values(status=status, finished_at=utc_now(), error=error)
+        )
+
+
+@contextmanager
+def recorded_run(
+    store: Store, *, command: str, dlm_path: Path, dlm_sha256: str
+) -> Iterator[int]:
+    """Record a run around a block: completed on success, failed on any exception."""
+    run_id = start_run(store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256)
+    try:
+        yield run_id
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else (str(exc) or type(exc).__name__)
+        finish_run(store, run_id, status="failed", error=reason.splitlines()[0] if reason else None)
+        raise
+    finish_run(store, run_id, status="completed")
+
+
+def get_run(store: Store, run_id: int) -> Run | None:
+    """The run with id ``run_id``, or ``None``."""
+    with store.read() as conn:
+        row = conn.execute(runs.select().where(runs.c.id == run_id)).mappings().first()
+    return Run(**row) if row else None
+
+
+def list_runs(store: Store, *, limit: int = 20, since: str | None = None) -> list[Run]:
+    """Runs newest first; ``since`` is an ISO-8601 UTC lower bound on ``started_at``."""
+    query = runs.select().order_by(runs.c.id.desc()).limit(limit)
+    if since is not None:
+        query = query.where(runs.c.started_at >= since)
+    with store.read() as conn:
+        return [Run(**row) for row in conn.execute(query).mappings()]

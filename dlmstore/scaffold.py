@@ -1,0 +1,110 @@
+"""``dlm init``: write a new .dlm document with a fresh ULID and its store.
+
+The new document is a working example of every feature, with the optional
+parts commented out, so a newcomer learns the format by reading it. It is
+written atomically and never over an existing file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlmstore.atomic import write_bytes_atomic
+from dlmstore.bases import resolve_base
+from dlmstore.errors import DocumentError
+from dlmstore.frontmatter import CURRENT_DLM_VERSION
+from dlmstore.store import open_store
+from dlmstore.ulid import new_ulid
+
+TEMPLATE = """\
+---
+dlm_id: {dlm_id}
+dlm_version: {dlm_version}
+base_model: {base_model}
+# system_prompt: You are a concise assistant.   # prepended to every Q/A pair
+training:
+  sequence_len: 2048
+  seed: 42
+  # max_steps: 20
+  # sources:                    # train on a folder of files: one prose section per file
+  #   - path: ./notes           # relative to this file; ~ expands
+  #     include: ["**/*.md"]
+  #     exclude: ["drafts/**"]
+  #     max_bytes_per_file: 200000
+  # sources_policy: strict      # refuse paths that resolve outside this folder
+  # cache:
+  #   max_bytes: 2147483648     # 2 GiB for the tokenized cache
+---
+# Notes for my assistant
+
+Text before any fence is prose: it is trained as plain text.
+
+::instruction::
+### Q
+What is a .dlm file?
+### A
+Markdown with YAML frontmatter holding prose, instruction pairs and
+preference triples that dlm turns into training rows.
+
+### Q
+How do I see what dlm will train on?
+### A
+Run `dlm show` on the file.
+
+::preference::
+### Prompt
+Summarise dlmstore in one sentence.
+### Chosen
+A local-first store for LLM training data with cached tokenization.
+### Rejected
+It is a database.
+"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What ``dlm init`` created."""
+
+    path: str
+    dlm_id: str
+    base_model: str
+    store_path: str
+
+
+def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> InitResult:
+    """Write a new .dlm at ``path`` and create (migrate) its store.
+
+    Raises:
+        DocumentError: ``path`` exists or cannot be written.
+        BaseModelError: ``base_model`` is not an accepted name.
+    """
+    target = Path(path).expanduser().absolute()
+    resolve_base(base_model, relative_to=target.parent)
+    dlm_id = new_ulid()
+    text = TEMPLATE.format(
+        dlm_id=dlm_id, dlm_version=CURRENT_DLM_VERSION, base_model=_yaml_scalar(base_model)
+    )
+    if not target.parent.is_dir():
+        raise DocumentError(path, "directory does not exist", hint=f"mkdir -p {target.parent}")
+    try:
+        write_bytes_atomic(target, text.encode("utf-8"), overwrite=False)
+    except FileExistsError:
+        raise DocumentError(
+            path, "already exists; dlm init never overwrites a document",
+            hint="pick another path, or edit the existing file",
+        ) from None
+    except OSError as exc:
+        raise DocumentError(path, f"cannot write: {exc.strerror or exc}") from None
+    store = open_store(dlm_id)
+    store.close()
+    return InitResult(str(target), dlm_id, base_model, str(store.path))
+
+
+def _yaml_scalar(value: str) -> str:
+    import json
+
+    # Plain names stay plain; anything YAML could misread is quoted as JSON
+    # (a JSON string is a valid YAML double-quoted scalar).
+    safe = value.replace("-", "").replace("_", "").replace("/", "").replace(".", "")
+    return value if safe.isalnum() else json.dumps(value)

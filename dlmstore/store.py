@@ -1,0 +1,282 @@
+"""A store: one directory per document id, holding ``store.db`` and blobs.
+
+Opening a store migrates it. The common case (database already at head) is
+one plain ``sqlite3`` query against ``alembic_version`` and never imports
+alembic, which keeps ``dlm`` start-up fast; only a new or older database
+pays for Alembic. Migration runs under an exclusive file lock so two ``dlm``
+processes opening a brand-new store do not race each other.
+
+Connections are set up for several processes sharing one database:
+
+* WAL journal, so readers never block the writer and vice versa;
+* ``busy_timeout`` of 30 s, so a second writer waits instead of failing;
+* write transactions start with ``BEGIN IMMEDIATE`` (:meth:`Store.write`),
+  taking the write lock up front: a deferred transaction that reads and
+  then writes can fail with SQLITE_BUSY even with a busy timeout;
+* foreign keys on.
+
+A database stamped with a revision this dlmstore does not know was written
+by a newer dlmstore; it is refused with both versions named and left
+untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlmstore import __version__
+from dlmstore.errors import StoreError, StoreVersionError
+from dlmstore.home import store_dir
+from dlmstore.schema import HEAD_REVISION, REVISIONS, utc_now
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+DB_NAME = "store.db"
+BUSY_TIMEOUT_S = 30.0
+
+
+class Store:
+    """An open store: its directory, id and a SQLAlchemy engine on store.db."""
+
+    def __init__(self, dlm_id: str, path: Path, engine: Engine) -> None:
+        self.dlm_id = dlm_id
+        self.path = path
+        self.engine = engine
+
+    @property
+    def db_path(self) -> Path:
+        return self.path / DB_NAME
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection in a deferred (read) transaction."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A connection in a ``BEGIN IMMEDIATE`` transaction, committed on success."""
+        with self.engine.connect().execution_options(sqlite_immediate=True) as conn:
+            with conn.begin():
+                yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.dlm_id!r}, {str(self.path)!r})"
+
+
+def store_exists(dlm_id: str) -> bool:
+    """True when the store for ``dlm_id`` has a database (creates nothing)."""
+    return (store_dir(dlm_id) / DB_NAME).is_file()
+
+
+def open_store(dlm_id: str, *, create: bool = True) -> Store:
+    """Open (and migrate to head) the store for ``dlm_id``.
+
+    Args:
+        dlm_id: the document id.
+        create: make the directory and database when missing; with
+            ``False`` a missing store raises ``StoreError`` and nothing is
+            created.
+
+    Raises:
+        StoreError: the store cannot be created or opened, or belongs to
+            another document.
+        StoreVersionError: the database was written by a newer dlmstore.
+    """
+    path = store_dir(dlm_id)
+    db_path = path / DB_NAME
+    if not db_path.is_file():
+        if not create:
+            raise StoreError(
+                f"no store for document {dlm_id} at {path}",
+                hint="run `dlm tokenize` or `dlm train` on the document to create it",
+            )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create store directory {path}: {exc.strerror or exc}",
+                hint="make the directory writable or point DLM_HOME somewhere writable",
+            ) from None
+    migrate(db_path, dlm_id)
+    return Store(dlm_id, path, _engine(db_path))
+
+
+def migrate(db_path: Path, dlm_id: str) -> None:
+    """Bring the database at ``db_path`` to head, creating it when missing."""
+    revision = current_revision(db_path)
+    if revision == HEAD_REVISION:
+        _check_owner(db_path, dlm_id)
+        return
+    _refuse_unknown(db_path, revision)
+    lock_path = db_path.parent / ".migrate.lock"
+    try:
+        lock_file = open(lock_path, "a+b")
+    except OSError as exc:
+        raise StoreError(
+            f"cannot write to store directory {db_path.parent}: {exc.strerror or exc}",
+            hint="make the directory writable or point DLM_HOME somewhere writable",
+        ) from None
+    with lock_file:
+        _lock_exclusive(lock_file)
+        revision = current_revision(db_path)  # another process may have migrated meanwhile
+        _refuse_unknown(db_path, revision)
+        if revision != HEAD_REVISION:
+            _upgrade(db_path)
+        _stamp_store_info(db_path, dlm_id)
+
+
+def current_revision(db_path: Path) -> str | None:
+    """The Alembic revision stamped in ``db_path``; ``None`` when unstamped or missing."""
+    if not db_path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {db_path}: {exc}") from None
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise StoreError(f"cannot read {db_path}: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{db_path} is not a dlmstore database: {exc}",
+            hint="move it aside; dlm will create a fresh store",
+        ) from None
+    finally:
+        conn.close()
+    return row[0] if row else None
+
+
+def _refuse_unknown(db_path: Path, revision: str | None) -> None:
+    if revision is None or revision in REVISIONS:
+        return
+    writer = "a newer dlmstore"
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT dlmstore_version FROM store_info").fetchone()
+        finally:
+            conn.close()
+        if row:
+            writer = f"dlmstore {row[0]}"
+    except sqlite3.Error:
+        pass  # the writer's version is only a nicety in the message
+    raise StoreVersionError(
+        f"{db_path} was written by {writer} (schema revision {revision}); "
+        f"this is dlmstore {__version__} (schema up to {HEAD_REVISION})",
+        hint="upgrade dlmstore (pip install -U dlmstore); the database was not modified",
+    )
+
+
+def _lock_exclusive(lock_file: object) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: sqlite's own locking still serialises
+        return
+    fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)  # type: ignore[attr-defined]
+
+
+def _upgrade(db_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    import dlmstore.migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(dlmstore.migrations.__file__).parent))
+    engine = create_engine(
+        f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S}
+    )
+    try:
+        with engine.connect() as conn:
+            # Batch migrations copy tables; foreign keys must be off meanwhile.
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+            conn.commit()
+    except Exception as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(f"cannot migrate {db_path}: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def _stamp_store_info(db_path: Path, dlm_id: str) -> None:
+    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO store_info (id, dlm_id, created_at, dlmstore_version) "
+                "VALUES (1, ?, ?, ?)",
+                (dlm_id, utc_now(), __version__),
+            )
+        elif row[0] == dlm_id:
+            conn.execute("UPDATE store_info SET dlmstore_version = ? WHERE id = 1", (__version__,))
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot write {db_path}: {exc}") from None
+    finally:
+        conn.close()
+    _check_owner(db_path, dlm_id)
+
+
+def _check_owner(db_path: Path, dlm_id: str) -> None:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        row = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    if row is not None and row[0] != dlm_id:
+        raise StoreError(
+            f"{db_path} belongs to document {row[0]}, not {dlm_id}",
+            hint="the store directory was copied or renamed by hand; move it back",
+        )
+
+
+def _engine(db_path: Path) -> Engine:
+    from sqlalchemy import create_engine, event
+
+    engine = create_engine(
+        f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's begin event below emit BEGIN itself (pysqlite's
+        # implicit transactions cannot take IMMEDIATE).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

@@ -1,0 +1,92 @@
+"""``dlm show``: a read-only summary of a document and its store.
+
+Nothing here writes: the store is only looked at (path and existence), so
+``dlm show`` on a document that has never been tokenized creates nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlmstore.bases import resolve_base
+from dlmstore.corpus import load_corpus
+from dlmstore.document import parse_document
+from dlmstore.errors import BaseModelError
+from dlmstore.home import store_dir
+from dlmstore.sections import SECTION_TYPES
+from dlmstore.store import DB_NAME
+
+
+@dataclass(frozen=True)
+class BaseModelInfo:
+    """How ``base_model`` resolves; ``kind`` is ``unresolved`` with an ``error`` when it does not."""
+
+    name: str
+    kind: str
+    location: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """Where the document's store lives and whether it has been created."""
+
+    path: str
+    exists: bool
+
+
+@dataclass(frozen=True)
+class DocumentSummary:
+    """The JSON shape of ``dlm show --json`` (a documented contract)."""
+
+    path: str
+    dlm_id: str
+    dlm_version: int
+    base_model: BaseModelInfo
+    system_prompt: str | None
+    sequence_len: int
+    seed: int
+    sections: dict[str, int]
+    source_sections: int
+    rows: dict[str, int]
+    sources: list[dict[str, object]]
+    store: StoreInfo
+    warnings: list[str] = field(default_factory=list)
+
+
+def summarize(path: str | Path) -> DocumentSummary:
+    """Parse the document at ``path``, expand its sources and describe it.
+
+    Raises:
+        DocumentError: the document is missing or malformed.
+        SourceError: a ``training.sources`` directive cannot be expanded.
+    """
+    document = parse_document(path)
+    corpus = load_corpus(document)
+    try:
+        ref = resolve_base(document.base_model, relative_to=document.directory)
+        base = BaseModelInfo(ref.name, ref.kind, ref.location)
+    except BaseModelError as exc:
+        base = BaseModelInfo(document.base_model, "unresolved", None, exc.message)
+    by_type = Counter(section.type for section in document.sections)
+    row_kinds = Counter(row.kind for row in corpus.rows())
+    store_path = store_dir(document.dlm_id)
+    training = document.frontmatter.training
+    return DocumentSummary(
+        path=str(document.path),
+        dlm_id=document.dlm_id,
+        dlm_version=document.frontmatter.dlm_version,
+        base_model=base,
+        system_prompt=document.frontmatter.system_prompt,
+        sequence_len=training.sequence_len,
+        seed=training.seed,
+        sections={kind: by_type.get(kind, 0) for kind in SECTION_TYPES},
+        source_sections=len(corpus.source_sections),
+        rows={kind: row_kinds.get(kind, 0) for kind in ("text", "messages", "preference")},
+        sources=[dataclasses.asdict(p) for p in corpus.expansion.provenance],
+        store=StoreInfo(str(store_path), (store_path / DB_NAME).is_file()),
+        warnings=list(corpus.expansion.warnings),
+    )

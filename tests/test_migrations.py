@@ -1,0 +1,113 @@
+"""Migrations: empty to head, each revision keeps seeded data, models agree."""
+
+from __future__ import annotations
+
+import ast
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+
+import dlmstore.migrations
+from dlmstore.schema import HEAD_REVISION, REVISIONS, metadata
+from dlmstore.store import current_revision, migrate
+
+from .conftest import VALID_ID
+
+VERSIONS = Path(dlmstore.migrations.__file__).parent / "versions"
+
+# Rows inserted at the revision that created each table, and checked after
+# every later revision: a migration that loses or mangles data fails here.
+SEEDS: dict[str, list[str]] = {
+    "0001": [
+        f"INSERT INTO store_info (id, dlm_id, created_at, dlmstore_version) "
+        f"VALUES (1, '{VALID_ID}', '2026-01-01T00:00:00.000Z', '0.0.1')"
+    ],
+    "0002": [
+        "INSERT INTO runs (command, status, started_at, finished_at, dlm_path, dlm_sha256, "
+        "dlmstore_version, pid, error) VALUES ('train', 'failed', '2026-01-02T00:00:00.000Z', "
+        "'2026-01-02T00:01:00.000Z', '/doc.dlm', 'ab', '0.0.1', 7, 'interrupted')"
+    ],
+}
+CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
+    "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
+    "0002": ("SELECT id, command, status, error FROM runs", [(1, "train", "failed", "interrupted")]),
+}
+
+
+def _config(db: Path) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(VERSIONS.parent))
+    config.set_main_option("sqlalchemy.url", f"sqlite:///{db}")
+    return config
+
+
+def test_known_revisions_match_the_alembic_script_directory() -> None:
+    script = ScriptDirectory(str(VERSIONS.parent))
+    chain = [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    assert tuple(chain) == REVISIONS
+    assert script.get_current_head() == HEAD_REVISION
+
+
+def test_revision_files_are_numbered_in_order_and_say_why_they_exist() -> None:
+    files = sorted(p for p in VERSIONS.glob("[0-9]*.py"))
+    assert [p.name[:4] for p in files] == list(REVISIONS)
+    for path in files:
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert "Why this revision exists:" in docstring, path.name
+
+
+def test_an_empty_database_migrates_to_head(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    migrate(db, VALID_ID)
+    assert current_revision(db) == HEAD_REVISION
+    tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert set(metadata.tables) <= tables
+
+
+@pytest.mark.parametrize("index", range(1, len(REVISIONS)))
+def test_each_revision_keeps_the_data_seeded_before_it(tmp_path: Path, index: int) -> None:
+    db = tmp_path / "store.db"
+    config = _config(db)
+    for revision in REVISIONS[:index]:
+        command.upgrade(config, revision)
+        conn = sqlite3.connect(db)
+        for statement in SEEDS.get(revision, []):
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+    command.upgrade(config, REVISIONS[index])
+    conn = sqlite3.connect(db)
+    for revision in REVISIONS[: index + 1]:
+        if revision in CHECKS and revision in REVISIONS[:index]:
+            query, expected = CHECKS[revision]
+            assert conn.execute(query).fetchall() == expected, revision
+
+
+def test_every_revision_has_seed_rows_and_checks() -> None:
+    assert set(SEEDS) == set(REVISIONS) == set(CHECKS)
+
+
+def test_models_and_migrations_agree(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    migrate(db, VALID_ID)
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_every_revision_downgrades_cleanly_and_upgrades_again(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    config = _config(db)
+    command.upgrade(config, "head")
+    command.downgrade(config, "base")
+    command.upgrade(config, "head")
+    assert current_revision(db) == HEAD_REVISION
