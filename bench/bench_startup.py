@@ -1,0 +1,65 @@
+"""Whole-process start-up of `dlm`: --help, --version and show, against the interpreter floor.
+
+Target: `dlm --help` under 0.3 s here. Prints medians over --repeat runs and
+the overhead over bare `python -c pass` (the floor no CLI can beat) and over
+`python -c "import click"` (the floor for a click CLI).
+
+    python bench/bench_startup.py [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_HELP_S = 0.3
+
+
+def median_seconds(argv: list[str], repeat: int, env: dict[str, str]) -> float:
+    subprocess.run(argv, capture_output=True, env=env, check=False)  # warm the page cache
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(argv, capture_output=True, env=env, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+
+    dlm = str(Path(sys.executable).with_name("dlm"))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "DLM_HOME": str(Path(tmp) / "home")}
+        doc = Path(tmp) / "doc.dlm"
+        subprocess.run([dlm, "init", str(doc)], capture_output=True, env=env, check=True)
+        cases = {
+            "python -c pass (floor)": [sys.executable, "-c", "pass"],
+            "python -c 'import click'": [sys.executable, "-c", "import click"],
+            "dlm --version": [dlm, "--version"],
+            "dlm --help": [dlm, "--help"],
+            "dlm show doc.dlm": [dlm, "show", str(doc)],
+            "dlm show doc.dlm --json": [dlm, "show", str(doc), "--json"],
+        }
+        results = {name: median_seconds(argv, args.repeat, env) for name, argv in cases.items()}
+
+    floor = results["python -c pass (floor)"]
+    print(f"median of {args.repeat} runs, whole process")
+    for name, seconds in results.items():
+        print(f"  {name:28s} {seconds * 1000:7.1f} ms   {seconds / floor:5.2f}x floor")
+    help_s = results["dlm --help"]
+    verdict = "meets" if help_s < TARGET_HELP_S else "MISSES"
+    print(f"dlm --help: {help_s * 1000:.1f} ms, {verdict} the {TARGET_HELP_S * 1000:.0f} ms target "
+          f"({help_s / TARGET_HELP_S:.2f} of it)")
+
+
+if __name__ == "__main__":
+    main()

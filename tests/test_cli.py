@@ -1,0 +1,187 @@
+"""The `dlm` command: init, show, version, help, and how errors look."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.document import parse_document
+from dlmstore.ulid import is_valid_ulid
+
+from .conftest import VALID_ID, write_doc
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_version_prints_the_package_version(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["--version"])
+    assert (result.exit_code, result.output) == (0, "dlm 0.1.0\n")
+
+
+def test_help_lists_the_commands(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert "init" in result.output and "show" in result.output
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from dlmstore.cli.main import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'sqlalchemy', 'alembic', 'pydantic', 'numpy') "
+        "if m in sys.modules]\nprint(heavy, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip() == "[]"
+
+
+def test_show_imports_neither_torch_nor_transformers(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    code = (
+        "import sys; from dlmstore.cli.main import cli\n"
+        f"try:\n    cli(['show', {str(doc)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
+        "print([m for m in ('torch', 'transformers') if m in sys.modules], file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip() == "[]"
+
+
+def test_init_writes_a_valid_document_with_a_fresh_id_and_creates_its_store(
+    runner: CliRunner, tmp_path: Path, dlm_home: Path
+) -> None:
+    path = tmp_path / "notes.dlm"
+    result = runner.invoke(cli, ["init", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    document = parse_document(path)
+    assert is_valid_ulid(document.dlm_id)
+    assert payload == {
+        "path": str(path),
+        "dlm_id": document.dlm_id,
+        "base_model": "smollm2-135m",
+        "store_path": str(dlm_home / "store" / document.dlm_id),
+    }
+    assert (dlm_home / "store" / document.dlm_id / "store.db").is_file()
+    assert [s.type for s in document.sections] == ["prose", "instruction", "preference"]
+
+
+def test_init_with_a_hub_base_model_writes_it_to_the_frontmatter(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "hub.dlm"
+    result = runner.invoke(cli, ["init", str(path), "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct"])
+    assert result.exit_code == 0, result.output
+    assert parse_document(path).base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_two_inits_mint_different_ids(runner: CliRunner, tmp_path: Path) -> None:
+    for name in ("a.dlm", "b.dlm"):
+        assert runner.invoke(cli, ["init", str(tmp_path / name)]).exit_code == 0
+    assert parse_document(tmp_path / "a.dlm").dlm_id != parse_document(tmp_path / "b.dlm").dlm_id
+
+
+def test_init_never_overwrites_an_existing_file(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "notes.dlm"
+    path.write_text("mine")
+    result = runner.invoke(cli, ["init", str(path)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {path}: already exists; dlm init never overwrites a document\n"
+        "hint: pick another path, or edit the existing file\n"
+    )
+    assert path.read_text() == "mine"
+
+
+def test_init_with_an_unknown_base_model_fails_before_writing(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "x.dlm"
+    result = runner.invoke(cli, ["init", str(path), "--base-model", "gpt-17"])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == "error: unknown base model 'gpt-17'"
+    assert not path.exists()
+
+
+def test_show_summarises_a_document_with_sources_as_json(
+    runner: CliRunner, tmp_path: Path, dlm_home: Path
+) -> None:
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "a.md").write_text("alpha\n")
+    (notes / "sub" / "b.md").write_text("beta\n")
+    (notes / "blob.bin").write_bytes(b"\x00\x01binary")
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        body="Intro prose.\n\n::instruction::\n### Q\nq1\n### A\na1\n\n### Q\nq2\n### A\na2\n",
+        frontmatter="system_prompt: Be brief.\ntraining:\n  sources:\n    - path: notes\n",
+    )
+    result = runner.invoke(cli, ["show", str(doc), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["dlm_id"] == VALID_ID
+    assert summary["path"] == str(doc)
+    assert summary["base_model"]["name"] == "smollm2-135m"
+    assert summary["base_model"]["kind"] == "builtin"
+    assert summary["system_prompt"] == "Be brief."
+    assert summary["sections"] == {"prose": 1, "instruction": 1, "preference": 0}
+    assert summary["source_sections"] == 2
+    assert summary["rows"] == {"text": 3, "messages": 2, "preference": 0}
+    (source,) = summary["sources"]
+    assert source["directive"] == "notes"
+    assert source["files_included"] == 2
+    assert source["skipped_binary"] == 1
+    assert summary["store"] == {"path": str(dlm_home / "store" / VALID_ID), "exists": False}
+    assert not (dlm_home / "store").exists()  # show is read-only
+
+
+def test_show_prints_a_readable_summary(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"document: {doc}"
+    assert lines[1] == f"id:       {VALID_ID}"
+    assert "sections: 1 prose, 0 instruction, 0 preference; 0 from sources" in lines
+
+
+def test_show_of_a_missing_file_says_how_to_create_one(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.dlm"
+    result = runner.invoke(cli, ["show", str(missing)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {missing}: no such file\nhint: run `dlm init {missing}` to create one\n"
+    )
+
+
+def test_a_malformed_document_is_one_error_line_with_file_and_line(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", body="::instruction::\n### Q\nquestion only\n")
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert result.exit_code == 1
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"error: {doc}:")
+    assert "Traceback" not in result.output
+
+
+def test_a_missing_source_directory_is_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: nowhere\n")
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ")
+    assert "nowhere" in result.output.splitlines()[0]
+
+
+def test_an_unknown_option_is_a_usage_error_with_exit_code_2(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["show", "--bogus"])
+    assert result.exit_code == 2
+    assert "No such option: --bogus" in result.output
+
+
+def test_the_installed_dlm_script_runs() -> None:
+    dlm = Path(sys.executable).with_name("dlm")
+    out = subprocess.run([str(dlm), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout == "dlm 0.1.0\n"

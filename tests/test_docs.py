@@ -1,0 +1,41 @@
+"""Generated docs are fresh, and the README keeps its promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dlmstore.docgen import generated_docs
+
+from .conftest import REPO
+
+
+def test_generated_docs_are_up_to_date() -> None:
+    stale = [
+        str(path.relative_to(REPO))
+        for path, text in generated_docs(REPO).items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
+    assert stale == [], "run `python scripts/gen-docs.py` and commit the result"
+
+
+def test_the_schema_doc_describes_every_table() -> None:
+    from dlmstore.schema import metadata
+
+    text = (REPO / "docs" / "schema.md").read_text()
+    for name in metadata.tables:
+        assert f"## table `{name}`" in text
+
+
+def test_the_readme_names_the_two_setup_commands_first() -> None:
+    text = (REPO / "README.md").read_text()
+    assert "make demo" in text and "make test" in text
+    assert text.index("make demo") < text.index("## ")  or text.index("make demo") < 2000
+
+
+def test_the_ci_entry_point_runs_make_test_and_nothing_else() -> None:
+    lines = [
+        line.strip()
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[-1] == "make test"

@@ -1,0 +1,52 @@
+"""A non-editable install works from anywhere: `dlm --help` and migrating a new store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO, VALID_ID
+
+
+def test_a_non_editable_install_runs_dlm_and_migrates_a_new_store(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for name in ("dlmstore", "cli", "migrations"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    # --target, not --prefix: pip would uninstall the editable dlmstore of
+    # the running environment before installing into a prefix.
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(site), str(source)],
+        check=True, capture_output=True, text=True,
+    )
+    assert (site / "dlmstore" / "cli" / "main.py").is_file()
+    assert (site / "dlmstore" / "migrations" / "versions" / "0001_store_info.py").is_file()
+    assert not (site / "cli").exists() and not (site / "migrations").exists()
+    assert Path(sys.executable).with_name("dlm").is_file()  # the editable install is untouched
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "DLM_HOME": str(tmp_path / "home")}
+    help_run = subprocess.run(
+        [str(site / "bin" / "dlm"), "--help"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert help_run.returncode == 0, help_run.stderr
+    assert "Usage: dlm" in help_run.stdout
+
+    code = (
+        "import dlmstore, dlmstore.migrations; from dlmstore.store import open_store; "
+        f"s = open_store({VALID_ID!r}); print(dlmstore.__file__); print(dlmstore.migrations.__file__)"
+    )
+    migrate_run = subprocess.run(
+        [sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert migrate_run.returncode == 0, migrate_run.stderr
+    assert all(line.startswith(str(site)) for line in migrate_run.stdout.splitlines())
+    assert (tmp_path / "home" / "store" / VALID_ID / "store.db").is_file()
