@@ -176,9 +176,9 @@ def test_a_missing_source_directory_is_a_clear_error(runner: CliRunner, tmp_path
 
 
 def test_an_unknown_option_is_a_usage_error_with_exit_code_2(runner: CliRunner) -> None:
-    result = runner.invoke(cli, ["show", "--bogus"])
+    result = runner.invoke(cli, ["show", "--bogus"], prog_name="dlm")
     assert result.exit_code == 2
-    assert "No such option: --bogus" in result.output
+    assert result.output.endswith("Error: No such option '--bogus'.\n")
 
 
 def test_the_installed_dlm_script_runs() -> None:

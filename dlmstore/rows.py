@@ -1,0 +1,142 @@
+"""Training rows: what each section turns into, and each row's content key.
+
+A prose section is one ``text`` row; each ``### Q`` / ``### A`` pair of an
+instruction section is one ``messages`` row (a system message first when the
+document has a ``system_prompt``); each prompt/chosen/rejected triple of a
+preference section is one ``preference`` row.
+
+Row keys are content addresses with a scheme prefix::
+
+    row_key = "sha256:" + sha256("row-v1\\n{digest}\\n{kind}\\n{index}\\n{occurrence}\\n{payload}")
+
+* ``digest`` is the section's full sha256 (already covers type and text).
+* ``index`` is the row's position inside its section, so two pairs of one
+  section never share a key, even when their texts are equal.
+* ``occurrence`` counts earlier sections with the same digest in the same
+  document, so duplicated sections still give distinct rows, while a
+  section's keys do not move when unrelated sections are inserted before it.
+* ``payload`` is empty for ``text`` rows: the digest already covers the
+  text, and hashing it again would double the cost for a 13K-file source.
+  For ``messages`` and ``preference`` rows it is the canonical JSON of the
+  row data, so the system prompt (which lives outside the section) takes
+  part in the key.
+
+Bump ``row-v1`` when the row shape or the key recipe changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from hashlib import sha256
+from typing import Any
+
+from dlmstore.document import instruction_pairs, preference_triples
+from dlmstore.sections import Section
+
+ROW_KEY_SCHEME = "row-v1"
+
+ROW_KINDS = ("text", "messages", "preference")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One training example.
+
+    Attributes:
+        row_key: ``"sha256:" + 64 hex``; see the module docstring.
+        section_id: the id of the section the row comes from.
+        index: the row's position inside its section (0-based).
+        kind: ``text``, ``messages`` or ``preference``.
+        data: ``{"text": ...}``, ``{"messages": [{"role", "content"}, ...]}``
+            or ``{"prompt", "chosen", "rejected"}``.
+    """
+
+    row_key: str
+    section_id: str
+    index: int
+    kind: str
+    data: dict[str, Any]
+
+
+def canonical_json(data: dict[str, Any]) -> str:
+    """Key-sorted, compact, non-ASCII-preserving JSON: the bytes a key covers."""
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def row_key(section: Section, kind: str, index: int, occurrence: int, data: dict[str, Any]) -> str:
+    """The content key of one row (see the module docstring for the recipe)."""
+    payload = "" if kind == "text" else canonical_json(data)
+    material = f"{ROW_KEY_SCHEME}\n{section.digest}\n{kind}\n{index}\n{occurrence}\n{payload}"
+    return "sha256:" + sha256(material.encode("utf-8")).hexdigest()
+
+
+def section_rows(
+    section: Section, *, system_prompt: str | None, occurrence: int = 0
+) -> list[Row]:
+    """The training rows of one section, in order.
+
+    Args:
+        section: a well-formed section (as produced by ``dlmstore.document``
+            or ``dlmstore.sources``).
+        system_prompt: prepended as a ``system`` message to every
+            instruction row when set; ignored by other kinds.
+        occurrence: how many earlier sections of the same document share
+            this section's digest (see :func:`document_rows`).
+
+    Returns:
+        One row for a prose section, one per pair or triple otherwise.
+
+    Raises:
+        ValueError: unknown section type, or a malformed structured section.
+    """
+    datas: list[dict[str, Any]]
+    if section.type == "prose":
+        kind, datas = "text", [{"text": section.content}]
+    elif section.type == "instruction":
+        kind = "messages"
+        system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+        datas = [
+            {
+                "messages": [
+                    *system,
+                    {"role": "user", "content": question},
+                    {"role": "assistant", "content": answer},
+                ]
+            }
+            for question, answer in instruction_pairs(section)
+        ]
+    elif section.type == "preference":
+        kind = "preference"
+        datas = [
+            {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+            for prompt, chosen, rejected in preference_triples(section)
+        ]
+    else:
+        raise ValueError(f"unknown section type {section.type!r}")
+    return [
+        Row(
+            row_key=row_key(section, kind, index, occurrence, data),
+            section_id=section.section_id,
+            index=index,
+            kind=kind,
+            data=data,
+        )
+        for index, data in enumerate(datas)
+    ]
+
+
+def document_rows(sections: Iterable[Section], *, system_prompt: str | None) -> list[Row]:
+    """The rows of a sequence of sections, in order, with distinct keys.
+
+    Each section's ``occurrence`` is the number of earlier sections with the
+    same digest, so repeated sections yield distinct rows.
+    """
+    seen: dict[str, int] = {}
+    rows: list[Row] = []
+    for section in sections:
+        occurrence = seen.get(section.digest, 0)
+        seen[section.digest] = occurrence + 1
+        rows.extend(section_rows(section, system_prompt=system_prompt, occurrence=occurrence))
+    return rows

@@ -1,0 +1,46 @@
+---
+dlm_id: 01M7YJ087N2NEP493AF56E3CEA
+dlm_version: 1
+base_model: smollm2-135m
+system_prompt: You answer questions about dlmstore briefly and precisely.
+training:
+  sequence_len: 512
+  seed: 42
+  max_steps: 20
+  sources:
+    # The project's own documentation, one prose section per file.
+    - path: ../docs
+      include: ["**/*.md"]
+---
+# dlmstore, in its own words
+
+dlmstore is a local-first store for LLM training data. A `.dlm` document
+holds prose, instruction pairs and preference triples; `training.sources`
+pulls in whole folders of files. Every run is recorded in one SQLite
+database per store.
+
+::instruction::
+### Q
+Where does dlmstore keep its metadata?
+### A
+In one SQLite database per store, `store.db`, with token blobs as files
+beside it.
+
+### Q
+What does `dlm show` print?
+### A
+The document's id, base model, sections by type, the rows they become,
+each source directive with what it included and skipped, and the store path.
+
+### Q
+Which command creates a new document?
+### A
+`dlm init PATH`, which mints a fresh ULID and writes a commented example.
+
+::preference::
+### Prompt
+How should a tool report a malformed document?
+### Chosen
+With one line naming the file, the line and what to do next.
+### Rejected
+With a Python traceback.
