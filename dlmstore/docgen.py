@@ -3,7 +3,10 @@
 * ``docs/schema.md`` comes from a freshly migrated store.db (the real DDL,
   read back from ``sqlite_master``) plus the column comments of
   ``dlmstore.schema``;
-* ``docs/cli.md`` comes from the ``--help`` text of every command.
+* ``docs/cli.md`` comes from the ``--help`` text of every command;
+* ``docs/frontmatter.md`` comes from the pydantic models of
+  ``dlmstore.frontmatter`` (names, types, defaults, constraints,
+  descriptions) and the default source excludes.
 
 ``python scripts/gen-docs.py`` rewrites both; tests fail when either is
 stale.
@@ -11,6 +14,7 @@ stale.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -89,9 +93,61 @@ def render_cli_reference() -> str:
     return "".join(out)
 
 
+def render_frontmatter_reference() -> str:
+    """Markdown tables of every frontmatter field, from the pydantic models."""
+    from pydantic import BaseModel
+
+    from dlmstore import frontmatter as fm
+    from dlmstore.sources import DEFAULT_EXCLUDES
+
+    sections: list[tuple[str, type[BaseModel]]] = [
+        ("top level", fm.Frontmatter),
+        ("training", fm.TrainingSettings),
+        ("training.cache", fm.CacheSettings),
+        ("training.sources[]", fm.SourceDirective),
+    ]
+    out = [HEADER.format(source="dlmstore/frontmatter.py"), "# Frontmatter reference\n"]
+    out.append(
+        "\nEvery key is optional except `dlm_id`. Unknown keys are errors. "
+        "See [the format guide](format.md) for the body.\n"
+    )
+    for title, model in sections:
+        out.append(f"\n## {title}\n\n| key | type | default | constraints | meaning |\n|---|---|---|---|---|\n")
+        for name, info in model.model_fields.items():
+            annotation = _type_name(info.annotation)
+            if info.is_required():
+                default = "required"
+            elif info.default_factory is not None:
+                value = info.default_factory()  # type: ignore[call-arg]
+                default = "see below" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"
+            else:
+                default = f"`{json.dumps(info.default)}`"
+            limits = ", ".join(
+                f"{k} {getattr(m, k)}"
+                for m in info.metadata
+                for k in ("ge", "gt", "le", "lt")
+                if getattr(m, k, None) is not None
+            )
+            out.append(f"| `{name}` | {annotation} | {default} | {limits} | {info.description or ''} |\n")
+    out.append("\n## Default source excludes\n\n")
+    out.append(
+        "Applied to every `training.sources` directive unless it sets "
+        "`default_excludes: false`:\n\n"
+    )
+    out.extend(f"- `{pattern}`\n" for pattern in DEFAULT_EXCLUDES)
+    return "".join(out)
+
+
+def _type_name(annotation: object) -> str:
+    text = getattr(annotation, "__name__", None) if not str(annotation).startswith(("typing.", "list[")) else None
+    text = text or str(annotation).replace("typing.", "")
+    return text.replace("dlmstore.frontmatter.", "").replace("|", "or")
+
+
 def generated_docs(root: Path) -> dict[Path, str]:
     """Each generated doc's path under ``root`` and its up-to-date text."""
     return {
         root / "docs" / "schema.md": render_schema(),
         root / "docs" / "cli.md": render_cli_reference(),
+        root / "docs" / "frontmatter.md": render_frontmatter_reference(),
     }

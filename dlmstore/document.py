@@ -19,11 +19,10 @@ Design choices, and why:
   BOM is dropped), line endings are normalised to ``\\n`` and split on
   ``\\n`` only (not ``str.splitlines``, which also splits on form feeds and
   U+2028 and would shift line numbers). Every error names ``path:line``.
-* **Frontmatter keeps its line numbers.** ``yaml.compose`` gives the node
-  tree with marks; we record the file line of every key path, then construct
-  the Python object from the same nodes (one parse, ``safe_load``
-  semantics). Pydantic's errors are translated into ONE ``DocumentError`` in
-  plain words, at the line of the offending key: the earliest in the file.
+* **The frontmatter is its own module.** This module only finds the two
+  ``---`` fences; :func:`dlmstore.frontmatter.load_frontmatter` parses the
+  YAML between them and reports errors at file lines (it is told the block
+  starts at line 2).
 * **Structure is never inside code.** Fence lines (``::instruction::``) and
   ``### Q``-style headings inside a fenced code block (CommonMark rules:
   three or more backticks or tildes, closed by a run of the same character
@@ -38,22 +37,15 @@ Design choices, and why:
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
-import types
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import BaseModel, ValidationError
 
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import CURRENT_DLM_VERSION, Frontmatter
+from dlmstore.frontmatter import Frontmatter, load_frontmatter
 from dlmstore.sections import SECTION_TYPES, Section, normalise_newlines
 
 FRONTMATTER_FENCE = "---"
@@ -86,8 +78,6 @@ _STRUCTURE_HINT = {
 }
 
 _CODE_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-
-KeyPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -227,7 +217,8 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
             line=1,
             hint="end the frontmatter with a line that is exactly '---'",
         ) from None
-    frontmatter = _load_frontmatter("\n".join(lines[1:close]), shown)
+    # The YAML starts on file line 2, right after the opening fence.
+    frontmatter = load_frontmatter("\n".join(lines[1:close]), path=shown, first_line=2)
     sections = tuple(_body_sections(lines[close + 1 :], close + 2, shown))
     return Document(
         path=Path(os.path.abspath(shown)),
@@ -235,243 +226,6 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
         sections=sections,
         sha256=sha256,
     )
-
-
-# --------------------------------------------------------------------------
-# Frontmatter
-
-# The frontmatter's YAML text starts on line 2 of the file; marks are 0-based.
-_YAML_OFFSET = 2
-
-
-def _load_frontmatter(yaml_text: str, shown: str) -> Frontmatter:
-    try:
-        # What yaml.safe_load does, keeping the node tree for its line marks.
-        loader = yaml.SafeLoader(yaml_text)
-        try:
-            node = loader.get_single_node()
-            key_lines = _key_lines(node, shown) if node is not None else {}
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = f"invalid YAML in frontmatter: {exc.problem or exc.context}"
-        if exc.problem and exc.context and exc.context_mark is not None:
-            message += f" ({exc.context} at line {exc.context_mark.line + _YAML_OFFSET})"
-        raise DocumentError(
-            shown, message, line=mark.line + _YAML_OFFSET if mark is not None else None
-        ) from None
-    except yaml.YAMLError as exc:  # ReaderError: a character YAML refuses
-        line = None
-        if isinstance(exc, yaml.reader.ReaderError):
-            line = yaml_text[: exc.position].count("\n") + _YAML_OFFSET
-        raise DocumentError(
-            shown, f"invalid YAML in frontmatter: {str(exc).splitlines()[0]}", line=line
-        ) from None
-
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise DocumentError(
-            shown,
-            f"frontmatter must be a mapping of keys to values, not a {_yaml_kind(data)}",
-            line=_YAML_OFFSET,
-            hint="write one `key: value` per line, e.g. `dlm_id: <ULID>`",
-        )
-    key_lines[()] = 1
-
-    version = data.get("dlm_version")
-    if isinstance(version, int) and not isinstance(version, bool):
-        if version > CURRENT_DLM_VERSION:
-            raise DocumentError(
-                shown,
-                f"dlm_version {version} needs a newer dlmstore "
-                f"(this one reads dlm_version {CURRENT_DLM_VERSION})",
-                line=key_lines.get(("dlm_version",)),
-                hint="upgrade dlmstore: pip install -U dlmstore",
-            )
-    try:
-        return Frontmatter.model_validate(data)
-    except ValidationError as exc:
-        raise _frontmatter_error(exc, key_lines, shown) from None
-
-
-def _yaml_kind(value: object) -> str:
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, bool):
-        return "boolean"
-    return "number" if isinstance(value, (int, float)) else "string"
-
-
-_YAML_KEY_TAGS = ("tag:yaml.org,2002:str", "tag:yaml.org,2002:merge")
-
-
-def _key_lines(root: yaml.Node, shown: str) -> dict[KeyPath, int]:
-    """File line of every mapping key and sequence item, by key path.
-
-    Runs on the composed nodes, before construction, so merge keys (``<<``)
-    are still visible and a key overriding a merged one is not a duplicate.
-    A node reached again through an alias is not walked twice (a YAML
-    "billion laughs" stays linear); its keys report the alias's line.
-    """
-    lines: dict[KeyPath, int] = {}
-    seen: set[int] = set()
-
-    def walk(node: yaml.Node, path: KeyPath) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    continue  # the constructor reports "found unhashable key"
-                child = (*path, key_node.value)
-                line = key_node.start_mark.line + _YAML_OFFSET
-                if key_node.tag not in _YAML_KEY_TAGS:  # 1:, true:, null: ...
-                    raise _unknown_key(child, line, shown)
-                if child in lines:
-                    raise DocumentError(
-                        shown,
-                        f"duplicate key '{_dotted(child)}' (first set at line {lines[child]})",
-                        line=line,
-                    )
-                lines[child] = line
-                walk(value_node, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                lines[(*path, index)] = item.start_mark.line + _YAML_OFFSET
-                walk(item, (*path, index))
-
-    walk(root, ())
-    return lines
-
-
-def _dotted(path: KeyPath) -> str:
-    """``("training", "sources", 0, "path")`` -> ``training.sources[0].path``."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _line_of(path: KeyPath, key_lines: dict[KeyPath, int]) -> int:
-    """Line of ``path``, or of its nearest recorded ancestor."""
-    while path not in key_lines:
-        path = path[:-1]
-    return key_lines[path]
-
-
-def _model_at(path: KeyPath) -> type[BaseModel] | None:
-    """The pydantic model that validates the mapping at ``path``."""
-    model: type[BaseModel] = Frontmatter
-    for part in path:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part)
-        sub = _find_model(field.annotation) if field is not None else None
-        if sub is None:
-            return None
-        model = sub
-    return model
-
-
-def _find_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (list, typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            found = _find_model(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _bounds(path: KeyPath) -> str | None:
-    """``must be between 64 and 32768``-style wording for a numeric field."""
-    model = _model_at(path[:-1])
-    field = model.model_fields.get(str(path[-1])) if model is not None else None
-    if field is None:
-        return None
-    limits = {
-        name: getattr(item, name)
-        for item in field.metadata
-        for name in ("ge", "gt", "le", "lt")
-        if getattr(item, name, None) is not None
-    }
-    if "ge" in limits and "le" in limits:
-        return f"must be between {limits['ge']} and {limits['le']}"
-    words = {"ge": "at least", "gt": "greater than", "le": "at most", "lt": "less than"}
-    parts = [f"{words[name]} {value}" for name, value in limits.items()]
-    return f"must be {' and '.join(parts)}" if parts else None
-
-
-_TYPE_WORDS = {
-    "int_parsing": "must be a whole number",
-    "int_type": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_parsing": "must be a number",
-    "float_type": "must be a number",
-    "bool_parsing": "must be true or false",
-    "bool_type": "must be true or false",
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "model_type": "must be a mapping of keys to values",
-    "dict_type": "must be a mapping of keys to values",
-}
-
-
-def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
-    """``unknown key 'training.sequnce_len'``, hinting the allowed keys there."""
-    hint = None
-    model = _model_at(path[:-1])
-    if model is not None:
-        allowed = list(model.model_fields)
-        where = f"in '{_dotted(path[:-1])}'" if path[:-1] else "at the top level"
-        hint = f"allowed keys {where}: {', '.join(allowed)}"
-        close = difflib.get_close_matches(str(path[-1]), allowed, n=1)
-        if close:
-            hint = f"did you mean '{close[0]}'? {hint}"
-    return DocumentError(shown, f"unknown key '{_dotted(path)}'", line=line, hint=hint)
-
-
-def _frontmatter_error(
-    exc: ValidationError, key_lines: dict[KeyPath, int], shown: str
-) -> DocumentError:
-    """The earliest (by line) of pydantic's errors, as one DocumentError."""
-    errors = exc.errors()
-    first = min(errors, key=lambda e: _line_of(tuple(e["loc"]), key_lines))
-    path: KeyPath = tuple(first["loc"])
-    dotted = _dotted(path)
-    kind = first["type"]
-    hint = None
-    if kind == "extra_forbidden":
-        return _unknown_key(path, _line_of(path, key_lines), shown)
-    if kind == "missing":
-        line = _line_of(path[:-1], key_lines)
-        if path == ("dlm_id",):
-            hint = "`dlm init PATH` writes a new document with a fresh dlm_id"
-        return DocumentError(shown, f"missing required key '{dotted}'", line=line, hint=hint)
-    line = _line_of(path, key_lines)
-    if kind == "value_error":
-        detail = str(first["ctx"]["error"])
-    elif kind == "literal_error":
-        detail = f"must be {first['ctx']['expected']}"
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        detail = _bounds(path) or first["msg"]
-    elif kind in _TYPE_WORDS:
-        detail = f"{_TYPE_WORDS[kind]}, not {_short(first['input'])}"
-    else:
-        detail = first["msg"]
-    return DocumentError(shown, f"{dotted}: {detail}", line=line)
-
-
-def _short(value: object) -> str:
-    if value is None:
-        return "empty (null)"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # --------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) ->
                 pid=os.getpid(),
             )
         )
-        return int(result.inserted_primary_key[0])
+        run_id = result.lastrowid  # the AUTOINCREMENT id of the row just inserted
+        return int(run_id)
 
 
 def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:

@@ -27,9 +27,8 @@ def test_the_schema_doc_describes_every_table() -> None:
 
 
 def test_the_readme_names_the_two_setup_commands_first() -> None:
-    text = (REPO / "README.md").read_text()
-    assert "make demo" in text and "make test" in text
-    assert text.index("make demo") < text.index("## ")  or text.index("make demo") < 2000
+    head = (REPO / "README.md").read_text().split("\n## ")[0]
+    assert "make demo" in head and "make test" in head
 
 
 def test_the_ci_entry_point_runs_make_test_and_nothing_else() -> None:

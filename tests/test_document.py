@@ -1,4 +1,4 @@
-"""Parsing .dlm documents: frontmatter, sections, and every error message."""
+"""Parsing .dlm documents: files, fences, sections, and their error messages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dlmstore.document import (
     preference_triples,
 )
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import CURRENT_DLM_VERSION, DEFAULT_BASE_MODEL
+from dlmstore.frontmatter import DEFAULT_BASE_MODEL
 from dlmstore.sections import Section
 
 ULID = "01J9ZK3M4N5P6Q7R8S9T0VWXYZ"
@@ -43,16 +43,6 @@ def test_a_minimal_document_is_just_an_id():
     assert isinstance(parsed, Document)
     assert parsed.dlm_id == ULID
     assert parsed.sections == ()
-
-
-def test_frontmatter_defaults_fill_every_other_field():
-    fm = parse_text(HEAD).frontmatter
-    assert fm.dlm_version == CURRENT_DLM_VERSION
-    assert fm.base_model == DEFAULT_BASE_MODEL
-    assert fm.system_prompt is None
-    assert fm.training.sequence_len == 2048
-    assert fm.training.sources == []
-    assert fm.training.cache.enabled is True
 
 
 def test_parse_document_reads_the_file_and_hashes_its_bytes(tmp_path: Path):
@@ -298,7 +288,7 @@ def test_a_new_prompt_before_the_last_one_is_complete_is_an_error():
 
 
 # --------------------------------------------------------------------------
-# File and frontmatter errors
+# File and fence errors (frontmatter contents: tests/test_frontmatter.py)
 
 
 def test_a_missing_file_is_an_error_naming_the_path_as_given(tmp_path: Path):
@@ -340,162 +330,6 @@ def test_unclosed_frontmatter_is_an_error():
     assert str(err) == (
         "doc.dlm:1: frontmatter is not closed: no '---' line after the one at line 1"
     )
-
-
-def test_bad_yaml_names_the_problem_and_its_line():
-    err = error_of(f"---\ndlm_id: {ULID}\nbase_model: 'unterminated\n---\n")
-    assert str(err) == (
-        "doc.dlm:3: invalid YAML in frontmatter: found unexpected end of stream "
-        "(while scanning a quoted scalar at line 3)"
-    )
-
-
-def test_a_character_yaml_refuses_is_an_error_at_its_line():
-    err = error_of(f"---\ndlm_id: {ULID}\nbase_model: a\x01\n---\n")
-    assert str(err) == (
-        "doc.dlm:3: invalid YAML in frontmatter: unacceptable character #x0001: "
-        "special characters are not allowed"
-    )
-
-
-def test_frontmatter_that_is_not_a_mapping_is_an_error():
-    err = error_of("---\n- a\n- b\n---\n")
-    assert str(err) == "doc.dlm:2: frontmatter must be a mapping of keys to values, not a list"
-
-
-def test_empty_frontmatter_is_missing_its_id():
-    err = error_of("---\n---\nbody\n")
-    assert str(err) == "doc.dlm:1: missing required key 'dlm_id'"
-    assert err.hint == "`dlm init PATH` writes a new document with a fresh dlm_id"
-
-
-def test_an_unknown_top_level_key_is_an_error_with_the_allowed_keys():
-    err = error_of(f"---\ndlm_id: {ULID}\ntrainig:\n  seed: 1\n---\n")
-    assert str(err) == "doc.dlm:3: unknown key 'trainig'"
-    assert err.line == 3
-    assert err.hint == (
-        "did you mean 'training'? allowed keys at the top level: "
-        "dlm_id, dlm_version, base_model, system_prompt, training"
-    )
-
-
-def test_an_unknown_nested_key_is_reported_at_its_own_line():
-    text = (
-        "---\n"
-        f"dlm_id: {ULID}\n"
-        "base_model: smollm2-135m\n"
-        "training:\n"
-        "  seed: 7\n"
-        "  cache:\n"
-        "    enabled: true\n"
-        "    max_byts: 10\n"
-        "---\n"
-    )
-    err = error_of(text)
-    assert str(err) == "doc.dlm:8: unknown key 'training.cache.max_byts'"
-    assert err.hint == (
-        "did you mean 'max_bytes'? allowed keys in 'training.cache': "
-        "enabled, max_bytes, prune_older_than_days"
-    )
-
-
-def test_the_earliest_error_in_the_file_is_reported():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  sequnce_len: 1\n  seed: x\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: unknown key 'training.sequnce_len'"
-
-
-def test_an_unknown_key_in_a_source_directive_names_the_list_item():
-    text = (
-        f"---\ndlm_id: {ULID}\ntraining:\n  sources:\n"
-        "    - path: a\n      inclde: ['*.md']\n---\n"
-    )
-    assert str(error_of(text)) == "doc.dlm:6: unknown key 'training.sources[0].inclde'"
-
-
-def test_a_source_directive_without_a_path_is_reported_at_the_item():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  sources:\n    - include: ['*.md']\n---\n"
-    assert str(error_of(text)) == "doc.dlm:5: missing required key 'training.sources[0].path'"
-
-
-def test_an_invalid_ulid_is_an_error():
-    err = error_of("---\nbase_model: x\ndlm_id: 01j9zk3m4n5p6q7r8s9t0vwxyz\n---\n")
-    assert str(err) == (
-        "doc.dlm:3: dlm_id: must be a 26-character Crockford base32 ULID "
-        "(run `dlm init` to mint one)"
-    )
-
-
-def test_an_out_of_range_value_names_both_bounds():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  sequence_len: 32\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: training.sequence_len: must be between 64 and 32768"
-
-
-def test_a_half_open_range_is_worded_from_the_field_constraints():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  dropout: 1.5\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.dropout: must be at least 0.0 and less than 1.0"
-    )
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  epochs: 0\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: training.epochs: must be greater than 0"
-
-
-def test_a_wrong_type_says_what_was_expected_and_what_was_found():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  seed: many\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: training.seed: must be a whole number, not 'many'"
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  cache:\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.cache: must be a mapping of keys to values, not empty (null)"
-    )
-
-
-def test_a_bad_choice_lists_the_allowed_values():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  sources_policy: lax\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.sources_policy: must be 'permissive' or 'strict'"
-    )
-
-
-def test_a_duplicate_key_is_an_error():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  seed: 1\n  seed: 2\n---\n"
-    assert str(error_of(text)) == "doc.dlm:5: duplicate key 'training.seed' (first set at line 4)"
-
-
-def test_a_key_that_is_not_a_string_is_an_unknown_key():
-    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  1: 2\n---\n")
-    assert str(err) == "doc.dlm:4: unknown key 'training.1'"
-
-
-def test_a_key_overriding_a_yaml_merge_is_not_a_duplicate():
-    text = (
-        "---\n"
-        f"dlm_id: {ULID}\n"
-        "training:\n"
-        "  sources:\n"
-        "    - &notes {path: notes, max_files: 3}\n"
-        "    - <<: *notes\n"
-        "      path: more\n"
-        "---\n"
-    )
-    sources = parse_text(text).frontmatter.training.sources
-    assert [(s.path, s.max_files) for s in sources] == [("notes", 3), ("more", 3)]
-
-
-def test_a_yaml_alias_bomb_is_rejected_quickly():
-    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
-    )
-    err = error_of(f"---\ndlm_id: {ULID}\n{bomb}---\n")
-    assert str(err) == "doc.dlm:3: unknown key 'a0'"
-
-
-def test_a_newer_dlm_version_asks_for_a_newer_dlmstore():
-    newer = CURRENT_DLM_VERSION + 1
-    err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: {newer}\nfuture_key: 1\n---\n")
-    assert str(err) == (
-        f"doc.dlm:3: dlm_version {newer} needs a newer dlmstore "
-        f"(this one reads dlm_version {CURRENT_DLM_VERSION})"
-    )
-    assert err.hint == "upgrade dlmstore: pip install -U dlmstore"
 
 
 def test_errors_in_a_file_name_the_path_as_given(tmp_path: Path, monkeypatch):
