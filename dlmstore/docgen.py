@@ -80,16 +80,20 @@ def render_cli_reference() -> str:
 
     out = [HEADER.format(source="`dlm ... --help`"), "# dlm command reference\n"]
 
-    def walk(command: click.Command, path: list[str]) -> None:
-        ctx = click.Context(command, info_name=" ".join(path), terminal_width=88)
+    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
+        # Contexts are chained like a real invocation so subcommands inherit
+        # the group's settings (e.g. `-h` as a help option).
+        ctx = click.Context(
+            command, info_name=path[-1], parent=parent, terminal_width=88, **command.context_settings
+        )
         out.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx).rstrip()}\n```\n")
         if isinstance(command, click.Group):
             for name in sorted(command.list_commands(ctx)):
                 sub = command.get_command(ctx, name)
                 if sub is not None and not sub.hidden:
-                    walk(sub, [*path, name])
+                    walk(sub, [*path, name], ctx)
 
-    walk(cli, ["dlm"])
+    walk(cli, ["dlm"], None)
     return "".join(out)
 
 
