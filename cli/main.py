@@ -39,9 +39,9 @@ class DlmGroup(click.Group):
 def cli() -> None:
     """dlm: a local-first store for LLM training data.
 
-    Write a .dlm document (Markdown + YAML frontmatter), then inspect,
-    tokenize and train from it. Everything a run produces is recorded in one
-    SQLite database per store (see `dlm show DOC` for where).
+    Write a .dlm document (Markdown + YAML frontmatter) with `dlm init`,
+    then see what dlm makes of it with `dlm show`. Everything a store holds
+    is recorded in one SQLite database per document (`dlm show` says where).
     """
 
 
