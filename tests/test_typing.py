@@ -1,0 +1,16 @@
+"""The library and the CLI type-check (the house style's "typed library, checked")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import REPO
+
+
+def test_the_library_and_cli_pass_mypy() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "dlmstore", "cli"],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
