@@ -41,6 +41,9 @@ def load_corpus(document: Document) -> Corpus:
     """Expand ``document``'s ``training.sources`` and combine with its body."""
     training = document.frontmatter.training
     expansion = expand_sources(
-        training.sources, doc_dir=document.directory, policy=training.sources_policy
+        training.sources,
+        doc_dir=document.directory,
+        policy=training.sources_policy,
+        document=document.path,
     )
     return Corpus(document, document.sections + expansion.sections, expansion)
