@@ -27,6 +27,8 @@ demo: install
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show examples/tour.dlm
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm init .demo/hello.dlm
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show .demo/hello.dlm --json
+	@echo "store.db of the new document (query it yourself with sqlite3):"
+	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); print(sqlite3.connect(db).execute('select dlm_id, created_at, dlmstore_version from store_info').fetchone())"
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
