@@ -23,16 +23,20 @@ from datetime import datetime, timezone
 from sqlalchemy import (
     CheckConstraint,
     Column,
+    Float,
+    ForeignKey,
+    Index,
     Integer,
     MetaData,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 #: Every revision in order; the last is the head. A test checks this
 #: against the Alembic script directory, so opening an up-to-date store
 #: never has to import alembic.
-REVISIONS = ("0001", "0002")
+REVISIONS = ("0001", "0002", "0003", "0004")
 HEAD_REVISION = REVISIONS[-1]
 
 metadata = MetaData()
@@ -85,4 +89,137 @@ runs = Table(
     CheckConstraint("status IN ('running', 'completed', 'failed')", name="runs_status"),
     comment="Every tokenize or train run, newest has the largest id.",
     sqlite_autoincrement=True,
+)
+
+token_packs = Table(
+    "token_packs",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Pack id."),
+    Column(
+        "path",
+        Text,
+        nullable=False,
+        unique=True,
+        comment="Pack file relative to the store directory, e.g. tokens/pack-....bin.",
+    ),
+    Column("dtype", Text, nullable=False, comment="Token dtype of every entry in it: uint16 or uint32."),
+    Column("bytes", Integer, nullable=False, comment="Size of the complete file."),
+    Column(
+        "live_bytes",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="Bytes still referenced by cache_entries (kept by triggers); 0 means removable.",
+    ),
+    Column("created_at", Text, nullable=False, comment="When the pack was registered."),
+    Column("run_id", Integer, ForeignKey("runs.id"), comment="The run that wrote it."),
+    CheckConstraint("dtype IN ('uint16', 'uint32')", name="token_packs_dtype"),
+    comment="Append-only files of concatenated token arrays; entries point into them.",
+    sqlite_autoincrement=True,
+)
+
+cache_entries = Table(
+    "cache_entries",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Entry id."),
+    Column("row_key", Text, nullable=False, comment="Content key of the row (sha256:...)."),
+    Column(
+        "tokenizer_sha256",
+        Text,
+        nullable=False,
+        comment="Identity of the tokenizer that produced the tokens (sha256:...).",
+    ),
+    Column("sequence_len", Integer, nullable=False, comment="training.sequence_len of the run."),
+    Column("pack_id", Integer, ForeignKey("token_packs.id"), nullable=False, comment="Pack holding the tokens."),
+    Column("byte_offset", Integer, nullable=False, comment="Where the tokens start in the pack."),
+    Column("token_count", Integer, nullable=False, comment="Number of tokens (input_ids length)."),
+    Column("dtype", Text, nullable=False, comment="uint16 or uint32, never inferred from sizes."),
+    Column("bytes", Integer, nullable=False, comment="token_count x itemsize."),
+    Column("checksum", Text, nullable=False, comment="crc32 of the token bytes, e.g. crc32:1a2b3c4d."),
+    Column("created_at", Text, nullable=False, comment="When the entry was stored."),
+    Column("last_access_at", Text, nullable=False, comment="Last run that read or wrote it (LRU order)."),
+    Column("last_run_id", Integer, ForeignKey("runs.id"), comment="Id of that run; its entries are never evicted by it."),
+    UniqueConstraint("row_key", "tokenizer_sha256", "sequence_len", name="cache_entries_key"),
+    Index("cache_entries_last_access_at", "last_access_at"),
+    Index("cache_entries_pack_id", "pack_id"),
+    comment="The tokenized cache: one row per (row_key, tokenizer_sha256, sequence_len).",
+)
+
+cache_totals = Table(
+    "cache_totals",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Always 1."),
+    Column("entry_count", Integer, nullable=False, server_default="0", comment="Rows in cache_entries."),
+    Column("bytes", Integer, nullable=False, server_default="0", comment="Sum of cache_entries.bytes."),
+    CheckConstraint("id = 1", name="cache_totals_single_row"),
+    comment="Running totals of the cache, kept by triggers so size checks never scan entries.",
+)
+
+tokenization_events = Table(
+    "tokenization_events",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Event id."),
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        nullable=False,
+        unique=True,
+        comment="The run this pass belonged to.",
+    ),
+    Column("total_sections", Integer, nullable=False, comment="Sections in the document, sources included."),
+    Column("total_rows", Integer, nullable=False, comment="Rows tokenized or fetched (preference rows excluded)."),
+    Column("cache_hits", Integer, nullable=False, comment="Rows whose tokens came from the cache."),
+    Column("cache_misses", Integer, nullable=False, comment="Rows that went through the tokenizer."),
+    Column("total_tokenize_seconds", Float, nullable=False, comment="Wall time of the whole pass."),
+    Column("cache_bytes_after", Integer, nullable=False, comment="Cache size after the pass and eviction."),
+    Column("cache_mode", Text, nullable=False, comment="on, off (training.cache.enabled: false) or bypassed (--no-cache)."),
+    Column("tokenizer_sha256", Text, nullable=False, comment="Tokenizer identity used by the pass."),
+    Column("sequence_len", Integer, nullable=False, comment="sequence_len used by the pass."),
+    Column("created_at", Text, nullable=False, comment="When the event was recorded."),
+    CheckConstraint("cache_mode IN ('on', 'off', 'bypassed')", name="tokenization_events_cache_mode"),
+    comment="One tokenization pass per run: hits, misses, time and cache size.",
+)
+
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Dataset id."),
+    Column("name", Text, nullable=False, comment="Dataset name, e.g. fineweb-edu or dolly-15k."),
+    Column("kind", Text, nullable=False, comment="pretrain (token shards) or sft (tokens, offsets, loss mask)."),
+    Column("path", Text, nullable=False, unique=True, comment="Absolute path of the dataset directory."),
+    Column("tokenizer_sha256", Text, nullable=False, comment="Identity of the tokenizer that built it."),
+    Column("token_dtype", Text, nullable=False, comment="uint16 or uint32, as in meta.json."),
+    Column("vocab_size", Integer, nullable=False, comment="Vocabulary size of that tokenizer."),
+    Column("seed", Integer, comment="Seed of the split and shuffles."),
+    Column("meta_json", Text, nullable=False, comment="The dataset's meta.json, verbatim."),
+    Column("registered_at", Text, nullable=False, comment="When it was (last) registered."),
+    CheckConstraint("kind IN ('pretrain', 'sft')", name="datasets_kind"),
+    CheckConstraint("token_dtype IN ('uint16', 'uint32')", name="datasets_token_dtype"),
+    comment="Token datasets built by `dlm data`; registering is idempotent.",
+    sqlite_autoincrement=True,
+)
+
+dataset_files = Table(
+    "dataset_files",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="File id."),
+    Column(
+        "dataset_id",
+        Integer,
+        ForeignKey("datasets.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="The dataset the file belongs to.",
+    ),
+    Column("split", Text, nullable=False, comment="train or val."),
+    Column("role", Text, nullable=False, comment="tokens, doc_index, offsets or loss_mask."),
+    Column("path", Text, nullable=False, comment="File path relative to the dataset directory."),
+    Column("shard_index", Integer, nullable=False, comment="Position of the shard within its split (0-based)."),
+    Column("token_offset", Integer, nullable=False, comment="Tokens in earlier shards of the split."),
+    Column("token_count", Integer, nullable=False, comment="Tokens in this file (0 for index files)."),
+    Column("doc_count", Integer, nullable=False, comment="Documents or examples covered by this file."),
+    Column("bytes", Integer, nullable=False, comment="File size."),
+    Column("sha256", Text, nullable=False, comment="sha256 of the file (sha256:...)."),
+    UniqueConstraint("dataset_id", "path", name="dataset_files_path"),
+    comment="Every shard and index file of a dataset, with token counts and offsets.",
 )

@@ -33,6 +33,7 @@ from dlmstore import __version__
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
 from dlmstore.schema import HEAD_REVISION, REVISIONS, utc_now
+from dlmstore.ulid import new_ulid
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -85,7 +86,7 @@ def store_exists(dlm_id: str) -> bool:
 
 
 def open_store(dlm_id: str, *, create: bool = True) -> Store:
-    """Open (and migrate to head) the store for ``dlm_id``.
+    """Open (and migrate to head) the store for ``dlm_id`` under the dlm home.
 
     Args:
         dlm_id: the document id.
@@ -98,8 +99,19 @@ def open_store(dlm_id: str, *, create: bool = True) -> Store:
             another document.
         StoreVersionError: the database was written by a newer dlmstore.
     """
-    path = store_dir(dlm_id)
+    return open_store_at(store_dir(dlm_id), dlm_id, create=create)
+
+
+def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True) -> Store:
+    """Open (and migrate) the store whose directory is ``path``.
+
+    A store that belongs to no document (a dataset directory built by
+    ``dlm data``) passes ``dlm_id=None``: a new one gets a fresh ULID, an
+    existing one keeps the id it has.
+    """
     db_path = path / DB_NAME
+    if dlm_id is None:
+        dlm_id = _existing_id(db_path) if db_path.is_file() else new_ulid()
     if not db_path.is_file():
         if not create:
             raise StoreError(
@@ -115,6 +127,17 @@ def open_store(dlm_id: str, *, create: bool = True) -> Store:
             ) from None
     migrate(db_path, dlm_id)
     return Store(dlm_id, path, _engine(db_path))
+
+
+def _existing_id(db_path: Path) -> str:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        row = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
+    except sqlite3.Error:
+        row = None
+    finally:
+        conn.close()
+    return row[0] if row else new_ulid()
 
 
 def migrate(db_path: Path, dlm_id: str) -> None:

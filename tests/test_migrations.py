@@ -34,10 +34,35 @@ SEEDS: dict[str, list[str]] = {
         "dlmstore_version, pid, error) VALUES ('train', 'failed', '2026-01-02T00:00:00.000Z', "
         "'2026-01-02T00:01:00.000Z', '/doc.dlm', 'ab', '0.0.1', 7, 'interrupted')"
     ],
+    "0003": [
+        "INSERT INTO token_packs (path, dtype, bytes, created_at, run_id) "
+        "VALUES ('tokens/p1.bin', 'uint16', 8, '2026-01-03T00:00:00.000Z', 1)",
+        "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, byte_offset, "
+        "token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) VALUES "
+        "('sha256:r', 'sha256:t', 2048, 1, 0, 4, 'uint16', 8, 'crc32:00000000', "
+        "'2026-01-03T00:00:00.000Z', '2026-01-03T00:00:00.000Z', 1)",
+        "INSERT INTO tokenization_events (run_id, total_sections, total_rows, cache_hits, cache_misses, "
+        "total_tokenize_seconds, cache_bytes_after, cache_mode, tokenizer_sha256, sequence_len, created_at) "
+        "VALUES (1, 2, 3, 1, 2, 0.5, 8, 'on', 'sha256:t', 2048, '2026-01-03T00:00:00.000Z')",
+    ],
+    "0004": [
+        "INSERT INTO datasets (name, kind, path, tokenizer_sha256, token_dtype, vocab_size, seed, "
+        "meta_json, registered_at) VALUES ('wiki', 'pretrain', '/d', 'sha256:t', 'uint16', 49152, 42, "
+        "'{}', '2026-01-04T00:00:00.000Z')",
+        "INSERT INTO dataset_files (dataset_id, split, role, path, shard_index, token_offset, "
+        "token_count, doc_count, bytes, sha256) VALUES (1, 'train', 'tokens', 'train/shard_00000.bin', "
+        "0, 0, 100, 3, 200, 'sha256:f')",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
     "0002": ("SELECT id, command, status, error FROM runs", [(1, "train", "failed", "interrupted")]),
+    "0003": (
+        "SELECT c.entry_count, c.bytes, p.live_bytes, h.hit_rate "
+        "FROM cache_totals c, token_packs p, run_hit_rates h",
+        [(1, 8, 8, 0.3333)],
+    ),
+    "0004": ("SELECT name, split, tokens FROM dataset_split_totals", [("wiki", "train", 100)]),
 }
 
 

@@ -148,3 +148,14 @@ def test_two_processes_creating_and_writing_one_store_both_succeed(dlm_home: Pat
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
     rows = conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM runs WHERE status = 'completed'").fetchone()
     assert rows == (50, 50)
+
+
+def test_a_store_outside_the_home_gets_its_own_id_and_keeps_it(tmp_path: Path) -> None:
+    from dlmstore.store import open_store_at
+    from dlmstore.ulid import is_valid_ulid
+
+    with open_store_at(tmp_path / "datasets") as store:
+        first = store.dlm_id
+    assert is_valid_ulid(first)
+    with open_store_at(tmp_path / "datasets") as store:
+        assert store.dlm_id == first
