@@ -1,0 +1,128 @@
+"""Tokenizer fingerprints: one ``sha256:`` identity per tokenizer.
+
+Cached tokens, dataset shards and prefix-cache keys are only valid for the
+tokenizer that produced them, so each records a fingerprint that changes
+whenever the token ids could:
+
+* the bytes of every tokenizer file that exists in the tokenizer's folder
+  (``tokenizer.json`` with the vocabulary, merges, normalizer and
+  pre-tokenizer; ``tokenizer_config.json`` with special tokens and flags;
+  the chat template; SentencePiece models; ...), by name, sorted;
+* the versions of ``tokenizers`` and ``transformers``, read from package
+  metadata (an upgrade may change tokenization even for identical files).
+
+The fingerprint is computed from files, so :func:`tokenizer_sha256` never
+imports transformers: a warm ``dlm tokenize`` that hits the cache for every
+row does not load the tokenizer at all. The scheme prefix (``tok-v1``) is
+part of the hashed material, so a change of recipe changes every value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dlmstore.bases import BaseModelRef, tokenizer_source
+
+SCHEME = "tok-v1"
+
+#: Files that can change what a tokenizer produces, wherever they exist.
+TOKENIZER_FILES = (
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+)
+
+
+def _library_versions() -> str:
+    parts = []
+    for package in ("tokenizers", "transformers"):
+        try:
+            parts.append(f"{package}={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{package}=absent")
+    return "\n".join(parts)
+
+
+def files_sha256(directory: str | os.PathLike[str]) -> str | None:
+    """Fingerprint of the tokenizer files in ``directory``; ``None`` when it has none."""
+    digest = hashlib.sha256(f"{SCHEME}\n{_library_versions()}\n".encode())
+    found = False
+    for name in TOKENIZER_FILES:
+        path = Path(directory) / name
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found = True
+        digest.update(f"{name}\n{len(data)}\n".encode())
+        digest.update(data)
+    return "sha256:" + digest.hexdigest() if found else None
+
+
+def tokenizer_sha256(ref: BaseModelRef) -> str:
+    """Fingerprint of the tokenizer of a resolved base model, from its files.
+
+    Built-in and local bases hash their folder; a hub id hashes the files
+    in the local Hugging Face cache. Only when no file can be found is the
+    tokenizer loaded and fingerprinted by :func:`fingerprint_tokenizer`.
+    """
+    source = tokenizer_source(ref)
+    if os.path.isdir(source):
+        value = files_sha256(source)
+        if value is not None:
+            return value
+    elif ref.kind == "hub":
+        folder = _hub_snapshot(source)
+        if folder is not None:
+            value = files_sha256(folder)
+            if value is not None:
+                return value
+    from dlmstore.bases import load_tokenizer
+
+    return fingerprint_tokenizer(load_tokenizer(ref))
+
+
+def fingerprint_tokenizer(tokenizer: Any) -> str:
+    """Fingerprint of an already loaded tokenizer.
+
+    Uses the folder it was loaded from when that is a directory holding
+    tokenizer files (so it equals :func:`tokenizer_sha256` of the same
+    base); otherwise saves it to a temporary folder and hashes that.
+    """
+    origin = getattr(tokenizer, "name_or_path", "") or ""
+    if origin and os.path.isdir(origin):
+        value = files_sha256(origin)
+        if value is not None:
+            return value
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        value = files_sha256(tmp)
+    if value is None:  # pragma: no cover - save_pretrained always writes a config
+        raise ValueError("the tokenizer saved no files to fingerprint")
+    return value
+
+
+def _hub_snapshot(repo_id: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return None
+    for name in ("tokenizer_config.json", "tokenizer.json"):
+        cached = try_to_load_from_cache(repo_id, name)
+        if isinstance(cached, str):
+            return os.path.dirname(cached)
+    return None

@@ -1,0 +1,83 @@
+"""Tokenizer fingerprints change whenever tokens could, and need no transformers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlmstore.bases import resolve_base, tokenizer_source
+from dlmstore.fingerprint import files_sha256, fingerprint_tokenizer, tokenizer_sha256
+
+
+@pytest.fixture
+def tokenizer_copy(tmp_path: Path) -> Path:
+    source = Path(tokenizer_source(resolve_base("smollm2-135m")))
+    copy = tmp_path / "tok"
+    shutil.copytree(source, copy)
+    return copy
+
+
+def test_the_fingerprint_has_a_scheme_prefix_and_is_stable(tokenizer_copy: Path) -> None:
+    first = files_sha256(tokenizer_copy)
+    assert first is not None and first.startswith("sha256:") and len(first) == 7 + 64
+    assert files_sha256(tokenizer_copy) == first
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: _edit_json(d / "tokenizer.json", ["model", "vocab", "hello"], 5), id="vocabulary"),
+        pytest.param(lambda d: (d / "chat_template.jinja").write_text("{{ messages }}"), id="chat template"),
+        pytest.param(lambda d: _edit_json(d / "tokenizer_config.json", ["eos_token"], "<|endoftext|>"), id="special tokens"),
+        pytest.param(lambda d: (d / "special_tokens_map.json").write_text("{}"), id="a new file"),
+    ],
+)
+def test_every_file_that_shapes_the_tokens_changes_the_fingerprint(tokenizer_copy: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    before = files_sha256(tokenizer_copy)
+    edit(tokenizer_copy)
+    assert files_sha256(tokenizer_copy) != before
+
+
+def test_a_tokenizers_library_upgrade_changes_the_fingerprint(
+    tokenizer_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    before = files_sha256(tokenizer_copy)
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "99.0" if name == "tokenizers" else real(name))
+    assert files_sha256(tokenizer_copy) != before
+
+
+def test_a_folder_without_tokenizer_files_has_no_fingerprint(tmp_path: Path) -> None:
+    assert files_sha256(tmp_path) is None
+
+
+def test_the_base_model_fingerprint_imports_no_transformers() -> None:
+    tokenizer_source(resolve_base("smollm2-135m"))  # make sure the conversion exists
+    code = (
+        "import sys; from dlmstore.bases import resolve_base; from dlmstore.fingerprint import tokenizer_sha256; "
+        "print(tokenizer_sha256(resolve_base('smollm2-135m'))); print('transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    value, imported = out.stdout.split()
+    assert imported == "False"
+    assert value == tokenizer_sha256(resolve_base("smollm2-135m"))
+
+
+def test_a_loaded_tokenizer_has_the_same_fingerprint_as_its_base(smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    assert fingerprint_tokenizer(smollm2_tokenizer) == tokenizer_sha256(resolve_base("smollm2-135m"))
+
+
+def _edit_json(path: Path, keys: list[str], value: object) -> None:
+    data = json.loads(path.read_text())
+    node = data
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    path.write_text(json.dumps(data))
