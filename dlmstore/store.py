@@ -62,10 +62,23 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A connection in a ``BEGIN IMMEDIATE`` transaction, committed on success."""
-        with self.engine.connect().execution_options(sqlite_immediate=True) as conn:
-            with conn.begin():
-                yield conn
+        """A connection in a ``BEGIN IMMEDIATE`` transaction, committed on success.
+
+        Raises:
+            StoreError: the database cannot be written (read-only file or
+                directory, disk full); the transaction is rolled back.
+        """
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            with self.engine.connect().execution_options(sqlite_immediate=True) as conn:
+                with conn.begin():
+                    yield conn
+        except OperationalError as exc:
+            raise StoreError(
+                f"cannot write {self.db_path}: {exc.orig}",
+                hint="make the store writable (see `dlm show` for its path) or point DLM_HOME elsewhere",
+            ) from None
 
     def close(self) -> None:
         self.engine.dispose()

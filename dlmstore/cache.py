@@ -1,0 +1,221 @@
+"""The tokenized cache: tokens of rows, keyed by content, with LRU eviction in SQL.
+
+Key: ``(row_key, tokenizer_sha256, sequence_len)``. ``row_key`` already
+changes whenever a row's text could (``dlmstore.rows``); the tokenizer
+fingerprint changes whenever its tokens could (``dlmstore.fingerprint``);
+``sequence_len`` is part of the key as the spec fixes it, so entries made
+for one training length are measured and pruned apart from another's.
+Keys are exact, so a lookup never returns stale tokens; an edited file
+simply has a new key and its old entry is orphaned until pruned.
+
+Storage: the manifest is the ``cache_entries`` table of ``store.db``; the
+tokens are byte ranges of pack files (``dlmstore.packs``). A pack is durable
+before its rows commit, so no row ever points at a partial file. Reading
+verifies each entry's CRC-32: a missing, truncated or damaged range is a
+miss (the row is dropped and the caller re-tokenizes), never an exception.
+
+Every batch operation is one SQL statement over a JSON array of keys or ids
+(``json_each``), not one statement per entry: a warm lookup of 13K rows is
+a single join.
+
+Eviction keeps ``cache_totals.bytes`` (maintained by triggers, so reading it
+is O(1)) under ``max_bytes`` by deleting least-recently-used entries in
+``last_access_at`` order (indexed), skipping entries the current run
+touched: a cold cache never evicts what the run it is filling just wrote.
+Its cost is proportional to the entries evicted, not to the cache size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dlmstore.packs import PackReader, dtype_name, write_pack
+from dlmstore.schema import utc_now
+from dlmstore.store import Store
+
+EVICT_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a batch lookup found.
+
+    Attributes:
+        tokens: row_key -> token array (a read-only view of a pack mapping).
+        damaged: keys whose rows pointed at missing or damaged bytes; the
+            rows were dropped, the caller re-tokenizes them.
+    """
+
+    tokens: dict[str, np.ndarray]
+    damaged: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What one eviction pass removed."""
+
+    entries: int = 0
+    bytes: int = 0
+    packs: tuple[str, ...] = field(default=())
+
+
+class TokenCache:
+    """The cache entries of one store for one tokenizer and sequence length."""
+
+    def __init__(self, store: Store, *, tokenizer_sha256: str, sequence_len: int) -> None:
+        self.store = store
+        self.tokenizer_sha256 = tokenizer_sha256
+        self.sequence_len = sequence_len
+        self._reader = PackReader(store.path)
+
+    def lookup(self, row_keys: Sequence[str], *, run_id: int) -> Lookup:
+        """Fetch the tokens of every cached key and mark them used by ``run_id``."""
+        if not row_keys:
+            return Lookup({})
+        with self.store.read() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum "
+                "FROM json_each(?) AS k "
+                "JOIN cache_entries AS e ON e.row_key = k.value "
+                "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? "
+                "JOIN token_packs AS p ON p.id = e.pack_id",
+                (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
+            ).fetchall()
+        tokens: dict[str, np.ndarray] = {}
+        good: list[int] = []
+        bad: list[int] = []
+        damaged: list[str] = []
+        read = self._reader.read
+        for entry_id, row_key, relpath, offset, nbytes, dtype, expected in rows:
+            array = read(relpath, offset, nbytes, dtype, expected)
+            if array is None:
+                bad.append(entry_id)
+                damaged.append(row_key)
+            else:
+                tokens[row_key] = array
+                good.append(entry_id)
+        if good or bad:
+            with self.store.write() as conn:
+                if good:
+                    conn.exec_driver_sql(
+                        "UPDATE cache_entries SET last_access_at = ?, last_run_id = ? "
+                        "WHERE id IN (SELECT value FROM json_each(?))",
+                        (utc_now(), run_id, json.dumps(good)),
+                    )
+                if bad:
+                    conn.exec_driver_sql(
+                        "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(bad),),
+                    )
+        return Lookup(tokens, tuple(damaged))
+
+    def store_many(
+        self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype
+    ) -> int:
+        """Write ``(row_key, tokens)`` pairs as one pack, then register them.
+
+        An entry another process registered meanwhile wins (``ON CONFLICT DO
+        NOTHING``); its bytes in our pack stay unreferenced until pruned.
+        Returns the bytes written.
+        """
+        if not items:
+            return 0
+        pack = write_pack(self.store.path, [tokens for _, tokens in items], dtype)
+        now = utc_now()
+        payload = json.dumps(
+            [
+                [key, e.byte_offset, e.token_count, e.bytes, e.checksum]
+                for (key, _), e in zip(items, pack.entries, strict=True)
+            ]
+        )
+        with self.store.write() as conn:
+            pack_id = conn.exec_driver_sql(
+                "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
+                "VALUES (?, ?, ?, 0, ?, ?)",
+                (pack.relpath, pack.dtype, pack.bytes, now, run_id),
+            ).lastrowid
+            conn.exec_driver_sql(
+                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
+                "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, "
+                "last_run_id) "
+                "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, "
+                "j.value ->> 4, ?, ?, ? FROM json_each(?) AS j WHERE true "
+                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING",
+                (
+                    self.tokenizer_sha256, self.sequence_len, pack_id, pack.dtype,
+                    now, now, run_id, payload,
+                ),
+            )  # fmt: skip
+        return pack.bytes
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def cache_bytes(store: Store) -> int:
+    """Total bytes of all cache entries (O(1): a trigger-kept total)."""
+    with store.read() as conn:
+        return int(conn.exec_driver_sql("SELECT bytes FROM cache_totals WHERE id = 1").scalar() or 0)
+
+
+def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Eviction:
+    """Delete least-recently-used entries until the cache fits ``max_bytes``.
+
+    Entries last used by ``protect_run_id`` are never evicted, even when the
+    cache stays over the limit. Packs left without live entries are deleted
+    after the transaction commits.
+    """
+    removed = removed_bytes = 0
+    with store.write() as conn:
+        total = int(conn.exec_driver_sql("SELECT bytes FROM cache_totals WHERE id = 1").scalar() or 0)
+        while total > max_bytes:
+            batch = conn.exec_driver_sql(
+                "SELECT id, bytes FROM cache_entries "
+                "WHERE last_run_id IS NOT ? ORDER BY last_access_at, id LIMIT ?",
+                (protect_run_id, EVICT_BATCH),
+            ).fetchall()
+            if not batch:
+                break  # everything left belongs to the protected run
+            chosen: list[int] = []
+            for entry_id, nbytes in batch:
+                chosen.append(entry_id)
+                total -= nbytes
+                removed_bytes += nbytes
+                if total <= max_bytes:
+                    break
+            conn.exec_driver_sql(
+                "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(chosen),),
+            )
+            removed += len(chosen)
+        dead = _drop_dead_packs(conn) if removed else ()
+    _unlink_packs(store, dead)
+    return Eviction(removed, removed_bytes, dead)
+
+
+def _drop_dead_packs(conn) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """Delete pack rows no entry points into; return their paths (files go after commit)."""
+    dead = tuple(
+        row[0]
+        for row in conn.exec_driver_sql(
+            "SELECT path FROM token_packs WHERE live_bytes = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)"
+        )
+    )
+    if dead:
+        conn.exec_driver_sql(
+            "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?))", (json.dumps(dead),)
+        )
+    return dead
+
+
+def _unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
+    for relpath in relpaths:
+        (store.path / relpath).unlink(missing_ok=True)
+
+
+__all__ = ["Eviction", "Lookup", "TokenCache", "cache_bytes", "dtype_name", "evict"]

@@ -1,0 +1,137 @@
+"""Run metrics: tokenization events per run, and the ``dlm metrics`` listing.
+
+Each ``dlm tokenize`` (and later ``dlm train``) run records one row in
+``tokenization_events``; :func:`run_metrics` joins runs with their events in
+one query, newest first, so ``dlm metrics doc.dlm --json | jq
+'.runs[0].tokenization'`` shows the last pass's hits and misses. The same
+join is the ``run_hit_rates`` view for people using ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+
+from dlmstore.errors import DlmError
+from dlmstore.schema import utc_now
+from dlmstore.store import Store
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+class DurationError(DlmError):
+    """A duration such as ``30d`` or ``12h`` could not be read."""
+
+
+@dataclass(frozen=True)
+class TokenizationEvent:
+    """One pass's numbers, as recorded in ``tokenization_events``."""
+
+    total_sections: int
+    total_rows: int
+    cache_hits: int
+    cache_misses: int
+    total_tokenize_seconds: float
+    cache_bytes_after: int
+    cache_mode: str
+    hit_rate: float | None
+
+    @staticmethod
+    def rate(hits: int, misses: int) -> float | None:
+        return round(hits / (hits + misses), 4) if hits + misses else None
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d`` / ``12h`` / ``45m`` / ``10s`` -> a timedelta.
+
+    Raises:
+        DurationError: anything else, with an example of a valid value.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise DurationError(
+            f"invalid duration {text!r}: use a number and a unit d, h, m or s, e.g. 30d, 12h, 45m or 10s"
+        )
+    return timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def iso_before(delta: timedelta) -> str:
+    """The ISO-8601 UTC timestamp ``delta`` ago, comparable with stored timestamps."""
+    moment = datetime.now(timezone.utc) - delta
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def record_tokenization_event(store: Store, run_id: int, event: TokenizationEvent, *,
+                              tokenizer_sha256: str, sequence_len: int) -> None:  # fmt: skip
+    """Insert the tokenization event of ``run_id``."""
+    fields = asdict(event)
+    fields.pop("hit_rate")
+    with store.write() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO tokenization_events (run_id, total_sections, total_rows, cache_hits, "
+            "cache_misses, total_tokenize_seconds, cache_bytes_after, cache_mode, tokenizer_sha256, "
+            "sequence_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, fields["total_sections"], fields["total_rows"], fields["cache_hits"],
+                fields["cache_misses"], fields["total_tokenize_seconds"], fields["cache_bytes_after"],
+                fields["cache_mode"], tokenizer_sha256, sequence_len, utc_now(),
+            ),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """One run as ``dlm metrics`` shows it."""
+
+    run_id: int
+    command: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    error: str | None
+    tokenization: TokenizationEvent | None
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    """The JSON shape of ``dlm metrics --json``."""
+
+    dlm_id: str
+    store_path: str
+    runs: list[RunMetrics]
+
+
+def run_metrics(
+    store: Store, *, run_id: int | None = None, since: timedelta | None = None, limit: int = 20
+) -> MetricsReport:
+    """Runs newest first with their tokenization events (one query)."""
+    where, params = [], []
+    if run_id is not None:
+        where.append("r.id = ?")
+        params.append(run_id)
+    if since is not None:
+        where.append("r.started_at >= ?")
+        params.append(iso_before(since))
+    sql = (
+        "SELECT r.id, r.command, r.status, r.started_at, r.finished_at, r.error, "
+        "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
+        "e.cache_bytes_after, e.cache_mode "
+        "FROM runs AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
+        + (f"WHERE {' AND '.join(where)} " if where else "")
+        + "ORDER BY r.id DESC LIMIT ?"
+    )
+    with store.read() as conn:
+        rows = conn.exec_driver_sql(sql, (*params, limit)).fetchall()
+    runs = []
+    for row in rows:
+        event = None
+        if row[6] is not None:
+            event = TokenizationEvent(
+                total_sections=row[6], total_rows=row[7], cache_hits=row[8], cache_misses=row[9],
+                total_tokenize_seconds=row[10], cache_bytes_after=row[11], cache_mode=row[12],
+                hit_rate=TokenizationEvent.rate(row[8], row[9]),
+            )  # fmt: skip
+        runs.append(RunMetrics(row[0], row[1], row[2], row[3], row[4], row[5], event))
+    return MetricsReport(store.dlm_id, str(store.path), runs)

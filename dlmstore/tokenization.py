@@ -1,0 +1,320 @@
+"""The tokenize pass: a document's rows -> token arrays, through the cache.
+
+What it produces is exactly what TRL's ``SFTTrainer`` would produce by
+itself (``trl.data_utils._tokenize`` after its EOS step), so training on
+pre-tokenized rows is the same training:
+
+* ``messages`` rows -> ``apply_chat_template(messages, tokenize=True,
+  return_dict=True, add_generation_prompt=False)``, i.e. the rendered chat
+  encoded without adding special tokens;
+* ``text`` rows -> ``eos_token`` appended unless already there, then
+  ``tokenizer(text=...)``;
+* ``preference`` rows are not tokenized here (they pass through untouched
+  and are counted).
+
+Every row goes through the cache, in-body rows included: they are cheap to
+tokenize, but one code path means one set of guarantees (and one parity
+test). ``--no-cache`` (or ``training.cache.enabled: false``) bypasses it
+without touching entries.
+
+Speed: on all hits the tokenizer is never loaded (its identity comes from
+hashing its files), the lookup is one SQL join and the tokens are views of
+memory-mapped packs, concatenated once into the output arrays. On misses,
+identical contents are tokenized once, and the misses are encoded in
+batches through the fast tokenizer (Rust, all cores). No per-token Python
+objects are kept: rows are numpy arrays, the result is ``values`` +
+``offsets`` (Arrow's list layout).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlmstore.cache import TokenCache, cache_bytes, evict
+from dlmstore.corpus import Corpus
+from dlmstore.metrics import TokenizationEvent
+from dlmstore.packs import token_dtype
+from dlmstore.rows import Row
+from dlmstore.store import Store
+
+BATCH_ROWS = 256
+
+#: progress(rows_done, rows_total, tokens_done)
+Progress = Callable[[int, int, int], None]
+
+
+@dataclass(frozen=True)
+class TokenizedRows:
+    """Token ids of the tokenized rows in corpus order: ``values[offsets[i]:offsets[i+1]]``."""
+
+    row_keys: tuple[str, ...]
+    kinds: tuple[str, ...]
+    offsets: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.row_keys)
+
+    def input_ids(self, index: int) -> np.ndarray:
+        return self.values[self.offsets[index] : self.offsets[index + 1]]
+
+    @property
+    def token_count(self) -> int:
+        return int(self.offsets[-1])
+
+    def to_arrow(self) -> Any:
+        """A pyarrow table with ``input_ids`` and ``attention_mask`` list columns, zero-copy where possible."""
+        import pyarrow as pa
+
+        offsets = pa.array(self.offsets.astype(np.int32 if self.token_count < 2**31 else np.int64))
+        ids = pa.array(self.values.astype(np.int64, copy=False))
+        ones = pa.array(np.ones(len(self.values), dtype=np.int64))
+        list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+        return pa.table(
+            {
+                "input_ids": list_type.from_arrays(offsets, ids),
+                "attention_mask": list_type.from_arrays(offsets, ones),
+            }
+        )
+
+    def to_dataset(self) -> Any:
+        """A Hugging Face ``datasets.Dataset`` for ``SFTTrainer`` (built from the arrays)."""
+        import datasets
+
+        return datasets.Dataset(self.to_arrow())
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """Everything a tokenize pass returns."""
+
+    event: TokenizationEvent
+    rows: TokenizedRows
+    preference_rows: int
+    damaged_entries: int
+    evicted_entries: int
+    tokenizer_sha256: str
+    warnings: tuple[str, ...] = field(default=())
+
+
+def rendered_text(tokenizer: Any, row: Row) -> str:
+    """The string TRL tokenizes for a text row (EOS appended unless present)."""
+    text: str = row.data["text"]
+    eos = tokenizer.eos_token
+    return text if eos is None or text.endswith(eos) else text + eos
+
+
+def encode_rows(tokenizer: Any, rows: Sequence[Row]) -> list[np.ndarray]:
+    """Token ids of ``rows`` the way TRL would compute them, batched.
+
+    ``text`` rows are encoded with special tokens, ``messages`` rows are
+    rendered with the chat template and encoded without (as
+    ``apply_chat_template(tokenize=True)`` does). Identical inputs are
+    encoded once.
+    """
+    inputs: list[tuple[str, bool]] = []
+    conversations = [row.data["messages"] for row in rows if row.kind == "messages"]
+    rendered = iter(
+        tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=False)
+        if conversations
+        else []
+    )
+    for row in rows:
+        if row.kind == "messages":
+            inputs.append((next(rendered), False))
+        elif row.kind == "text":
+            inputs.append((rendered_text(tokenizer, row), True))
+        else:
+            raise ValueError(f"{row.kind} rows are not tokenized")
+    unique: dict[tuple[str, bool], int] = {}
+    order = [unique.setdefault(item, len(unique)) for item in inputs]
+    distinct = list(unique)
+    encoded: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(distinct)
+    for special in (True, False):
+        positions = [i for i, (_, flag) in enumerate(distinct) if flag is special]
+        if not positions:
+            continue
+        texts = [distinct[i][0] for i in positions]
+        ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
+        for position, row_ids in zip(positions, ids, strict=True):
+            encoded[position] = np.asarray(row_ids, dtype=np.int64)
+    return [encoded[i] for i in order]
+
+
+def tokenize_pass(
+    store: Store,
+    corpus: Corpus,
+    *,
+    run_id: int,
+    tokenizer_sha256: str,
+    load_tokenizer: Callable[[], Any],
+    use_cache: bool,
+    cache_mode: str,
+    max_bytes: int,
+    progress: Progress | None = None,
+) -> PassResult:
+    """Tokenize every text/messages row of ``corpus``, reading and filling the cache.
+
+    Args:
+        store: the document's store (entries and packs live there).
+        corpus: the document's rows come from here.
+        run_id: the run this pass belongs to (its entries are protected
+            from eviction).
+        tokenizer_sha256: the tokenizer's fingerprint (part of every key).
+        load_tokenizer: called only when some row misses.
+        use_cache: ``False`` bypasses the cache entirely (no reads, no writes).
+        cache_mode: ``on``, ``off`` or ``bypassed``, recorded in the event.
+        max_bytes: the cache's size limit (``training.cache.max_bytes``).
+        progress: optional callback for a progress bar.
+    """
+    start = time.perf_counter()
+    sequence_len = corpus.document.frontmatter.training.sequence_len
+    all_rows = corpus.rows()
+    rows = [row for row in all_rows if row.kind != "preference"]
+    preference_rows = len(all_rows) - len(rows)
+    keys = [row.row_key for row in rows]
+    arrays: dict[str, np.ndarray] = {}
+    damaged: tuple[str, ...] = ()
+    cache = TokenCache(store, tokenizer_sha256=tokenizer_sha256, sequence_len=sequence_len)
+    if use_cache:
+        found = cache.lookup(keys, run_id=run_id)
+        arrays.update(found.tokens)
+        damaged = found.damaged
+    hits = len(arrays)
+    missing = [row for row in rows if row.row_key not in arrays]
+    tokens_done = sum(len(a) for a in arrays.values())
+    if progress:
+        progress(hits, len(rows), tokens_done)
+    if missing:
+        tokenizer = load_tokenizer()
+        dtype = token_dtype(len(tokenizer))
+        for begin in range(0, len(missing), BATCH_ROWS):
+            batch = missing[begin : begin + BATCH_ROWS]
+            encoded = [ids.astype(dtype) for ids in encode_rows(tokenizer, batch)]
+            fresh = {row.row_key: ids for row, ids in zip(batch, encoded, strict=True)}
+            if use_cache:
+                cache.store_many(list(fresh.items()), run_id=run_id, dtype=dtype)
+            arrays.update(fresh)
+            tokens_done += sum(len(ids) for ids in encoded)
+            if progress:
+                progress(hits + begin + len(batch), len(rows), tokens_done)
+    evicted = 0
+    if use_cache:
+        evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
+    cache.close()
+    tokenized = _concatenate(rows, arrays)
+    seconds = time.perf_counter() - start
+    misses = len(rows) - hits
+    event = TokenizationEvent(
+        total_sections=len(corpus.sections),
+        total_rows=len(rows),
+        cache_hits=hits if use_cache else 0,
+        cache_misses=misses,
+        total_tokenize_seconds=round(seconds, 4),
+        cache_bytes_after=cache_bytes(store),
+        cache_mode=cache_mode,
+        hit_rate=TokenizationEvent.rate(hits if use_cache else 0, misses),
+    )
+    warnings = ()
+    if damaged:
+        warnings = (
+            f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "
+            "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
+        )
+    return PassResult(
+        event, tokenized, preference_rows, len(damaged), evicted, tokenizer_sha256, warnings
+    )
+
+
+def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:
+    parts = [arrays[row.row_key] for row in rows]
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    if parts:
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+    dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.dtype(np.uint16)
+    values = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+    return TokenizedRows(
+        tuple(row.row_key for row in rows), tuple(row.kind for row in rows), offsets, values
+    )
+
+
+@dataclass(frozen=True)
+class TokenizeSummary:
+    """The JSON shape of ``dlm tokenize --json``."""
+
+    run_id: int
+    dlm_id: str
+    path: str
+    tokenizer_sha256: str
+    sequence_len: int
+    tokens: int
+    preference_rows: int
+    tokenization: TokenizationEvent
+    damaged_entries: int
+    evicted_entries: int
+    warnings: list[str]
+
+
+def tokenize_document(
+    path: str, *, no_cache: bool = False, progress: Progress | None = None
+) -> tuple[TokenizeSummary, TokenizedRows]:
+    """Run the tokenize pass for the document at ``path`` as a recorded run.
+
+    Raises:
+        DocumentError, SourceError: the document or its sources are invalid.
+        BaseModelError: the base model cannot be resolved or loaded.
+        StoreError: the store cannot be created or written.
+    """
+    from dlmstore.bases import load_tokenizer, resolve_base
+    from dlmstore.corpus import load_corpus
+    from dlmstore.document import parse_document
+    from dlmstore.fingerprint import tokenizer_sha256
+    from dlmstore.metrics import record_tokenization_event
+    from dlmstore.runs import recorded_run
+    from dlmstore.store import open_store
+
+    document = parse_document(path)
+    corpus = load_corpus(document)
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    fingerprint = tokenizer_sha256(ref)
+    settings = document.frontmatter.training
+    enabled = settings.cache.enabled and not no_cache
+    mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
+    with open_store(document.dlm_id) as store:
+        with recorded_run(
+            store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
+        ) as run_id:
+            result = tokenize_pass(
+                store,
+                corpus,
+                run_id=run_id,
+                tokenizer_sha256=fingerprint,
+                load_tokenizer=lambda: load_tokenizer(ref),
+                use_cache=enabled,
+                cache_mode=mode,
+                max_bytes=settings.cache.max_bytes,
+                progress=progress,
+            )
+            record_tokenization_event(
+                store, run_id, result.event,
+                tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
+            )  # fmt: skip
+    summary = TokenizeSummary(
+        run_id=run_id,
+        dlm_id=document.dlm_id,
+        path=str(document.path),
+        tokenizer_sha256=fingerprint,
+        sequence_len=settings.sequence_len,
+        tokens=result.rows.token_count,
+        preference_rows=result.preference_rows,
+        tokenization=result.event,
+        damaged_entries=result.damaged_entries,
+        evicted_entries=result.evicted_entries,
+        warnings=[*corpus.expansion.warnings, *result.warnings],
+    )
+    return summary, result.rows

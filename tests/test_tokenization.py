@@ -1,0 +1,176 @@
+"""The tokenize pass: parity with TRL, the cache path, and faults that become misses."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlmstore.corpus import load_corpus
+from dlmstore.document import parse_document
+from dlmstore.home import store_dir
+from dlmstore.tokenization import encode_rows, tokenize_document
+
+from .conftest import VALID_ID, write_doc
+
+BODY = """Intro prose about caching.
+
+::instruction::
+### Q
+What is a pack?
+### A
+A file of token arrays.
+
+### Q
+What is a pack?
+### A
+An append-only file.
+
+::preference::
+### Prompt
+p
+### Chosen
+c
+### Rejected
+r
+"""
+
+
+@pytest.fixture
+def doc(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("def f(x):\n    return x + 1\n")
+    (src / "pkg" / "b.py").write_text("print('héllo wörld')  # ünïcode\n" * 20)
+    (src / "notes.md").write_text("Ends with the EOS already<|im_end|>")
+    return write_doc(
+        tmp_path / "doc.dlm",
+        body=BODY,
+        frontmatter="system_prompt: Answer briefly.\ntraining:\n  sequence_len: 256\n  sources:\n    - path: src\n",
+    )
+
+
+def test_cached_uncached_and_trl_tokenization_give_identical_ids(doc: Path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from trl.data_utils import _tokenize
+
+    rows = [r for r in load_corpus(parse_document(doc)).rows() if r.kind != "preference"]
+    eos = smollm2_tokenizer.eos_token
+    expected = []
+    for row in rows:
+        if row.kind == "messages":
+            ids = _tokenize(smollm2_tokenizer, row.data["messages"], add_generation_prompt=False)["input_ids"]
+        else:
+            text = row.data["text"]
+            ids = _tokenize(smollm2_tokenizer, text if text.endswith(eos) else text + eos)["input_ids"]
+        expected.append(list(ids))
+
+    cold, cold_rows = tokenize_document(str(doc))
+    warm, warm_rows = tokenize_document(str(doc))
+    bypass, bypass_rows = tokenize_document(str(doc), no_cache=True)
+    assert (cold.tokenization.cache_misses, warm.tokenization.cache_hits) == (len(rows), len(rows))
+    for result in (cold_rows, warm_rows, bypass_rows):
+        assert [result.input_ids(i).tolist() for i in range(len(result))] == expected
+    assert [list(ids) for ids in encode_rows(smollm2_tokenizer, rows)] == expected
+
+
+def test_two_identical_pairs_in_one_section_are_cached_under_their_own_keys(doc: Path) -> None:
+    summary, rows = tokenize_document(str(doc))
+    assert len(set(rows.row_keys)) == len(rows.row_keys)
+    messages = [i for i, kind in enumerate(rows.kinds) if kind == "messages"]
+    first, second = (rows.input_ids(i).tolist() for i in messages)
+    assert first != second  # pair 2 never gets pair 1's tokens
+
+
+def test_preference_rows_are_counted_not_tokenized(doc: Path) -> None:
+    summary, rows = tokenize_document(str(doc))
+    assert summary.preference_rows == 1
+    assert "preference" not in rows.kinds
+
+
+def test_the_dataset_for_training_is_built_from_the_arrays(doc: Path) -> None:
+    _, rows = tokenize_document(str(doc))
+    dataset = rows.to_dataset()
+    assert dataset.column_names == ["input_ids", "attention_mask"]
+    assert dataset[0]["input_ids"] == rows.input_ids(0).tolist()
+    assert dataset[0]["attention_mask"] == [1] * len(rows.input_ids(0))
+
+
+def test_no_cache_leaves_existing_entries_untouched(doc: Path) -> None:
+    tokenize_document(str(doc))
+    db = store_dir(VALID_ID) / "store.db"
+    before = sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    summary, _ = tokenize_document(str(doc), no_cache=True)
+    after = sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    assert before == after
+    assert summary.tokenization.cache_mode == "bypassed"
+    assert summary.tokenization.cache_hits == 0
+
+
+def test_a_disabled_cache_in_the_frontmatter_skips_it(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  cache:\n    enabled: false\n")
+    summary, _ = tokenize_document(str(doc))
+    assert summary.tokenization.cache_mode == "off"
+    assert sqlite3.connect(store_dir(VALID_ID) / "store.db").execute(
+        "SELECT COUNT(*) FROM cache_entries"
+    ).fetchone() == (0,)
+
+
+def test_a_swapped_tokenizer_misses_every_entry(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dlmstore.fingerprint as fingerprint
+
+    first, _ = tokenize_document(str(doc))
+    monkeypatch.setattr(fingerprint, "SCHEME", "tok-v2")  # any change of identity
+    second, _ = tokenize_document(str(doc))
+    assert second.tokenization.cache_hits == 0
+    assert second.tokenization.cache_misses == first.tokenization.total_rows
+    keys = sqlite3.connect(store_dir(VALID_ID) / "store.db").execute(
+        "SELECT COUNT(DISTINCT tokenizer_sha256) FROM cache_entries"
+    ).fetchone()
+    assert keys == (2,)  # the old entries stay, orphaned, for prune
+
+
+def test_an_edited_source_file_misses_only_its_own_entry(doc: Path) -> None:
+    tokenize_document(str(doc))
+    (doc.parent / "src" / "pkg" / "a.py").write_text("def f(x):\n    return x + 2\n")
+    summary, _ = tokenize_document(str(doc))
+    assert (summary.tokenization.cache_hits, summary.tokenization.cache_misses) == (
+        summary.tokenization.total_rows - 1, 1,
+    )  # fmt: skip
+
+
+def test_a_deleted_source_file_just_leaves_its_entry_unused(doc: Path) -> None:
+    tokenize_document(str(doc))
+    (doc.parent / "src" / "pkg" / "a.py").unlink()
+    summary, _ = tokenize_document(str(doc))
+    assert summary.tokenization.cache_misses == 0
+    assert summary.tokenization.cache_hits == summary.tokenization.total_rows
+
+
+def _pack_files(dlm_id: str = VALID_ID) -> list[Path]:
+    return sorted((store_dir(dlm_id) / "tokens").glob("pack-*.bin"))
+
+
+def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -> None:
+    _, expected = tokenize_document(str(doc))
+    for pack in _pack_files():
+        pack.unlink()
+    summary, rows = tokenize_document(str(doc))
+    assert summary.tokenization.cache_misses == summary.tokenization.total_rows
+    assert summary.damaged_entries == summary.tokenization.total_rows
+    assert len(summary.warnings) == 1 and "re-tokenized" in summary.warnings[0]
+    assert np.array_equal(rows.values, expected.values)
+    third, _ = tokenize_document(str(doc))
+    assert third.tokenization.cache_hits == third.tokenization.total_rows and third.warnings == []
+
+
+def test_corrupted_or_truncated_pack_bytes_are_misses_not_errors(doc: Path) -> None:
+    _, expected = tokenize_document(str(doc))
+    (pack,) = _pack_files()
+    data = bytearray(pack.read_bytes())
+    data[3] ^= 0xFF
+    pack.write_bytes(bytes(data[: len(data) - 7]))
+    summary, rows = tokenize_document(str(doc))
+    assert summary.damaged_entries >= 2  # the flipped entry and the truncated last one
+    assert np.array_equal(rows.values, expected.values)
