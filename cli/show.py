@@ -46,3 +46,8 @@ def show_command(path: str, as_json: bool) -> None:
         )
     state = "exists" if summary.store.exists else "not created yet"
     click.echo(f"store:    {summary.store.path} ({state})")
+    cache = summary.training_cache
+    rate = "n/a" if cache.last_run_hit_rate is None else f"{cache.last_run_hit_rate:.1%}"
+    click.echo(
+        f"cache:    {cache.entry_count:,} entries, {human_bytes(cache.bytes)}, last-run hit rate {rate}"
+    )

@@ -107,7 +107,8 @@ def run_metrics(
     store: Store, *, run_id: int | None = None, since: timedelta | None = None, limit: int = 20
 ) -> MetricsReport:
     """Runs newest first with their tokenization events (one query)."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[object] = []
     if run_id is not None:
         where.append("r.id = ?")
         params.append(run_id)

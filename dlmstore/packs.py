@@ -90,7 +90,7 @@ def write_pack(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) 
         with open(tmp, "wb") as f:
             for array in arrays:
                 data = np.ascontiguousarray(array, dtype=dtype)
-                view = memoryview(data).cast("B")
+                view = memoryview(data.data).cast("B")
                 f.write(view)
                 entries.append(PackedEntry(offset, len(data), view.nbytes, checksum(view)))
                 offset += view.nbytes
@@ -132,7 +132,7 @@ class PackReader:
         if mapped is None or byte_offset + nbytes > len(mapped):
             return None
         chunk = mapped[byte_offset : byte_offset + nbytes]
-        if checksum(memoryview(chunk)) != expected_checksum:
+        if checksum(memoryview(chunk.data)) != expected_checksum:
             return None
         return chunk.view(np.dtype("<u2") if dtype == "uint16" else np.dtype("<u4"))
 

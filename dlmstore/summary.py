@@ -1,7 +1,8 @@
 """``dlm show``: a read-only summary of a document and its store.
 
-Nothing here writes: the store is only looked at (path and existence), so
-``dlm show`` on a document that has never been tokenized creates nothing.
+Nothing here writes: the store is only looked at (path, existence, cache
+totals read through a read-only connection), so ``dlm show`` on a document
+that has never been tokenized creates nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlmstore.bases import resolve_base
+from dlmstore.cache_admin import cache_summary
 from dlmstore.corpus import load_corpus
 from dlmstore.document import parse_document
 from dlmstore.errors import BaseModelError
@@ -39,6 +41,17 @@ class StoreInfo:
 
 
 @dataclass(frozen=True)
+class TrainingCacheInfo:
+    """The tokenized cache at a glance (``training_cache`` in ``dlm show --json``)."""
+
+    path: str
+    entry_count: int
+    bytes: int
+    last_run_hit_rate: float | None
+    last_run_id: int | None
+
+
+@dataclass(frozen=True)
 class DocumentSummary:
     """The JSON shape of ``dlm show --json`` (a documented contract)."""
 
@@ -54,6 +67,7 @@ class DocumentSummary:
     rows: dict[str, int]
     sources: list[dict[str, object]]
     store: StoreInfo
+    training_cache: TrainingCacheInfo
     warnings: list[str] = field(default_factory=list)
 
 
@@ -74,6 +88,7 @@ def summarize(path: str | Path) -> DocumentSummary:
     by_type = Counter(section.type for section in document.sections)
     row_kinds = Counter(row.kind for row in corpus.rows())
     store_path = store_dir(document.dlm_id)
+    cache = cache_summary(document.dlm_id)
     training = document.frontmatter.training
     return DocumentSummary(
         path=str(document.path),
@@ -88,5 +103,8 @@ def summarize(path: str | Path) -> DocumentSummary:
         rows={kind: row_kinds.get(kind, 0) for kind in ("text", "messages", "preference")},
         sources=[dataclasses.asdict(p) for p in corpus.expansion.provenance],
         store=StoreInfo(str(store_path), (store_path / DB_NAME).is_file()),
+        training_cache=TrainingCacheInfo(
+            cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
+        ),
         warnings=list(corpus.expansion.warnings),
     )

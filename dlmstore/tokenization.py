@@ -220,7 +220,7 @@ def tokenize_pass(
         cache_mode=cache_mode,
         hit_rate=TokenizationEvent.rate(hits if use_cache else 0, misses),
     )
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if damaged:
         warnings = (
             f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "

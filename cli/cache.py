@@ -1,0 +1,158 @@
+"""``dlm cache show|prune|clear|verify PATH``: look after the tokenized cache."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dlmstore.cli.render import emit_json, human_bytes
+
+
+@click.group("cache")
+def cache_group() -> None:
+    """Inspect and maintain the tokenized cache of a document's store."""
+
+
+def _document_id(path: str) -> str:
+    from dlmstore.document import parse_document
+
+    return parse_document(path).dlm_id
+
+
+@cache_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def show_command(path: str, as_json: bool) -> None:
+    """Entries, size and last-run hit rate of the cache (read-only)."""
+    from dlmstore.cache_admin import cache_summary
+
+    summary = cache_summary(_document_id(path))
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(f"Cache for {summary.dlm_id}")
+    click.echo(f"path: {summary.path}")
+    click.echo(f"entries: {summary.entry_count:,}")
+    click.echo(f"size: {human_bytes(summary.bytes)}")
+    if summary.last_run_hit_rate is None:
+        click.echo("last-run hit rate: n/a (no cached run yet)")
+    else:
+        total = (summary.last_run_hits or 0) + (summary.last_run_misses or 0)
+        click.echo(f"last-run hit rate: {summary.last_run_hit_rate:.1%} ({summary.last_run_hits:,}/{total:,})")
+
+
+class Duration(click.ParamType):
+    """A click type for 30d / 12h / 45m / 10s."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        from datetime import timedelta
+
+        if isinstance(value, timedelta):
+            return value
+        from dlmstore.metrics import DurationError, parse_duration
+
+        try:
+            return parse_duration(value)
+        except DurationError as exc:
+            self.fail(exc.message, param, ctx)
+
+
+@cache_group.command("prune")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--older-than",
+    type=Duration(),
+    help="Drop entries not used for this long (30d, 12h, 45m, 10s). "
+    "Default: training.cache.prune_older_than_days (90).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def prune_command(path: str, older_than: object, as_json: bool) -> None:
+    """Drop old entries, empty or sparse token files, orphans and temp files."""
+    from datetime import timedelta
+
+    from dlmstore.cache_admin import prune
+    from dlmstore.document import parse_document
+    from dlmstore.store import open_store
+
+    document = parse_document(path)
+    cutoff = (
+        older_than
+        if isinstance(older_than, timedelta)
+        else timedelta(days=document.frontmatter.training.cache.prune_older_than_days)
+    )
+    with open_store(document.dlm_id, create=False) as store:
+        result = prune(store, older_than=cutoff)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(
+        f"pruned {result.entries_removed:,} entries ({human_bytes(result.bytes_removed)}) "
+        f"not used since {result.cutoff}"
+    )
+    click.echo(
+        f"files: {result.packs_removed} empty and {result.packs_compacted} sparse token files, "
+        f"{result.orphan_files_removed} orphans, {result.temp_files_removed} temp files"
+    )
+
+
+@cache_group.command("clear")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def clear_command(path: str, force: bool) -> None:
+    """Delete every cache entry of the document's store."""
+    from dlmstore.cache_admin import cache_summary, clear
+    from dlmstore.errors import DlmError
+    from dlmstore.store import open_store
+
+    dlm_id = _document_id(path)
+    summary = cache_summary(dlm_id)
+    if not force:
+        if not sys.stdin.isatty():
+            raise DlmError(
+                f"refusing to clear {summary.entry_count:,} entries ({human_bytes(summary.bytes)}) "
+                "without confirmation",
+                hint=f"pass --force: dlm cache clear {path} --force",
+            )
+        click.confirm(
+            f"Delete {summary.entry_count:,} cache entries ({human_bytes(summary.bytes)})?", abort=True
+        )
+    with open_store(dlm_id, create=False) as store:
+        result = clear(store)
+    click.echo(f"cleared {result.entries_removed:,} entries ({human_bytes(result.bytes_removed)})")
+
+
+@cache_group.command("verify")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--repair", is_flag=True, help="Drop broken entries and remove orphan files.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify_command(path: str, repair: bool, as_json: bool) -> None:
+    """Check every entry against its token bytes and every file against the rows.
+
+    Exits 1 while problems remain (after --repair, none should).
+    """
+    from dlmstore.cache_admin import verify
+    from dlmstore.store import open_store
+
+    with open_store(_document_id(path), create=False) as store:
+        result = verify(store, repair=repair)
+    if as_json:
+        emit_json({**_asdict(result), "remaining": len(result.remaining)})
+    else:
+        for problem in result.problems:
+            state = "repaired" if problem.repaired else "problem"
+            click.echo(f"{state}: {problem.kind}: {problem.path}: {problem.detail}")
+        click.echo(
+            f"checked {result.entries_checked:,} entries in {result.packs_checked} token files: "
+            f"{len(result.problems)} problems, {len(result.remaining)} remaining"
+        )
+    if result.remaining:
+        sys.exit(1)
+
+
+def _asdict(value: object) -> dict[str, object]:
+    import dataclasses
+
+    return dataclasses.asdict(value)  # type: ignore[call-overload, no-any-return]

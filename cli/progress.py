@@ -1,0 +1,41 @@
+"""A small progress bar on stderr, silent without a terminal or under --json."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+
+class ProgressBar:
+    """Callable ``(done, total, tokens)`` that redraws one stderr line, at most 10 times a second."""
+
+    def __init__(self, label: str, *, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int, tokens: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.1 and done < total:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        width = 30
+        filled = int(width * done / total) if total else width
+        bar = "#" * filled + "-" * (width - filled)
+        click.echo(
+            f"\r{self.label} [{bar}] {done}/{total} rows  {tokens / elapsed:,.0f} tokens/s",
+            err=True,
+            nl=False,
+        )
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            click.echo("", err=True)

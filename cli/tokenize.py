@@ -1,0 +1,41 @@
+"""``dlm tokenize PATH``: run the tokenize pass through the cache and record it."""
+
+from __future__ import annotations
+
+import click
+
+from dlmstore.cli.render import emit_json, human_bytes, warn
+
+
+@click.command("tokenize")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--no-cache", is_flag=True, help="Tokenize everything; neither read nor write cache entries.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
+    """Tokenize the rows of the document at PATH, through the tokenized cache.
+
+    Only rows whose content (or tokenizer, or sequence length) changed go
+    through the tokenizer; the rest come from the cache. The run and its
+    hit/miss numbers are recorded in the store (see `dlm metrics`).
+    """
+    from dlmstore.cli.progress import ProgressBar
+    from dlmstore.tokenization import tokenize_document
+
+    bar = ProgressBar("tokenizing", enabled=not as_json)
+    try:
+        summary, _ = tokenize_document(path, no_cache=no_cache, progress=bar)
+    finally:
+        bar.close()
+    for message in summary.warnings:
+        warn(message)
+    if as_json:
+        emit_json(summary)
+        return
+    event = summary.tokenization
+    rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
+    click.echo(f"run {summary.run_id}: {event.total_rows:,} rows, {summary.tokens:,} tokens")
+    click.echo(f"cache:  {event.cache_mode}, {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate})")
+    click.echo(f"time:   {event.total_tokenize_seconds:.2f} s")
+    click.echo(f"size:   {human_bytes(event.cache_bytes_after)} cached")
+    if summary.preference_rows:
+        click.echo(f"note:   {summary.preference_rows} preference rows are not tokenized for SFT")
