@@ -20,7 +20,8 @@ a single join.
 
 Eviction keeps ``cache_totals.bytes`` (maintained by triggers, so reading it
 is O(1)) under ``max_bytes`` by deleting least-recently-used entries in
-``last_access_at`` order (indexed), skipping entries the current run
+``(last_access_at, last_run_id)`` order (indexed; the run id breaks ties
+between accesses in the same millisecond), skipping entries the current run
 touched: a cold cache never evicts what the run it is filling just wrote.
 Its cost is proportional to the entries evicted, not to the cache size.
 """
@@ -175,7 +176,7 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
         while total > max_bytes:
             batch = conn.exec_driver_sql(
                 "SELECT id, bytes FROM cache_entries "
-                "WHERE last_run_id IS NOT ? ORDER BY last_access_at, id LIMIT ?",
+                "WHERE last_run_id IS NOT ? ORDER BY last_access_at, last_run_id LIMIT ?",
                 (protect_run_id, EVICT_BATCH),
             ).fetchall()
             if not batch:

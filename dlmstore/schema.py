@@ -140,7 +140,7 @@ cache_entries = Table(
     Column("last_access_at", Text, nullable=False, comment="Last run that read or wrote it (LRU order)."),
     Column("last_run_id", Integer, ForeignKey("runs.id"), comment="Id of that run; its entries are never evicted by it."),
     UniqueConstraint("row_key", "tokenizer_sha256", "sequence_len", name="cache_entries_key"),
-    Index("cache_entries_last_access_at", "last_access_at"),
+    Index("cache_entries_lru", "last_access_at", "last_run_id"),
     Index("cache_entries_pack_id", "pack_id"),
     comment="The tokenized cache: one row per (row_key, tokenizer_sha256, sequence_len).",
 )

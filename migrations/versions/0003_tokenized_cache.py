@@ -51,7 +51,7 @@ def upgrade() -> None:
         sa.Column("last_run_id", sa.Integer(), sa.ForeignKey("runs.id")),
         sa.UniqueConstraint("row_key", "tokenizer_sha256", "sequence_len", name="cache_entries_key"),
     )
-    op.create_index("cache_entries_last_access_at", "cache_entries", ["last_access_at"])
+    op.create_index("cache_entries_lru", "cache_entries", ["last_access_at", "last_run_id"])
     op.create_index("cache_entries_pack_id", "cache_entries", ["pack_id"])
     op.create_table(
         "cache_totals",
@@ -125,6 +125,6 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER cache_entries_after_insert")
     op.drop_table("cache_totals")
     op.drop_index("cache_entries_pack_id", "cache_entries")
-    op.drop_index("cache_entries_last_access_at", "cache_entries")
+    op.drop_index("cache_entries_lru", "cache_entries")
     op.drop_table("cache_entries")
     op.drop_table("token_packs")

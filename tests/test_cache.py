@@ -1,0 +1,247 @@
+"""The tokenized cache: eviction, prune, clear, verify, concurrency and faults."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sqlite3
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlmstore.cache import TokenCache, cache_bytes, evict
+from dlmstore.cache_admin import cache_summary, clear, prune, verify
+from dlmstore.errors import StoreError
+from dlmstore.home import store_dir
+from dlmstore.runs import start_run
+from dlmstore.store import Store, open_store
+from dlmstore.tokenization import tokenize_document
+
+from .conftest import VALID_ID, write_doc
+
+U16 = np.dtype("<u2")
+
+
+@pytest.fixture
+def store() -> Store:
+    with open_store(VALID_ID) as opened:
+        yield opened
+
+
+def _run(store: Store) -> int:
+    return start_run(store, command="tokenize", dlm_path=Path("/d.dlm"), dlm_sha256="x")
+
+
+def _cache(store: Store) -> TokenCache:
+    return TokenCache(store, tokenizer_sha256="sha256:t", sequence_len=64)
+
+
+def _fill(store: Store, run_id: int, keys: list[str], size: int = 10) -> None:
+    _cache(store).store_many([(k, np.arange(size) + i) for i, k in enumerate(keys)], run_id=run_id, dtype=U16)
+
+
+def test_entries_round_trip_with_their_dtype_and_count(store: Store) -> None:
+    run = _run(store)
+    _cache(store).store_many([("a", np.array([1, 2, 65535])), ("b", np.array([7]))], run_id=run, dtype=U16)
+    found = _cache(store).lookup(["a", "b", "missing"], run_id=run)
+    assert {k: v.tolist() for k, v in found.tokens.items()} == {"a": [1, 2, 65535], "b": [7]}
+    rows = sqlite3.connect(store.db_path).execute(
+        "SELECT row_key, dtype, token_count, bytes FROM cache_entries ORDER BY row_key"
+    ).fetchall()
+    assert rows == [("a", "uint16", 3, 6), ("b", "uint16", 1, 2)]
+
+
+def test_the_cache_size_is_a_running_total_kept_by_triggers(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b", "c"])
+    assert cache_bytes(store) == 60
+    sqlite3.connect(store.db_path).execute("DELETE FROM cache_entries WHERE row_key = 'a'").connection.commit()
+    assert cache_bytes(store) == 40
+
+
+def test_eviction_drops_least_recently_used_entries_first(store: Store) -> None:
+    old = _run(store)
+    _fill(store, old, ["a", "b", "c", "d"])
+    reader = _run(store)
+    _cache(store).lookup(["a", "c"], run_id=reader)  # a and c are now the most recent
+    result = evict(store, max_bytes=40, protect_run_id=None)
+    kept = [r[0] for r in sqlite3.connect(store.db_path).execute("SELECT row_key FROM cache_entries ORDER BY row_key")]
+    assert result.entries == 2 and kept == ["a", "c"]
+
+
+def test_eviction_never_drops_entries_of_the_current_run(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b", "c"])
+    result = evict(store, max_bytes=5, protect_run_id=run)
+    assert result.entries == 0 and cache_bytes(store) == 60  # a cold cache does not starve itself
+
+
+def test_eviction_reads_only_the_entries_it_evicts(store: Store) -> None:
+    old = _run(store)
+    _fill(store, old, [f"k{i}" for i in range(2000)], size=1)
+    new = _run(store)
+    _fill(store, new, ["fresh"], size=1)
+    conn = store.engine.raw_connection()
+    try:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id, bytes FROM cache_entries WHERE last_run_id IS NOT ? "
+            "ORDER BY last_access_at, last_run_id LIMIT ?",
+            (new, 512),
+        ).fetchall()
+    finally:
+        conn.close()
+    assert any("cache_entries_lru" in str(row) for row in plan)
+    assert not any("TEMP B-TREE" in str(row) for row in plan)  # no sort of the whole table
+    assert evict(store, max_bytes=3998, protect_run_id=new).entries == 2
+
+
+def test_packs_left_without_entries_are_deleted(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b"])
+    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    evict(store, max_bytes=0, protect_run_id=None)
+    assert not pack.exists()
+    assert sqlite3.connect(store.db_path).execute("SELECT COUNT(*) FROM token_packs").fetchone() == (0,)
+
+
+def test_prune_drops_entries_unused_since_the_cutoff_and_compacts_their_pack(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b", "c", "d"])
+    conn = sqlite3.connect(store.db_path)
+    conn.execute("UPDATE cache_entries SET last_access_at = '2000-01-01T00:00:00.000Z' WHERE row_key != 'a'")
+    conn.commit()
+    result = prune(store, older_than=timedelta(days=30))
+    assert (result.entries_removed, result.bytes_removed, result.packs_compacted) == (3, 60, 1)
+    assert _cache(store).lookup(["a"], run_id=run).tokens["a"].tolist() == list(range(10))
+    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    assert pack.stat().st_size == 20  # only a's bytes are left on disk
+
+
+def test_prune_removes_orphaned_pack_files_and_temp_files_past_the_grace_period(store: Store) -> None:
+    tokens = store.path / "tokens"
+    tokens.mkdir()
+    orphan, temp, fresh = tokens / "pack-OLD.bin", tokens / ".pack-x.bin.tmp", tokens / "pack-NEW.bin"
+    for path in (orphan, temp, fresh):
+        path.write_bytes(b"\0" * 8)
+    old = time.time() - 7200
+    os.utime(orphan, (old, old))
+    os.utime(temp, (old, old))
+    result = prune(store, older_than=timedelta(days=1))
+    assert (result.orphan_files_removed, result.temp_files_removed) == (1, 1)
+    assert not orphan.exists() and not temp.exists() and fresh.exists()
+
+
+def test_clear_removes_every_entry_and_file(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b"])
+    assert clear(store).entries_removed == 2
+    assert cache_bytes(store) == 0 and list((store.path / "tokens").iterdir()) == []
+
+
+def test_verify_reports_a_damaged_entry_and_repair_drops_it(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b"])
+    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    data = bytearray(pack.read_bytes())
+    data[0] ^= 1
+    pack.write_bytes(bytes(data))
+    result = verify(store)
+    assert [(p.kind, p.repaired) for p in result.problems] == [("bad_entry", False)]
+    repaired = verify(store, repair=True)
+    assert [p.repaired for p in repaired.problems] == [True]
+    assert verify(store).problems == []
+    assert list(_cache(store).lookup(["a", "b"], run_id=run).tokens) == ["b"]
+
+
+def test_verify_reports_a_missing_pack_and_wrong_totals(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a"])
+    for pack in (store.path / "tokens").glob("pack-*.bin"):
+        pack.unlink()
+    conn = sqlite3.connect(store.db_path)
+    conn.execute("UPDATE cache_totals SET bytes = 999")
+    conn.commit()
+    kinds = sorted(p.kind for p in verify(store).problems)
+    assert kinds == ["bad_entry", "missing_pack", "wrong_totals"]
+    verify(store, repair=True)
+    assert verify(store).problems == [] and cache_bytes(store) == 0
+
+
+def test_the_cache_summary_of_a_document_never_tokenized_creates_nothing(dlm_home: Path) -> None:
+    summary = cache_summary(VALID_ID)
+    assert (summary.exists, summary.entry_count, summary.last_run_hit_rate) == (False, 0, None)
+    assert not (dlm_home / "store").exists()
+
+
+def test_a_cache_over_its_limit_evicts_old_entries_after_a_run(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(6):
+        (notes / f"{i}.md").write_text(f"note number {i} " * 30)
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: notes\n")
+    tokenize_document(str(doc))
+    for i in range(6):
+        (notes / f"{i}.md").write_text(f"edited note {i} " * 30)
+    text = doc.read_text().replace("training:\n", "training:\n  cache:\n    max_bytes: 1000\n")
+    doc.write_text(text)
+    summary, _ = tokenize_document(str(doc))
+    assert summary.evicted_entries > 0
+    assert summary.tokenization.cache_misses == 6
+    # everything of the current run survived, even over the limit
+    conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    assert conn.execute("SELECT COUNT(*) FROM cache_entries WHERE last_run_id = ?", (summary.run_id,)).fetchone() == (7,)
+
+
+def test_a_read_only_store_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    tokenize_document(str(doc))
+    db = store_dir(VALID_ID) / "store.db"
+    # Root ignores permission bits; make SQLite itself open the file read-only.
+    import dlmstore.store as store_module
+
+    real = store_module._engine
+
+    def read_only_engine(path: Path):  # type: ignore[no-untyped-def]
+        from sqlalchemy import create_engine
+
+        engine = create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
+        return engine
+
+    monkeypatch.setattr(store_module, "_engine", read_only_engine)
+    with pytest.raises(StoreError) as err:
+        tokenize_document(str(doc))
+    assert str(err.value) == f"cannot write {db}: attempt to write a readonly database"
+    monkeypatch.setattr(store_module, "_engine", real)
+
+
+def _tokenize_in_process(home: str, doc: str, out: str) -> None:
+    os.environ["DLM_HOME"] = home
+    summary, rows = tokenize_document(doc)
+    Path(out).write_text(json.dumps({"values": rows.values.tolist(), "offsets": rows.offsets.tolist()}))
+
+
+def test_two_tokenize_processes_on_one_store_both_finish_correctly(tmp_path: Path, dlm_home: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(40):
+        (notes / f"{i:02d}.md").write_text(f"file {i}: " + "lorem ipsum dolor " * (i + 1))
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: notes\n")
+    expected = tokenize_document(str(doc), no_cache=True)[1]
+    ctx = multiprocessing.get_context("spawn")
+    outs = [tmp_path / f"out{i}.json" for i in range(2)]
+    procs = [ctx.Process(target=_tokenize_in_process, args=(str(dlm_home), str(doc), str(o))) for o in outs]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    for out in outs:
+        data = json.loads(out.read_text())
+        assert data["values"] == expected.values.tolist() and data["offsets"] == expected.offsets.tolist()
+    conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    assert conn.execute("SELECT COUNT(*) FROM cache_entries").fetchone() == (41,)
+    assert verify(open_store(VALID_ID)).problems == []
