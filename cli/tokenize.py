@@ -23,7 +23,7 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
 
     bar = ProgressBar("tokenizing", enabled=not as_json)
     try:
-        summary, _ = tokenize_document(path, no_cache=no_cache, progress=bar)
+        summary, _ = tokenize_document(path, no_cache=no_cache, progress=bar, materialize=False)
     finally:
         bar.close()
     for message in summary.warnings:

@@ -32,11 +32,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from dlmstore.packs import PackReader, dtype_name, write_pack
-from dlmstore.schema import utc_now
+from dlmstore.clock import utc_now
 from dlmstore.store import Store
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EVICT_BATCH = 512
 
@@ -46,12 +49,14 @@ class Lookup:
     """What a batch lookup found.
 
     Attributes:
-        tokens: row_key -> token array (a read-only view of a pack mapping).
+        tokens: row_key -> (the entry's bytes, a read-only view of a pack
+            mapping; its dtype name). ``dlmstore.packs.as_array`` turns it
+            into a numpy array without copying.
         damaged: keys whose rows pointed at missing or damaged bytes; the
             rows were dropped, the caller re-tokenizes them.
     """
 
-    tokens: dict[str, np.ndarray]
+    tokens: dict[str, tuple[memoryview, str]]
     damaged: tuple[str, ...] = ()
 
 
@@ -86,18 +91,18 @@ class TokenCache:
                 "JOIN token_packs AS p ON p.id = e.pack_id",
                 (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
             ).fetchall()
-        tokens: dict[str, np.ndarray] = {}
+        tokens: dict[str, tuple[memoryview, str]] = {}
         good: list[int] = []
         bad: list[int] = []
         damaged: list[str] = []
         read = self._reader.read
         for entry_id, row_key, relpath, offset, nbytes, dtype, expected in rows:
-            array = read(relpath, offset, nbytes, dtype, expected)
-            if array is None:
+            data = read(relpath, offset, nbytes, expected)
+            if data is None:
                 bad.append(entry_id)
                 damaged.append(row_key)
             else:
-                tokens[row_key] = array
+                tokens[row_key] = (data, dtype)
                 good.append(entry_id)
         if good or bad:
             with self.store.write() as conn:

@@ -23,13 +23,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import numpy as np
-
 from dlmstore.cache import _drop_dead_packs, _unlink_packs
 from dlmstore.home import store_dir
-from dlmstore.metrics import iso_before
-from dlmstore.packs import PACK_DIR, PackReader, write_pack
-from dlmstore.schema import utc_now
+from dlmstore.clock import iso_before
+from dlmstore.packs import PACK_DIR, PackReader, as_array, write_pack
+from dlmstore.clock import utc_now
 from dlmstore.store import DB_NAME, Store
 
 #: Unregistered files younger than this may belong to a writer that has not
@@ -128,13 +126,13 @@ def _compact(store: Store) -> int:
             ).fetchall()
         arrays, ids = [], []
         for entry_id, offset, nbytes, expected in entries:
-            array = reader.read(relpath, offset, nbytes, dtype, expected)
-            if array is not None:  # damaged entries are verify's business; skip them here
-                arrays.append(array)
+            data = reader.read(relpath, offset, nbytes, expected)
+            if data is not None:  # damaged entries are verify's business; skip them here
+                arrays.append(as_array(data, dtype))
                 ids.append(entry_id)
         if not arrays:
             continue
-        new = write_pack(store.path, arrays, np.dtype("<u2") if dtype == "uint16" else np.dtype("<u4"))
+        new = write_pack(store.path, arrays, arrays[0].dtype)
         with store.write() as conn:
             new_id = conn.exec_driver_sql(
                 "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at) VALUES (?, ?, ?, 0, ?)",
@@ -245,7 +243,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
     reader = PackReader(store.path)
     bad: list[int] = []
     for entry_id, row_key, relpath, offset, nbytes, dtype, expected in entries:
-        if reader.read(relpath, offset, nbytes, dtype, expected) is None:
+        if reader.read(relpath, offset, nbytes, expected) is None:
             bad.append(entry_id)
             problems.append(
                 Problem("bad_entry", relpath, f"entry {entry_id} ({row_key[:19]}...) is missing or fails its checksum", repair)

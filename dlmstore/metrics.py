@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from dlmstore.errors import DlmError
-from dlmstore.schema import utc_now
+from dlmstore.clock import iso_before, utc_now
 from dlmstore.store import Store
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
@@ -55,12 +55,6 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: use a number and a unit d, h, m or s, e.g. 30d, 12h, 45m or 10s"
         )
     return timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-
-
-def iso_before(delta: timedelta) -> str:
-    """The ISO-8601 UTC timestamp ``delta`` ago, comparable with stored timestamps."""
-    moment = datetime.now(timezone.utc) - delta
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def record_tokenization_event(store: Store, run_id: int, event: TokenizationEvent, *,

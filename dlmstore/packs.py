@@ -21,13 +21,16 @@ row key, not the checksum, is the content address.
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from dlmstore.atomic import fsync_dir
 from dlmstore.ulid import new_ulid
@@ -38,11 +41,15 @@ PACK_SUFFIX = ".bin"
 
 def token_dtype(vocab_size: int) -> np.dtype:
     """``uint16`` when every id fits, else ``uint32``."""
+    import numpy as np
+
     return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
 
 
 def dtype_name(dtype: np.dtype) -> str:
     """``uint16`` / ``uint32``: the name stored in the database."""
+    import numpy as np
+
     return {2: "uint16", 4: "uint32"}[np.dtype(dtype).itemsize]
 
 
@@ -80,6 +87,8 @@ def write_pack(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) 
         OSError: the pack cannot be written (read-only store, disk full);
             no partial file is left behind.
     """
+    import numpy as np
+
     directory = store_path / PACK_DIR
     directory.mkdir(exist_ok=True)
     name = f"pack-{new_ulid()}{PACK_SUFFIX}"
@@ -107,34 +116,42 @@ def write_pack(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) 
 class PackReader:
     """Read-only, memory-mapped access to the packs of one store.
 
-    Each pack is mapped once, on first use. A missing or short pack is not an
-    error here: :meth:`read` returns ``None`` and the caller treats the entry
-    as a miss.
+    Each pack is mapped once, on first use, with the standard ``mmap``
+    module: a warm pass that only verifies and counts tokens never imports
+    numpy. A missing or short pack is not an error here: :meth:`read`
+    returns ``None`` and the caller treats the entry as a miss.
     """
 
     def __init__(self, store_path: Path) -> None:
         self.store_path = store_path
-        self._maps: dict[str, np.ndarray | None] = {}
+        self._maps: dict[str, memoryview | None] = {}
 
-    def _map(self, relpath: str) -> np.ndarray | None:
+    def _map(self, relpath: str) -> memoryview | None:
         if relpath not in self._maps:
             try:
-                self._maps[relpath] = np.memmap(self.store_path / relpath, dtype=np.uint8, mode="r")
+                with open(self.store_path / relpath, "rb") as f:
+                    self._maps[relpath] = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
             except (OSError, ValueError):  # missing, unreadable, or empty (mmap refuses 0 bytes)
                 self._maps[relpath] = None
         return self._maps[relpath]
 
-    def read(
-        self, relpath: str, byte_offset: int, nbytes: int, dtype: str, expected_checksum: str
-    ) -> np.ndarray | None:
-        """The entry's tokens (a view of the mapping), or ``None`` if missing or damaged."""
+    def read(self, relpath: str, byte_offset: int, nbytes: int, expected_checksum: str) -> memoryview | None:
+        """The entry's bytes (a view of the mapping), or ``None`` if missing or damaged."""
         mapped = self._map(relpath)
         if mapped is None or byte_offset + nbytes > len(mapped):
             return None
         chunk = mapped[byte_offset : byte_offset + nbytes]
-        if checksum(memoryview(chunk.data)) != expected_checksum:
+        if checksum(chunk) != expected_checksum:
             return None
-        return chunk.view(np.dtype("<u2") if dtype == "uint16" else np.dtype("<u4"))
+        return chunk
 
     def close(self) -> None:
+        # Views handed out keep their mapping alive; dropping ours is enough.
         self._maps.clear()
+
+
+def as_array(data: memoryview | bytes, dtype: str) -> np.ndarray:
+    """Zero-copy little-endian token array over an entry's bytes."""
+    import numpy as np
+
+    return np.frombuffer(data, dtype=np.dtype("<u2") if dtype == "uint16" else np.dtype("<u4"))

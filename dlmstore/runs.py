@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlmstore import __version__
-from dlmstore.schema import runs, utc_now
+from dlmstore.clock import utc_now
 from dlmstore.store import Store
+
+_COLUMNS = (
+    "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
+)
 
 RUN_COMMANDS = ("tokenize", "train")
 
@@ -45,18 +49,11 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) ->
         raise ValueError(f"unknown run command {command!r}")
     with store.write() as conn:
         result = conn.execute(
-            runs.insert().values(
-                command=command,
-                status="running",
-                started_at=utc_now(),
-                dlm_path=str(dlm_path),
-                dlm_sha256=dlm_sha256,
-                dlmstore_version=__version__,
-                pid=os.getpid(),
-            )
+            "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid) "
+            "VALUES (?, 'running', ?, ?, ?, ?, ?)",
+            (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid()),
         )
-        run_id = result.lastrowid  # the AUTOINCREMENT id of the row just inserted
-        return int(run_id)
+        return int(result.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
 
 
 def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:
@@ -65,9 +62,8 @@ def finish_run(store: Store, run_id: int, *, status: str, error: str | None = No
         raise ValueError(f"a run finishes as completed or failed, not {status!r}")
     with store.write() as conn:
         conn.execute(
-            runs.update()
-            .where(runs.c.id == run_id)
-            .values(status=status, finished_at=utc_now(), error=error)
+            "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE id = ?",
+            (status, utc_now(), error, run_id),
         )
 
 
@@ -89,14 +85,15 @@ def recorded_run(
 def get_run(store: Store, run_id: int) -> Run | None:
     """The run with id ``run_id``, or ``None``."""
     with store.read() as conn:
-        row = conn.execute(runs.select().where(runs.c.id == run_id)).mappings().first()
-    return Run(**row) if row else None
+        row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return Run(*row) if row else None
 
 
 def list_runs(store: Store, *, limit: int = 20, since: str | None = None) -> list[Run]:
     """Runs newest first; ``since`` is an ISO-8601 UTC lower bound on ``started_at``."""
-    query = runs.select().order_by(runs.c.id.desc()).limit(limit)
-    if since is not None:
-        query = query.where(runs.c.started_at >= since)
     with store.read() as conn:
-        return [Run(**row) for row in conn.execute(query).mappings()]
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM runs WHERE started_at >= ? ORDER BY id DESC LIMIT ?",
+            (since or "", limit),
+        ).fetchall()
+    return [Run(*row) for row in rows]

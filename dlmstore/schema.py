@@ -18,8 +18,6 @@ Conventions, so ``sqlite3 store.db`` is pleasant to use:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -33,18 +31,12 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-#: Every revision in order; the last is the head. A test checks this
-#: against the Alembic script directory, so opening an up-to-date store
-#: never has to import alembic.
-REVISIONS = ("0001", "0002", "0003", "0004")
-HEAD_REVISION = REVISIONS[-1]
+from dlmstore.clock import utc_now
+from dlmstore.migrations import HEAD_REVISION, REVISIONS
+
+__all__ = ["HEAD_REVISION", "REVISIONS", "metadata", "utc_now"]
 
 metadata = MetaData()
-
-
-def utc_now() -> str:
-    """Current time as the ISO-8601 UTC text stored in every timestamp column."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 store_info = Table(

@@ -6,7 +6,8 @@ alembic, which keeps ``dlm`` start-up fast; only a new or older database
 pays for Alembic. Migration runs under an exclusive file lock so two ``dlm``
 processes opening a brand-new store do not race each other.
 
-Connections are set up for several processes sharing one database:
+Connections are plain ``sqlite3`` (see ``dlmstore.connection`` for why),
+set up for several processes sharing one database:
 
 * WAL journal, so readers never block the writer and vice versa;
 * ``busy_timeout`` of 30 s, so a second writer waits instead of failing;
@@ -27,37 +28,44 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dlmstore import __version__
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.schema import HEAD_REVISION, REVISIONS, utc_now
+from dlmstore.clock import utc_now
+from dlmstore.connection import Connection
+from dlmstore.migrations import HEAD_REVISION, REVISIONS
 from dlmstore.ulid import new_ulid
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
 
 DB_NAME = "store.db"
 BUSY_TIMEOUT_S = 30.0
 
 
 class Store:
-    """An open store: its directory, id and a SQLAlchemy engine on store.db."""
+    """An open store: its directory, id and a connection to store.db."""
 
-    def __init__(self, dlm_id: str, path: Path, engine: Engine) -> None:
+    def __init__(self, dlm_id: str, path: Path) -> None:
         self.dlm_id = dlm_id
         self.path = path
-        self.engine = engine
+        self._raw: sqlite3.Connection | None = None
 
     @property
     def db_path(self) -> Path:
         return self.path / DB_NAME
 
+    def _connection(self) -> sqlite3.Connection:
+        if self._raw is None:
+            raw = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            raw.execute("PRAGMA foreign_keys=ON")
+            raw.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            raw.execute("PRAGMA synchronous=NORMAL")
+            self._raw = raw
+        return self._raw
+
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A connection in a deferred (read) transaction."""
-        with self.engine.connect() as conn, conn.begin():
+        with self._transaction("BEGIN") as conn:
             yield conn
 
     @contextmanager
@@ -66,22 +74,44 @@ class Store:
 
         Raises:
             StoreError: the database cannot be written (read-only file or
-                directory, disk full); the transaction is rolled back.
+                directory, disk full, locked past the busy timeout); the
+                transaction is rolled back.
         """
-        from sqlalchemy.exc import OperationalError
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            yield conn
 
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[Connection]:
+        raw = self._connection()
         try:
-            with self.engine.connect().execution_options(sqlite_immediate=True) as conn:
-                with conn.begin():
-                    yield conn
-        except OperationalError as exc:
-            raise StoreError(
-                f"cannot write {self.db_path}: {exc.orig}",
-                hint="make the store writable (see `dlm show` for its path) or point DLM_HOME elsewhere",
-            ) from None
+            raw.execute(begin)
+        except sqlite3.OperationalError as exc:
+            raise self._error(exc) from None
+        try:
+            yield Connection(raw)
+        except BaseException as exc:
+            if raw.in_transaction:
+                raw.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._error(exc) from None
+            raise
+        try:
+            raw.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if raw.in_transaction:
+                raw.execute("ROLLBACK")
+            raise self._error(exc) from None
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        return StoreError(
+            f"cannot write {self.db_path}: {exc}",
+            hint="make the store writable (see `dlm show` for its path) or point DLM_HOME elsewhere",
+        )
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
 
     def __enter__(self) -> Store:
         return self
@@ -139,7 +169,7 @@ def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True)
                 hint="make the directory writable or point DLM_HOME somewhere writable",
             ) from None
     migrate(db_path, dlm_id)
-    return Store(dlm_id, path, _engine(db_path))
+    return Store(dlm_id, path)
 
 
 def _existing_id(db_path: Path) -> str:
@@ -290,29 +320,3 @@ def _check_owner(db_path: Path, dlm_id: str) -> None:
             f"{db_path} belongs to document {row[0]}, not {dlm_id}",
             hint="the store directory was copied or renamed by hand; move it back",
         )
-
-
-def _engine(db_path: Path) -> Engine:
-    from sqlalchemy import create_engine, event
-
-    engine = create_engine(
-        f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S}
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-        # Let SQLAlchemy's begin event below emit BEGIN itself (pysqlite's
-        # implicit transactions cannot take IMMEDIATE).
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # type: ignore[no-untyped-def]
-        immediate = conn.get_execution_options().get("sqlite_immediate", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine

@@ -31,16 +31,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from dlmstore.cache import TokenCache, cache_bytes, evict
 from dlmstore.corpus import Corpus
 from dlmstore.metrics import TokenizationEvent
-from dlmstore.packs import token_dtype
+from dlmstore.packs import as_array, token_dtype
 from dlmstore.rows import Row
 from dlmstore.store import Store
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BATCH_ROWS = 256
 
@@ -69,6 +70,7 @@ class TokenizedRows:
 
     def to_arrow(self) -> Any:
         """A pyarrow table with ``input_ids`` and ``attention_mask`` list columns, zero-copy where possible."""
+        import numpy as np
         import pyarrow as pa
 
         offsets = pa.array(self.offsets.astype(np.int32 if self.token_count < 2**31 else np.int64))
@@ -94,7 +96,8 @@ class PassResult:
     """Everything a tokenize pass returns."""
 
     event: TokenizationEvent
-    rows: TokenizedRows
+    rows: TokenizedRows | None  # None unless the pass was asked to materialize
+    token_count: int
     preference_rows: int
     damaged_entries: int
     evicted_entries: int
@@ -117,6 +120,8 @@ def encode_rows(tokenizer: Any, rows: Sequence[Row]) -> list[np.ndarray]:
     ``apply_chat_template(tokenize=True)`` does). Identical inputs are
     encoded once.
     """
+    import numpy as np
+
     inputs: list[tuple[str, bool]] = []
     conversations = [row.data["messages"] for row in rows if row.kind == "messages"]
     rendered = iter(
@@ -157,6 +162,7 @@ def tokenize_pass(
     cache_mode: str,
     max_bytes: int,
     progress: Progress | None = None,
+    materialize: bool = True,
 ) -> PassResult:
     """Tokenize every text/messages row of ``corpus``, reading and filling the cache.
 
@@ -171,6 +177,9 @@ def tokenize_pass(
         cache_mode: ``on``, ``off`` or ``bypassed``, recorded in the event.
         max_bytes: the cache's size limit (``training.cache.max_bytes``).
         progress: optional callback for a progress bar.
+        materialize: build the concatenated token arrays (for training);
+            without it a warm pass only verifies and counts, and never
+            imports numpy.
     """
     start = time.perf_counter()
     sequence_len = corpus.document.frontmatter.training.sequence_len
@@ -179,27 +188,33 @@ def tokenize_pass(
     preference_rows = len(all_rows) - len(rows)
     keys = [row.row_key for row in rows]
     arrays: dict[str, np.ndarray] = {}
+    found_keys: set[str] = set()
     damaged: tuple[str, ...] = ()
+    tokens_done = 0
     cache = TokenCache(store, tokenizer_sha256=tokenizer_sha256, sequence_len=sequence_len)
     if use_cache:
         found = cache.lookup(keys, run_id=run_id)
-        arrays.update(found.tokens)
         damaged = found.damaged
-    hits = len(arrays)
-    missing = [row for row in rows if row.row_key not in arrays]
-    tokens_done = sum(len(a) for a in arrays.values())
+        found_keys = set(found.tokens)
+        for key, (data, dtype) in found.tokens.items():
+            tokens_done += len(data) // (2 if dtype == "uint16" else 4)
+            if materialize:
+                arrays[key] = as_array(data, dtype)
+    hits = len(found_keys)
+    missing = [row for row in rows if row.row_key not in found_keys]
     if progress:
         progress(hits, len(rows), tokens_done)
     if missing:
         tokenizer = load_tokenizer()
-        dtype = token_dtype(len(tokenizer))
+        pack_dtype = token_dtype(len(tokenizer))
         for begin in range(0, len(missing), BATCH_ROWS):
             batch = missing[begin : begin + BATCH_ROWS]
-            encoded = [ids.astype(dtype) for ids in encode_rows(tokenizer, batch)]
+            encoded = [ids.astype(pack_dtype) for ids in encode_rows(tokenizer, batch)]
             fresh = {row.row_key: ids for row, ids in zip(batch, encoded, strict=True)}
             if use_cache:
-                cache.store_many(list(fresh.items()), run_id=run_id, dtype=dtype)
-            arrays.update(fresh)
+                cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
+            if materialize:
+                arrays.update(fresh)
             tokens_done += sum(len(ids) for ids in encoded)
             if progress:
                 progress(hits + begin + len(batch), len(rows), tokens_done)
@@ -207,7 +222,7 @@ def tokenize_pass(
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
     cache.close()
-    tokenized = _concatenate(rows, arrays)
+    tokenized = _concatenate(rows, arrays) if materialize else None
     seconds = time.perf_counter() - start
     misses = len(rows) - hits
     event = TokenizationEvent(
@@ -227,11 +242,13 @@ def tokenize_pass(
             "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
         )
     return PassResult(
-        event, tokenized, preference_rows, len(damaged), evicted, tokenizer_sha256, warnings
+        event, tokenized, tokens_done, preference_rows, len(damaged), evicted, tokenizer_sha256, warnings
     )
 
 
 def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:
+    import numpy as np
+
     parts = [arrays[row.row_key] for row in rows]
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     if parts:
@@ -261,9 +278,12 @@ class TokenizeSummary:
 
 
 def tokenize_document(
-    path: str, *, no_cache: bool = False, progress: Progress | None = None
-) -> tuple[TokenizeSummary, TokenizedRows]:
+    path: str, *, no_cache: bool = False, progress: Progress | None = None, materialize: bool = True
+) -> tuple[TokenizeSummary, TokenizedRows | None]:
     """Run the tokenize pass for the document at ``path`` as a recorded run.
+
+    With ``materialize=False`` (what ``dlm tokenize`` uses) the token
+    arrays are not built and ``None`` is returned in their place.
 
     Raises:
         DocumentError, SourceError: the document or its sources are invalid.
@@ -299,6 +319,7 @@ def tokenize_document(
                 cache_mode=mode,
                 max_bytes=settings.cache.max_bytes,
                 progress=progress,
+                materialize=materialize,
             )
             record_tokenization_event(
                 store, run_id, result.event,
@@ -310,7 +331,7 @@ def tokenize_document(
         path=str(document.path),
         tokenizer_sha256=fingerprint,
         sequence_len=settings.sequence_len,
-        tokens=result.rows.token_count,
+        tokens=result.token_count,
         preference_rows=result.preference_rows,
         tokenization=result.event,
         damaged_entries=result.damaged_entries,

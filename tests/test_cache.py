@@ -17,6 +17,7 @@ from dlmstore.cache import TokenCache, cache_bytes, evict
 from dlmstore.cache_admin import cache_summary, clear, prune, verify
 from dlmstore.errors import StoreError
 from dlmstore.home import store_dir
+from dlmstore.packs import as_array
 from dlmstore.runs import start_run
 from dlmstore.store import Store, open_store
 from dlmstore.tokenization import tokenize_document
@@ -48,7 +49,7 @@ def test_entries_round_trip_with_their_dtype_and_count(store: Store) -> None:
     run = _run(store)
     _cache(store).store_many([("a", np.array([1, 2, 65535])), ("b", np.array([7]))], run_id=run, dtype=U16)
     found = _cache(store).lookup(["a", "b", "missing"], run_id=run)
-    assert {k: v.tolist() for k, v in found.tokens.items()} == {"a": [1, 2, 65535], "b": [7]}
+    assert {k: as_array(*v).tolist() for k, v in found.tokens.items()} == {"a": [1, 2, 65535], "b": [7]}
     rows = sqlite3.connect(store.db_path).execute(
         "SELECT row_key, dtype, token_count, bytes FROM cache_entries ORDER BY row_key"
     ).fetchall()
@@ -85,15 +86,12 @@ def test_eviction_reads_only_the_entries_it_evicts(store: Store) -> None:
     _fill(store, old, [f"k{i}" for i in range(2000)], size=1)
     new = _run(store)
     _fill(store, new, ["fresh"], size=1)
-    conn = store.engine.raw_connection()
-    try:
+    with store.read() as conn:
         plan = conn.execute(
             "EXPLAIN QUERY PLAN SELECT id, bytes FROM cache_entries WHERE last_run_id IS NOT ? "
             "ORDER BY last_access_at, last_run_id LIMIT ?",
             (new, 512),
         ).fetchall()
-    finally:
-        conn.close()
     assert any("cache_entries_lru" in str(row) for row in plan)
     assert not any("TEMP B-TREE" in str(row) for row in plan)  # no sort of the whole table
     assert evict(store, max_bytes=3998, protect_run_id=new).entries == 2
@@ -116,7 +114,7 @@ def test_prune_drops_entries_unused_since_the_cutoff_and_compacts_their_pack(sto
     conn.commit()
     result = prune(store, older_than=timedelta(days=30))
     assert (result.entries_removed, result.bytes_removed, result.packs_compacted) == (3, 60, 1)
-    assert _cache(store).lookup(["a"], run_id=run).tokens["a"].tolist() == list(range(10))
+    assert as_array(*_cache(store).lookup(["a"], run_id=run).tokens["a"]).tolist() == list(range(10))
     (pack,) = (store.path / "tokens").glob("pack-*.bin")
     assert pack.stat().st_size == 20  # only a's bytes are left on disk
 
@@ -197,25 +195,23 @@ def test_a_cache_over_its_limit_evicts_old_entries_after_a_run(tmp_path: Path) -
 
 
 def test_a_read_only_store_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3 as sqlite3_module
+
     doc = write_doc(tmp_path / "doc.dlm")
     tokenize_document(str(doc))
     db = store_dir(VALID_ID) / "store.db"
-    # Root ignores permission bits; make SQLite itself open the file read-only.
-    import dlmstore.store as store_module
+    # Root ignores permission bits, so have SQLite itself open the database read-only.
+    real_connect = sqlite3_module.connect
 
-    real = store_module._engine
+    def read_only(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path) == str(db):
+            return real_connect(f"file:{path}?mode=ro", *args, uri=True, **kwargs)
+        return real_connect(path, *args, **kwargs)
 
-    def read_only_engine(path: Path):  # type: ignore[no-untyped-def]
-        from sqlalchemy import create_engine
-
-        engine = create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
-        return engine
-
-    monkeypatch.setattr(store_module, "_engine", read_only_engine)
+    monkeypatch.setattr(sqlite3_module, "connect", read_only)
     with pytest.raises(StoreError) as err:
         tokenize_document(str(doc))
     assert str(err.value) == f"cannot write {db}: attempt to write a readonly database"
-    monkeypatch.setattr(store_module, "_engine", real)
 
 
 def _tokenize_in_process(home: str, doc: str, out: str) -> None:

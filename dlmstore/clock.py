@@ -1,0 +1,23 @@
+"""Timestamps as store.db keeps them: ISO-8601 UTC text with a ``Z``.
+
+``2026-11-21T08:15:03.123Z`` sorts as text in time order and reads as a
+date in ``sqlite3``, so every timestamp column uses this one format.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+
+def utc_now() -> str:
+    """The current time in the stored format."""
+    return _format(datetime.now(timezone.utc))
+
+
+def iso_before(delta: timedelta) -> str:
+    """The stored-format timestamp ``delta`` ago (for ``>=`` / ``<`` comparisons)."""
+    return _format(datetime.now(timezone.utc) - delta)
+
+
+def _format(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
