@@ -14,6 +14,7 @@ from dlmstore.document import Document
 from dlmstore.rows import Row, document_rows
 from dlmstore.sections import Section
 from dlmstore.sources import SourceExpansion, expand_sources
+from dlmstore.statcache import StatCache
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,18 @@ class Corpus:
         return document_rows(self.sections, system_prompt=self.document.frontmatter.system_prompt)
 
 
-def load_corpus(document: Document) -> Corpus:
-    """Expand ``document``'s ``training.sources`` and combine with its body."""
+def load_corpus(document: Document, *, stat_cache: StatCache | None = None) -> Corpus:
+    """Expand ``document``'s ``training.sources`` and combine with its body.
+
+    With a ``stat_cache``, source files proven unchanged are not read (their
+    text loads only if a cache miss needs it).
+    """
     training = document.frontmatter.training
     expansion = expand_sources(
         training.sources,
         doc_dir=document.directory,
         policy=training.sources_policy,
         document=document.path,
+        stat_cache=stat_cache,
     )
     return Corpus(document, document.sections + expansion.sections, expansion)

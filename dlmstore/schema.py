@@ -26,6 +26,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -214,4 +215,21 @@ dataset_files = Table(
     Column("sha256", Text, nullable=False, comment="sha256 of the file (sha256:...)."),
     UniqueConstraint("dataset_id", "path", name="dataset_files_path"),
     comment="Every shard and index file of a dataset, with token counts and offsets.",
+)
+
+source_stats = Table(
+    "source_stats",
+    metadata,
+    Column("path", Text, nullable=False, comment="Absolute path of the file as read."),
+    Column("relpath", Text, nullable=False, comment="Its path relative to the directive root."),
+    Column("size", Integer, nullable=False, comment="st_size when it was read."),
+    Column("mtime_ns", Integer, nullable=False, comment="st_mtime_ns when it was read."),
+    Column("ctime_ns", Integer, nullable=False, comment="st_ctime_ns when it was read."),
+    Column("inode", Integer, nullable=False, comment="st_ino when it was read."),
+    Column("status", Text, nullable=False, comment="ok, binary or encoding (skipped kinds)."),
+    Column("digest", Text, comment="Section digest (sha256 hex) when status is ok."),
+    Column("checked_ns", Integer, nullable=False, comment="When it was read (ns since the epoch), for the racy check."),
+    PrimaryKeyConstraint("path", "relpath", name="source_stats_pk"),
+    CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
+    comment="What each source file looked like when last read, so unchanged files are not read again.",
 )

@@ -15,7 +15,7 @@ that must not rely on a 64-bit prefix (row keys).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 SECTION_TYPES = ("prose", "instruction", "preference")
 
@@ -32,9 +32,8 @@ def section_digest(type: str, content: str) -> str:
     return hashlib.sha256(f"{type}\n{content}".encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True)
 class Section:
-    """One typed piece of training material.
+    """One typed piece of training material (immutable).
 
     Attributes:
         type: ``prose``, ``instruction`` or ``preference``.
@@ -45,19 +44,75 @@ class Section:
             directive-sourced sections; ``None`` for in-body ones.
         digest: full sha256 hex of ``type + "\\n" + content``; computed when
             not given (callers that already hashed the bytes pass it in).
+
+    A directive-sourced section whose file is known unchanged (a stat check,
+    see ``dlmstore.sources``) is built with ``digest`` and a ``load``
+    callable instead of ``content``: its text is read only if something
+    asks for it (a cache miss), and ``load`` must verify that what it reads
+    still has that digest.
     """
 
-    type: str
-    content: str
-    line: int | None = None
-    source: str | None = None
-    digest: str = field(default="", compare=False)
+    __slots__ = ("type", "line", "source", "digest", "_content", "_load")
 
-    def __post_init__(self) -> None:
-        if not self.digest:
-            object.__setattr__(self, "digest", section_digest(self.type, self.content))
+    type: str
+    line: int | None
+    source: str | None
+    digest: str
+    _content: str | None
+    _load: Callable[[], str] | None
+
+    def __init__(
+        self,
+        type: str,
+        content: str | None = None,
+        line: int | None = None,
+        source: str | None = None,
+        digest: str = "",
+        *,
+        load: Callable[[], str] | None = None,
+    ) -> None:
+        if content is None and (load is None or not digest):
+            raise ValueError("a section needs its content, or a digest and a loader")
+        set_ = object.__setattr__
+        set_(self, "type", type)
+        set_(self, "line", line)
+        set_(self, "source", source)
+        set_(self, "_content", content)
+        set_(self, "_load", load)
+        set_(self, "digest", digest or section_digest(type, content or ""))
+
+    @property
+    def content(self) -> str:
+        """The section text (read on first use for a lazily loaded section)."""
+        content = self._content
+        if content is None:
+            assert self._load is not None  # guaranteed by __init__
+            content = self._load()
+            object.__setattr__(self, "_content", content)
+        return content
 
     @property
     def section_id(self) -> str:
         """The 16-hex-digit id of this section."""
         return self.digest[:16]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Section is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Section):
+            return NotImplemented
+        return (self.type, self.digest, self.line, self.source) == (
+            other.type, other.digest, other.line, other.source,
+        )  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.digest, self.line, self.source))
+
+    def __repr__(self) -> str:
+        text = self._content if self._content is not None else "<not loaded>"
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        return (
+            f"Section(type={self.type!r}, content={shown!r}, line={self.line!r}, "
+            f"source={self.source!r}, section_id={self.section_id!r})"
+        )

@@ -74,6 +74,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from hashlib import sha256
@@ -83,6 +84,7 @@ from dlmstore.errors import SourceError
 from dlmstore.frontmatter import SourceDirective
 from dlmstore.ignorefile import GlobSet, IgnoreRules, is_ignored
 from dlmstore.sections import Section, normalise_newlines, section_digest
+from dlmstore.statcache import StatCache
 
 #: Ignore rules applied below every directive root unless the directive sets
 #: ``default_excludes: false`` (gitignore syntax: ``/`` = directories only).
@@ -173,12 +175,17 @@ def expand_sources(
     doc_dir: Path,
     policy: str = "permissive",
     document: Path | None = None,
+    stat_cache: StatCache | None = None,
 ) -> SourceExpansion:
     """Expand ``directives`` (relative to ``doc_dir``) into prose sections.
 
     ``document`` is the .dlm file itself: a directive whose walk reaches it
     (``path: .``) skips it, counted as excluded, so a document never trains
     on its own source text.
+
+    ``stat_cache`` (``dlmstore.statcache``) lets files whose stat fields
+    prove them unchanged skip the read: their sections carry the recorded
+    digest and load their text only when asked.
 
     Raises:
         SourceError: a directive path does not exist, or (``strict`` policy)
@@ -192,7 +199,7 @@ def expand_sources(
     warnings: list[str] = []
     itself = os.path.realpath(document) if document is not None else None
     for directive in directives:
-        prov = _expand_one(directive, doc_dir, doc_root, policy, sections, warnings, itself)
+        prov = _expand_one(directive, doc_dir, doc_root, policy, sections, warnings, itself, stat_cache)
         provenance.append(prov)
     return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings))
 
@@ -216,6 +223,7 @@ def _expand_one(
     sections: list[Section],
     warnings: list[str],
     itself: str | None,
+    stat_cache: StatCache | None = None,
 ) -> SourceProvenance:
     label = f"training.sources '{directive.path}'"
     given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
@@ -229,6 +237,7 @@ def _expand_one(
     if policy == "strict" and not _inside(root, doc_root):
         raise SourceError(_outside_message(label, "the path", root, doc_root))
     walk = _Walk(directive, label, root, doc_root, policy, warnings)
+    walk.stat_cache = stat_cache
     if os.path.isdir(root):
         walk.walk(root, "", (_default_rules(),) if directive.default_excludes else ())
     elif os.path.isfile(root):  # a file named explicitly is taken as is, globs aside
@@ -277,6 +286,7 @@ class _Walk:
         self.excluded = 0
         self.excluded_dirs = 0
         self.skipped_outside = 0
+        self.stat_cache: StatCache | None = None
 
     def walk(self, dir_abs: str, dir_rel: str, chain: tuple[IgnoreRules, ...]) -> None:
         """Append the kept files below ``dir_abs`` to ``candidates``, sorted."""
@@ -432,6 +442,9 @@ class _Walk:
         first = len(sections)
         limit = first + max_files if max_files is not None else None
         nbytes = examined = binary = encoding = too_large = 0
+        stats = self.stat_cache
+        known = stats.stamps if stats is not None else {}
+        checked_ns = time.time_ns()  # before any read: records compare mtimes against it
         for rel, path in self.candidates:
             if limit is not None and len(sections) >= limit:
                 break
@@ -441,6 +454,23 @@ class _Walk:
             except UnicodeEncodeError:  # a file name that is not valid UTF-8
                 encoding += 1
                 continue
+            if stats is not None and (path, rel) in known:
+                try:
+                    st = os.stat(path)
+                except OSError as exc:
+                    self.warnings.append(f"{self.label}: skipping {rel}: {exc.strerror}")
+                    continue
+                stamp = stats.lookup(path, rel, st)
+                if stamp is not None and not (max_bytes is not None and st.st_size > max_bytes):
+                    if stamp.status == "binary":
+                        binary += 1
+                    elif stamp.status == "encoding":
+                        encoding += 1
+                    else:
+                        loader = functools.partial(_load_checked, self.label, path, rel, stamp.digest)
+                        append(Section("prose", None, None, rel, stamp.digest or "", load=loader))
+                        nbytes += st.st_size
+                    continue
             start = len(head)
             try:
                 fd = os.open(path, _OPEN_FLAGS)
@@ -448,7 +478,8 @@ class _Walk:
                 self.warnings.append(f"{self.label}: skipping {rel}: {exc.strerror}")
                 continue
             try:
-                size = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                size = st.st_size
                 if max_bytes is not None and size > max_bytes:
                     too_large += 1
                     continue
@@ -473,11 +504,15 @@ class _Walk:
             buf[:start] = head
             if buf.find(0, start, min(end, start + BINARY_SNIFF_BYTES)) >= 0:
                 binary += 1
+                if stats is not None:
+                    stats.record(path, rel, st, "binary", None, checked_ns)
                 continue
             try:
                 content = str(view[_TYPE_LEN:end], "utf-8")
             except UnicodeDecodeError:
                 encoding += 1
+                if stats is not None:
+                    stats.record(path, rel, st, "encoding", None, checked_ns)
                 continue
             if buf.find(13, _TYPE_LEN, end) >= 0:  # "\r": hash the normalised text
                 content = normalise_newlines(content)
@@ -486,6 +521,8 @@ class _Walk:
                 digest = sha256(view[:end]).hexdigest()
             append(Section("prose", content, None, rel, digest))
             nbytes += count
+            if stats is not None and count == size:  # a file that grew while read is not recorded
+                stats.record(path, rel, st, "ok", digest, checked_ns)
         return SourceProvenance(
             directive=self.directive.path,
             root=self.root,
@@ -499,6 +536,19 @@ class _Walk:
             excluded=self.excluded,
             excluded_dirs=self.excluded_dirs,
         )
+
+
+def _load_checked(label: str, path: str, rel: str, digest: str | None) -> str:
+    """Read a file known by its stat record, refusing it if its digest moved."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{label}: {rel} changed while dlm was running ({exc})", hint="run the command again") from None
+    content = normalise_newlines(f"# source: {rel}\n\n{text}")
+    if section_digest("prose", content) != digest:
+        raise SourceError(f"{label}: {rel} changed while dlm was running", hint="run the command again")
+    return content
 
 
 def _read_rest(fd: int, buf: bytearray, end: int) -> tuple[bytearray, memoryview, int]:

@@ -296,16 +296,18 @@ def tokenize_document(
     from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.metrics import record_tokenization_event
     from dlmstore.runs import recorded_run
+    from dlmstore.statcache import StatCache
     from dlmstore.store import open_store
 
     document = parse_document(path)
-    corpus = load_corpus(document)
     ref = resolve_base(document.base_model, relative_to=document.directory)
     fingerprint = tokenizer_sha256(ref)
     settings = document.frontmatter.training
     enabled = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
     with open_store(document.dlm_id) as store:
+        stats = StatCache.load(store) if enabled else None
+        corpus = load_corpus(document, stat_cache=stats)
         with recorded_run(
             store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
         ) as run_id:
@@ -325,6 +327,8 @@ def tokenize_document(
                 store, run_id, result.event,
                 tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
             )  # fmt: skip
+            if stats is not None:
+                stats.save(store)
     summary = TokenizeSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,

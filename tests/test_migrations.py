@@ -53,6 +53,10 @@ SEEDS: dict[str, list[str]] = {
         "token_count, doc_count, bytes, sha256) VALUES (1, 'train', 'tokens', 'train/shard_00000.bin', "
         "0, 0, 100, 3, 200, 'sha256:f')",
     ],
+    "0005": [
+        "INSERT INTO source_stats (path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, "
+        "checked_ns) VALUES ('/src/a.py', 'a.py', 10, 1, 1, 7, 'ok', 'ab', 5)"
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -63,6 +67,7 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         [(1, 8, 8, 0.3333)],
     ),
     "0004": ("SELECT name, split, tokens FROM dataset_split_totals", [("wiki", "train", 100)]),
+    "0005": ("SELECT relpath, status FROM source_stats", [("a.py", "ok")]),
 }
 
 

@@ -1,0 +1,108 @@
+"""Skip re-reading source files a stat check proves unchanged (like git's index).
+
+For every source file it reads, the walk remembers the file's stat fields
+(size, mtime, ctime, inode), what reading it found (``ok``, ``binary`` or
+``encoding``) and the section digest, in ``source_stats``. On the next run a
+file whose stat fields are all unchanged gets its section from that record,
+with the text loaded only if a cache miss needs it (``Section(load=...)``).
+
+Same-second edits: a file modified within :data:`RACY_NS` of the moment it
+was read can change again without its mtime moving (coarse timestamps,
+edits in the same clock tick), so such a record is "racily clean" and not
+trusted: the file is read again, and the record is refreshed once its mtime
+is safely in the past. ctime and inode catch ``touch -d`` and replace-by-
+rename, which can restore an old mtime. The lazy loader re-hashes what it
+reads and refuses a file whose digest no longer matches, so a file edited
+during a run is an error, never wrong tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlmstore.store import Store
+
+#: Records younger than this relative to the file's mtime are not trusted.
+RACY_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """One file as it was when last read."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    status: str  # ok | binary | encoding
+    digest: str | None
+    checked_ns: int
+
+
+class StatCache:
+    """The stamps of one store's source files, loaded once per run."""
+
+    def __init__(self, stamps: dict[tuple[str, str], FileStamp] | None = None) -> None:
+        self.stamps = stamps or {}
+        self.changed: dict[tuple[str, str], FileStamp] = {}
+        self.seen: set[tuple[str, str]] = set()
+        self.trusted = 0
+
+    def lookup(self, path: str, relpath: str, st: os.stat_result) -> FileStamp | None:
+        """The record of ``path`` if ``st`` proves the file unchanged since, else ``None``."""
+        key = (path, relpath)
+        self.seen.add(key)
+        stamp = self.stamps.get(key)
+        if (
+            stamp is None
+            or stamp.size != st.st_size
+            or stamp.mtime_ns != st.st_mtime_ns
+            or stamp.ctime_ns != st.st_ctime_ns
+            or stamp.inode != st.st_ino
+            or stamp.checked_ns - stamp.mtime_ns < RACY_NS
+        ):
+            return None
+        self.trusted += 1
+        return stamp
+
+    def record(
+        self, path: str, relpath: str, st: os.stat_result, status: str, digest: str | None, checked_ns: int
+    ) -> None:
+        """Remember what reading ``path`` found (saved by :meth:`save`)."""
+        key = (path, relpath)
+        self.seen.add(key)
+        stamp = FileStamp(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, status, digest, checked_ns)
+        if self.stamps.get(key) != stamp:
+            self.changed[key] = stamp
+
+    @classmethod
+    def load(cls, store: Store) -> StatCache:
+        """All records of ``store`` (one query)."""
+        with store.read() as conn:
+            rows = conn.execute(
+                "SELECT path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, checked_ns "
+                "FROM source_stats"
+            ).fetchall()
+        return cls({(r[0], r[1]): FileStamp(*r[2:]) for r in rows})
+
+    def save(self, store: Store) -> None:
+        """Write new and changed records; drop records of files no run saw this time."""
+        gone = [key for key in self.stamps if key not in self.seen]
+        if not self.changed and not gone:
+            return
+        with store.write() as conn:
+            conn.raw.executemany(
+                "INSERT INTO source_stats (path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, "
+                "checked_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path, relpath) DO UPDATE SET "
+                "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
+                "inode = excluded.inode, status = excluded.status, digest = excluded.digest, "
+                "checked_ns = excluded.checked_ns",
+                [
+                    (path, rel, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.status, s.digest, s.checked_ns)
+                    for (path, rel), s in self.changed.items()
+                ],
+            )
+            conn.raw.executemany("DELETE FROM source_stats WHERE path = ? AND relpath = ?", gone)
