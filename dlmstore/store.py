@@ -159,7 +159,7 @@ def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True)
         if not create:
             raise StoreError(
                 f"no store for document {dlm_id} at {path}",
-                hint="run `dlm tokenize` or `dlm train` on the document to create it",
+                hint="run `dlm tokenize` on the document to create it",
             )
         try:
             path.mkdir(parents=True, exist_ok=True)
