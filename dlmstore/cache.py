@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from dlmstore.packs import PackReader, dtype_name, write_pack
+from dlmstore.errors import StoreError
+from dlmstore.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.clock import utc_now
 from dlmstore.store import Store
 
@@ -130,7 +131,13 @@ class TokenCache:
         """
         if not items:
             return 0
-        pack = write_pack(self.store.path, [tokens for _, tokens in items], dtype)
+        try:
+            pack = write_pack(self.store.path, [tokens for _, tokens in items], dtype)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write token file in {self.store.path / PACK_DIR}: {exc.strerror or exc}",
+                hint="make the store writable and free some disk space, or run with --no-cache",
+            ) from None
         now = utc_now()
         payload = json.dumps(
             [

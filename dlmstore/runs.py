@@ -44,10 +44,22 @@ class Run:
 
 
 def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) -> int:
-    """Insert a ``running`` run and return its id."""
+    """Insert a ``running`` run and return its id.
+
+    Runs still marked ``running`` whose process is gone (killed with
+    SIGKILL, or the machine lost power) are marked ``failed`` first.
+    """
     if command not in RUN_COMMANDS:
         raise ValueError(f"unknown run command {command!r}")
     with store.write() as conn:
+        running = conn.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
+        dead = [run_id for run_id, pid in running if pid is not None and not _alive(pid)]
+        if dead:
+            conn.raw.executemany(
+                "UPDATE runs SET status = 'failed', finished_at = ?, "
+                "error = 'the process ended without finishing the run' WHERE id = ?",
+                [(utc_now(), run_id) for run_id in dead],
+            )
         result = conn.execute(
             "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid) "
             "VALUES (?, 'running', ?, ?, ?, ?, ?)",
@@ -65,6 +77,18 @@ def finish_run(store: Store, run_id: int, *, status: str, error: str | None = No
             "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE id = ?",
             (status, utc_now(), error, run_id),
         )
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 @contextmanager

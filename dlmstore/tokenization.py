@@ -74,8 +74,8 @@ class TokenizedRows:
         import pyarrow as pa
 
         offsets = pa.array(self.offsets.astype(np.int32 if self.token_count < 2**31 else np.int64))
-        ids = pa.array(self.values.astype(np.int64, copy=False))
-        ones = pa.array(np.ones(len(self.values), dtype=np.int64))
+        ids = pa.array(self.values)  # uint16/uint32 as stored: no copy, no widening
+        ones = pa.array(np.ones(len(self.values), dtype=np.uint8))
         list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
         return pa.table(
             {

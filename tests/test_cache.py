@@ -241,3 +241,45 @@ def test_two_tokenize_processes_on_one_store_both_finish_correctly(tmp_path: Pat
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
     assert conn.execute("SELECT COUNT(*) FROM cache_entries").fetchone() == (41,)
     assert verify(open_store(VALID_ID)).problems == []
+
+
+def test_an_unwritable_token_directory_is_a_clear_error(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    tokenize_document(str(doc), no_cache=True)  # creates the store
+    tokens = store_dir(VALID_ID) / "tokens"
+    tokens.write_text("not a directory")
+    with pytest.raises(StoreError) as err:
+        tokenize_document(str(doc))
+    assert str(err.value).startswith(f"cannot write token file in {tokens}: ")
+    assert err.value.hint == "make the store writable and free some disk space, or run with --no-cache"
+    with open_store(VALID_ID) as store:
+        assert cache_bytes(store) == 0  # no row was registered
+
+
+def test_killing_a_tokenize_process_at_any_moment_leaves_no_row_pointing_at_a_partial_file(
+    tmp_path: Path, dlm_home: Path
+) -> None:
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(300):
+        (notes / f"{i:03d}.md").write_text(f"document {i} " + "words and more words " * (50 + i))
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: notes\n")
+    dlm = str(Path(sys.executable).with_name("dlm"))
+    env = {**os.environ, "DLM_HOME": str(dlm_home)}
+    for delay in (random.uniform(1.0, 3.0), random.uniform(3.0, 5.0)):
+        proc = subprocess.Popen([dlm, "tokenize", str(doc)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if (store_dir(VALID_ID) / "store.db").is_file():
+            with open_store(VALID_ID) as store:
+                kinds = {p.kind for p in verify(store, grace_s=0).problems}
+            assert kinds <= {"orphan_file", "temp_file"}, kinds
+    expected = tokenize_document(str(doc), no_cache=True)[1]
+    _, rows = tokenize_document(str(doc))
+    assert np.array_equal(rows.values, expected.values) and np.array_equal(rows.offsets, expected.offsets)

@@ -63,3 +63,21 @@ def test_a_run_status_outside_the_lifecycle_is_rejected_by_the_database() -> Non
                 "VALUES ('train', 'paused', 'x', 'y', 'z', '0')"
             )
         conn.close()
+
+
+def test_a_run_left_running_by_a_killed_process_is_marked_failed_by_the_next_run() -> None:
+    import subprocess
+    import sys
+
+    with open_store(VALID_ID) as store:
+        ghost = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        dead_pid = int(ghost.stdout)
+        first = start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="ab")
+        conn = sqlite3.connect(store.db_path)
+        conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (dead_pid, first))
+        conn.commit()
+        conn.close()
+        start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="ab")
+        run = get_run(store, first)
+        assert run is not None
+        assert (run.status, run.error) == ("failed", "the process ended without finishing the run")
