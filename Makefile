@@ -25,6 +25,12 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	rm -rf .demo && mkdir -p .demo
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show examples/tour.dlm
+	@echo "--- first tokenize: every row misses"
+	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm tokenize examples/tour.dlm
+	@echo "--- second tokenize: every row hits"
+	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm tokenize examples/tour.dlm
+	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm metrics examples/tour.dlm
+	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm cache show examples/tour.dlm
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm init .demo/hello.dlm
 	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show .demo/hello.dlm --json
 	@echo "store.db of the new document (query it yourself with sqlite3):"
@@ -34,8 +40,9 @@ test: install
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: install
-	$(PY) bench/bench_sources.py
 	$(PY) bench/bench_startup.py
+	$(PY) bench/bench_sources.py
+	$(PY) bench/bench_tokenize.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info
