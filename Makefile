@@ -43,6 +43,7 @@ bench: install
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_sources.py
 	$(PY) bench/bench_tokenize.py
+	$(PY) bench/bench_prefix.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info

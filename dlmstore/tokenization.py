@@ -103,6 +103,7 @@ class PassResult:
     evicted_entries: int
     tokenizer_sha256: str
     warnings: tuple[str, ...] = field(default=())
+    prefix_cache: dict[str, Any] | None = None
 
 
 def rendered_text(tokenizer: Any, row: Row) -> str:
@@ -112,13 +113,16 @@ def rendered_text(tokenizer: Any, row: Row) -> str:
     return text if eos is None or text.endswith(eos) else text + eos
 
 
-def encode_rows(tokenizer: Any, rows: Sequence[Row]) -> list[np.ndarray]:
+def encode_rows(tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None) -> list[np.ndarray]:
     """Token ids of ``rows`` the way TRL would compute them, batched.
 
     ``text`` rows are encoded with special tokens, ``messages`` rows are
     rendered with the chat template and encoded without (as
     ``apply_chat_template(tokenize=True)`` does). Identical inputs are
-    encoded once.
+    encoded once. With ``prefix`` (a ``dlmstore.prefix.PrefixCachedTokenizer``
+    over the same tokenizer) the rendered chats go through the prefix cache,
+    so a system prompt or conversation prefix shared by many rows is
+    tokenized once; its output equals the tokenizer's.
     """
     import numpy as np
 
@@ -145,7 +149,10 @@ def encode_rows(tokenizer: Any, rows: Sequence[Row]) -> list[np.ndarray]:
         if not positions:
             continue
         texts = [distinct[i][0] for i in positions]
-        ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
+        if prefix is not None and not special:
+            ids = [prefix.encode(text, add_special_tokens=False) for text in texts]
+        else:
+            ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
         for position, row_ids in zip(positions, ids, strict=True):
             encoded[position] = np.asarray(row_ids, dtype=np.int64)
     return [encoded[i] for i in order]
@@ -204,12 +211,17 @@ def tokenize_pass(
     missing = [row for row in rows if row.row_key not in found_keys]
     if progress:
         progress(hits, len(rows), tokens_done)
+    prefix = None
     if missing:
         tokenizer = load_tokenizer()
         pack_dtype = token_dtype(len(tokenizer))
+        if any(row.kind == "messages" for row in missing):
+            from dlmstore.prefix import PrefixCachedTokenizer
+
+            prefix = PrefixCachedTokenizer(tokenizer, fingerprint=tokenizer_sha256)
         for begin in range(0, len(missing), BATCH_ROWS):
             batch = missing[begin : begin + BATCH_ROWS]
-            encoded = [ids.astype(pack_dtype) for ids in encode_rows(tokenizer, batch)]
+            encoded = [ids.astype(pack_dtype) for ids in encode_rows(tokenizer, batch, prefix=prefix)]
             fresh = {row.row_key: ids for row, ids in zip(batch, encoded, strict=True)}
             if use_cache:
                 cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
@@ -241,9 +253,15 @@ def tokenize_pass(
             f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "
             "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
         )
+    prefix_stats = None
+    if prefix is not None:
+        import dataclasses
+
+        prefix_stats = dataclasses.asdict(prefix.stats())
     return PassResult(
-        event, tokenized, tokens_done, preference_rows, len(damaged), evicted, tokenizer_sha256, warnings
-    )
+        event, tokenized, tokens_done, preference_rows, len(damaged), evicted, tokenizer_sha256,
+        warnings, prefix_stats,
+    )  # fmt: skip
 
 
 def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:
@@ -275,6 +293,7 @@ class TokenizeSummary:
     damaged_entries: int
     evicted_entries: int
     warnings: list[str]
+    prefix_cache: dict[str, Any] | None  # stats of the prefix cache, when chats were tokenized
 
 
 def tokenize_document(
@@ -341,5 +360,6 @@ def tokenize_document(
         damaged_entries=result.damaged_entries,
         evicted_entries=result.evicted_entries,
         warnings=[*corpus.expansion.warnings, *result.warnings],
+        prefix_cache=result.prefix_cache,
     )
     return summary, result.rows

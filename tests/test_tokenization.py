@@ -174,3 +174,22 @@ def test_corrupted_or_truncated_pack_bytes_are_misses_not_errors(doc: Path) -> N
     summary, rows = tokenize_document(str(doc))
     assert summary.damaged_entries >= 2  # the flipped entry and the truncated last one
     assert np.array_equal(rows.values, expected.values)
+
+
+def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(tmp_path: Path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from trl.data_utils import _tokenize
+
+    pairs = "".join(f"### Q\nQuestion {i}?\n### A\nAnswer {i}.\n\n" for i in range(12))
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        body=f"::instruction::\n{pairs}",
+        frontmatter="system_prompt: " + "You are a careful assistant. " * 40 + "\n",
+    )
+    summary, rows = tokenize_document(str(doc))
+    stats = summary.prefix_cache
+    assert stats is not None and stats["l1_enabled"] is True and stats["hits"] > 0
+    for i, row in enumerate(r for r in load_corpus(parse_document(doc)).rows()):
+        expected = _tokenize(smollm2_tokenizer, row.data["messages"], add_generation_prompt=False)["input_ids"]
+        assert rows.input_ids(i).tolist() == list(expected)
+    warm, _ = tokenize_document(str(doc))
+    assert warm.prefix_cache is None  # all hits: no tokenizer, no prefix cache
