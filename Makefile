@@ -44,6 +44,7 @@ bench: install
 	$(PY) bench/bench_sources.py
 	$(PY) bench/bench_tokenize.py
 	$(PY) bench/bench_prefix.py
+	$(PY) bench/bench_datasets.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info

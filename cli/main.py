@@ -46,13 +46,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from dlmstore.cli import cache, init, metrics, show, tokenize
+    from dlmstore.cli import cache, data, init, metrics, show, tokenize
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)
     cli.add_command(tokenize.tokenize_command)
     cli.add_command(cache.cache_group)
     cli.add_command(metrics.metrics_command)
+    cli.add_command(data.data_group)
 
 
 _register()

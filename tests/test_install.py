@@ -50,3 +50,15 @@ def test_a_non_editable_install_runs_dlm_and_migrates_a_new_store(tmp_path: Path
     assert migrate_run.returncode == 0, migrate_run.stderr
     assert all(line.startswith(str(site)) for line in migrate_run.stdout.splitlines())
     assert (tmp_path / "home" / "store" / VALID_ID / "store.db").is_file()
+
+
+def test_every_package_in_the_tree_is_listed_for_installation() -> None:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = {"dlmstore"}
+    for init in (REPO / "dlmstore").rglob("__init__.py"):
+        found.add(".".join(("dlmstore", *init.parent.relative_to(REPO / "dlmstore").parts)).rstrip("."))
+    found |= {"dlmstore.cli", "dlmstore.migrations", "dlmstore.migrations.versions"}
+    assert found == listed

@@ -1,0 +1,296 @@
+"""``dlm data``: build, validate and show token datasets.
+
+Thin commands over :mod:`dlmstore.datasets`: each parses its flags, calls
+one library function (imported inside the command, so ``dlm --help``
+never loads torch, numpy or transformers) and renders the dataclass it
+returns as text or ``--json``. Progress goes to stderr, only on a
+terminal and never with ``--json``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import click
+
+from dlmstore.cli.render import emit_json, human_bytes
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+class Size(click.ParamType):
+    """A count with an optional suffix: ``200M`` tokens, ``128MiB`` bytes (K/M/G/T, Ki/Mi/...)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = _SIZE.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a size such as 5000000, 5M or 128MiB", param, ctx)
+        number, unit, binary, _ = match.groups()
+        power = "kmgt".index(unit.lower()) + 1 if unit else 0
+        return int(float(number) * ((1024 if binary else 1000) ** power))
+
+
+SIZE = Size()
+
+
+class Progress:
+    """A one-line progress report on stderr: documents, tokens, tokens per second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.shown = False
+
+    def __call__(self, progress: Any) -> None:
+        if not self.enabled:
+            return
+        rate = progress.tokens / progress.seconds if progress.seconds > 0 else 0.0
+        click.echo(
+            f"\r{progress.name}: {progress.docs:,} docs, {progress.tokens:,} tokens, {rate:,.0f} tok/s ",
+            nl=False, err=True,
+        )
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+            self.shown = False
+
+
+def _progress(as_json: bool) -> Progress:
+    return Progress(enabled=not as_json and sys.stderr.isatty())
+
+
+@click.group("data")
+def data_group() -> None:
+    """Token datasets: pretrain shards and SFT caches, registered in store.db.
+
+    Build them from the spec's sources (`build-all`) or local files
+    (`build pretrain|sft`), check them (`validate`), and see what a
+    directory holds (`show`).
+    """
+
+
+@data_group.command("build-all")
+@click.option("--cache-dir", required=True, type=click.Path(file_okay=False), help="Where the cache and its store.db go.")
+@click.option("--seed", default=42, show_default=True, help="Seed of every split and shuffle.")
+@click.option("--base", default="smollm2-135m", show_default=True, help="Base model whose tokenizer is used.")
+@click.option("--local", "local", multiple=True, metavar="NAME=PATH", help="Read source NAME from local files (repeatable).")
+@click.option("--only", multiple=True, metavar="NAME", help="Build only these sources (repeatable).")
+@click.option("--fineweb-dataset", default="HuggingFaceFW/fineweb-edu", show_default=True)
+@click.option("--fineweb-config", default="CC-MAIN-2024-10", show_default=True)
+@click.option("--fineweb-train-tokens", type=SIZE, default="200M", show_default=True)
+@click.option("--fineweb-val-tokens", type=SIZE, default="5M", show_default=True)
+@click.option("--shuffle-buffer", type=SIZE, default=10_000, show_default=True, help="fineweb-edu shuffle buffer.")
+@click.option("--wikitext-dataset", default="Salesforce/wikitext", show_default=True)
+@click.option("--wikitext-config", default="wikitext-103-raw-v1", show_default=True)
+@click.option("--dolly-dataset", default="databricks/databricks-dolly-15k", show_default=True)
+@click.option("--oasst-dataset", default="OpenAssistant/oasst1", show_default=True)
+@click.option("--oasst-lang", default=None, help="Keep only oasst1 trees in this language (default: all).")
+@click.option("--sft-val-frac", default=0.10, show_default=True, help="Share of SFT examples in val.")
+@click.option("--roam-val-frac", default=0.10, show_default=True, help="Share of roam files in val.")
+@click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
+@click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def build_all_command(
+    cache_dir: str, seed: int, base: str, local: tuple[str, ...], only: tuple[str, ...],
+    as_json: bool, **flags: Any,
+) -> None:
+    """Build every source of the spec into CACHE_DIR and register it there.
+
+    Pretrain: fineweb-edu (streamed from the hub, shuffled, token budgets),
+    wikitext (its own splits), roam (a local folder) and gutenberg (a stub
+    unless given a local folder). SFT: dolly-15k and oasst1. A source that
+    cannot be reached fails with one line saying how to point it at local
+    files (--local NAME=PATH); the others still build. Exit 1 if any failed.
+    """
+    from dlmstore.datasets.errors import DatasetError
+    from dlmstore.datasets.recipes import BuildAllOptions, build_all
+
+    pairs = {}
+    for item in local:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"{item!r} is not NAME=PATH", param_hint="--local")
+        pairs[name] = path
+    from dlmstore.datasets.sources import SOURCES
+
+    for name in [*pairs, *only]:
+        if name not in SOURCES:
+            raise click.BadParameter(
+                f"unknown source {name!r} (sources: {', '.join(SOURCES)})",
+                param_hint="--local" if name in pairs else "--only",
+            )
+    progress = _progress(as_json)
+    result = build_all(
+        cache_dir, seed=seed, base=base, options=BuildAllOptions(**flags), local=pairs,
+        only=list(only) or None, progress=progress,
+    )
+    progress.done()
+    if as_json:
+        emit_json(result)
+    else:
+        for source in result.sources:
+            detail = source.message
+            if source.status == "built":
+                detail = ", ".join(f"{split} {tokens:,} tokens" for split, tokens in source.tokens.items())
+            click.echo(f"{source.name:<12} {source.status:<9} {detail}")
+        click.echo(f"store: {result.db_path}")
+    if result.failed:
+        raise DatasetError(
+            f"{len(result.failed)} of {len(result.sources)} sources failed: {', '.join(result.failed)}",
+            hint="the other sources were built and registered; see the lines above",
+        )
+
+
+@data_group.group("build")
+def build_group() -> None:
+    """Build one dataset from local files (text, JSONL or Parquet)."""
+
+
+_common = [
+    click.option("--from", "source", required=True, type=click.Path(exists=True), help="Input file or folder."),
+    click.option("--out", required=True, type=click.Path(file_okay=False), help="Dataset directory to write."),
+    click.option("--name", default=None, help="Dataset name (default: the --out folder's name)."),
+    click.option("--base", default="smollm2-135m", show_default=True, help="Base model whose tokenizer is used."),
+    click.option("--seed", default=42, show_default=True),
+    click.option("--token-dtype", type=click.Choice(["uint16", "uint32"]), default=None,
+                 help="Default: uint16 when the vocabulary fits, else uint32."),
+    click.option("--store", "store_dir", default=None, type=click.Path(file_okay=False),
+                 help="Register in this directory's store.db (default: the --out directory)."),
+    click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+]
+
+
+def _with_common(command: Any) -> Any:
+    for option in reversed(_common):
+        command = option(command)
+    return command
+
+
+@build_group.command("pretrain")
+@_with_common
+@click.option("--val-frac", type=float, default=None, help="Share of documents in val (default 0.01, or the budgets' ratio).")
+@click.option("--train-tokens", type=SIZE, default=None, help="Stop train at this many tokens.")
+@click.option("--val-tokens", type=SIZE, default=None, help="Stop val at this many tokens.")
+@click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
+@click.option("--shuffle-buffer", type=SIZE, default=None, help="Shuffle documents with a buffer of this many.")
+@click.option("--text-field", default="text", show_default=True, help="Field of JSONL/Parquet records holding the text.")
+@click.option("--eos-token", default=None, help="End-of-document token (default: the tokenizer's EOS).")
+def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any) -> None:
+    """Tokenize local documents into train/val shards with document indexes."""
+    from dlmstore.datasets.recipes import build_pretrain_from
+
+    progress = _progress(as_json)
+    done = build_pretrain_from(source, out, progress=progress, **options)
+    progress.done()
+    _render_build(done, as_json)
+
+
+@build_group.command("sft")
+@_with_common
+@click.option("--val-frac", type=float, default=0.10, show_default=True, help="Share of examples in val.")
+@click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
+def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> None:
+    """Tokenize local conversations (JSONL/Parquet) with an assistant-only loss mask.
+
+    Each record is {"messages": [{"role", "content"}, ...]} or a
+    dolly-style {"instruction", "context", "response"}.
+    """
+    from dlmstore.datasets.recipes import build_sft_from
+
+    progress = _progress(as_json)
+    done = build_sft_from(source, out, progress=progress, **options)
+    progress.done()
+    _render_build(done, as_json)
+
+
+def _render_build(done: Any, as_json: bool) -> None:
+    if as_json:
+        emit_json(done)
+        return
+    build = done.build
+    unit = "docs" if build.kind == "pretrain" else "examples"
+    click.echo(f"built {build.kind} dataset {build.name} at {build.path} in {build.seconds:.1f}s")
+    for split, totals in build.splits.items():
+        click.echo(f"{split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
+                   f"{totals.files} files, {human_bytes(totals.bytes)}")
+    skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in build.skipped.items() if n)
+    if skipped:
+        click.echo(f"skipped: {skipped}")
+    click.echo(f"dtype:  {build.token_dtype} (vocab {build.vocab_size}), tokenizer {build.tokenizer_sha256}")
+    click.echo(f"store:  {done.registered.db_path} (dataset {done.registered.dataset_id})")
+    click.echo(f"next:   dlm data validate {build.path}")
+
+
+@data_group.command("validate")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--base", default=None, help="Also check the dataset was built by this base model's tokenizer.")
+@click.option("--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def validate_command(path: str, base: str | None, quick: bool, as_json: bool) -> None:
+    """Check a dataset's files against its meta.json and print how to read it.
+
+    Checks shards, dtype, token counts, document indexes, offsets and loss
+    masks (and, unless --quick, every sha256 and token id). Exit 1 when
+    there is a problem.
+    """
+    from dlmstore.datasets.errors import DatasetError
+    from dlmstore.datasets.validate import check_dataset
+
+    expected = None
+    if base is not None:
+        from dlmstore.bases import resolve_base
+        from dlmstore.fingerprint import tokenizer_sha256
+
+        expected = tokenizer_sha256(resolve_base(base))
+    report = check_dataset(path, tokenizer_sha256=expected, deep=not quick)
+    if as_json:
+        emit_json(report)
+    elif report.ok and report.reader is not None:
+        tokens = " + ".join(f"{report.totals.get(f'{s}_tokens', 0):,}" for s in ("train", "val"))
+        click.echo(f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
+                   f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})")
+        click.echo("flags:")
+        click.echo(f"  {report.reader.flags}")
+        click.echo("python:")
+        for line in report.reader.python.rstrip("\n").splitlines():
+            click.echo(f"  {line}")
+    else:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}")
+    if not report.ok:
+        raise DatasetError(
+            f"{report.path}: {len(report.problems)} problem(s)",
+            hint="rebuild the dataset (`dlm data build ...`); files must match its meta.json",
+        )
+
+
+@data_group.command("show")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def show_command(path: str, as_json: bool) -> None:
+    """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only)."""
+    from dlmstore.datasets.summary import show_datasets
+
+    shown = show_datasets(path)
+    if as_json:
+        emit_json(shown)
+        return
+    for dataset in shown.datasets:
+        state = "built" if dataset.built else "not built"
+        click.echo(f"{dataset.name} ({dataset.kind}, {state}) {dataset.path}")
+        if not dataset.built:
+            continue
+        unit = "docs" if dataset.kind == "pretrain" else "examples"
+        for split, totals in dataset.splits.items():
+            click.echo(f"  {split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
+                       f"{totals.files} files, {human_bytes(totals.bytes)}")
+        click.echo(f"  dtype {dataset.token_dtype}, vocab {dataset.vocab_size}, seed {dataset.seed}, "
+                   f"tokenizer {dataset.tokenizer_name} {dataset.tokenizer_sha256}")
+

@@ -1,0 +1,113 @@
+"""Turning text into token ids for dataset builders, with any Hugging Face tokenizer.
+
+:class:`TextEncoder` wraps a loaded tokenizer (fast ``tokenizers``-backed or
+SentencePiece-backed) and offers the two encodings a builder needs:
+
+* :meth:`TextEncoder.encode_texts` for *data* (document text, message
+  content): batched (the Rust backend tokenizes a batch on all cores), no
+  BOS/EOS added, and text that happens to spell a special token, such as a
+  web page quoting ``<|im_end|>``, is tokenized as ordinary text. A
+  document must not be able to end an assistant turn or a document early;
+* :meth:`TextEncoder.encode_markup` for *chat markup* (``<|im_start|>user\\n``)
+  where special tokens are meant.
+
+For fast tokenizers the data encoder is a private copy of the Rust
+tokenizer with ``encode_special_tokens`` switched on, so the caller's
+tokenizer is never mutated. The identity of the tokenizer
+(``tokenizer_sha256``) is :func:`dlmstore.fingerprint.fingerprint_tokenizer`,
+the same value ``dlm`` records everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlmstore.datasets.errors import DatasetError
+
+
+class TextEncoder:
+    """Batched, special-token-safe encoding with one tokenizer.
+
+    Args:
+        tokenizer: a loaded Hugging Face tokenizer.
+        tokenizer_sha256: its fingerprint when already known (saves
+            re-hashing its files); computed lazily otherwise.
+    """
+
+    def __init__(self, tokenizer: Any, *, tokenizer_sha256: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self._sha256 = tokenizer_sha256
+        self.vocab_size = int(len(tokenizer))
+        self.name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+        backend = getattr(tokenizer, "_tokenizer", None)
+        self._data_backend: Any = None
+        if backend is not None and hasattr(backend, "encode_batch") and hasattr(backend, "to_str"):
+            from tokenizers import Tokenizer
+
+            clone = Tokenizer.from_str(backend.to_str())
+            clone.encode_special_tokens = True
+            self._data_backend = clone
+            self._batch = getattr(clone, "encode_batch_fast", clone.encode_batch)
+
+    @property
+    def tokenizer_sha256(self) -> str:
+        """The tokenizer's ``sha256:`` fingerprint."""
+        if self._sha256 is None:
+            from dlmstore.fingerprint import fingerprint_tokenizer
+
+            self._sha256 = fingerprint_tokenizer(self.tokenizer)
+        return self._sha256
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text: no special tokens added, none parsed from the text."""
+        if not texts:
+            return []
+        if self._data_backend is not None:
+            return [encoding.ids for encoding in self._batch(texts, add_special_tokens=False)]
+        try:
+            out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)
+        except TypeError:  # a tokenizer without split_special_tokens
+            out = self.tokenizer(texts, add_special_tokens=False)
+        return [list(ids) for ids in out["input_ids"]]
+
+    def encode_markup(self, text: str) -> list[int]:
+        """Token ids of chat markup, special tokens parsed; ``[]`` for empty text."""
+        if not text:
+            return []
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def token_id(self, token: str, *, what: str) -> int:
+        """The id of a single special token; an error naming ``what`` when it is not one."""
+        ids = self.encode_markup(token)
+        if len(ids) != 1:
+            raise DatasetError(
+                f"{what} {token!r} is not a single token of tokenizer {self.name} (it encodes to {ids})",
+                hint="pass a token from the tokenizer's special tokens (e.g. its eos_token)",
+            )
+        return ids[0]
+
+    def eos_token(self) -> str:
+        """The tokenizer's end-of-sequence token; an error when it has none."""
+        eos = getattr(self.tokenizer, "eos_token", None)
+        if not eos:
+            raise DatasetError(
+                f"tokenizer {self.name} has no eos_token to put between documents",
+                hint="name one with --eos-token (library: eos_token=...)",
+            )
+        return str(eos)
+
+    def special_token_ids(self) -> dict[str, int]:
+        """bos/eos/pad/unk ids the tokenizer declares (only those it has)."""
+        found: dict[str, int] = {}
+        for key in ("bos", "eos", "pad", "unk"):
+            value = getattr(self.tokenizer, f"{key}_token_id", None)
+            if isinstance(value, int):
+                found[key] = value
+        return found
+
+
+def as_encoder(tokenizer: Any, tokenizer_sha256: str | None = None) -> TextEncoder:
+    """A :class:`TextEncoder` for ``tokenizer`` (returned as is when it already is one)."""
+    if isinstance(tokenizer, TextEncoder):
+        return tokenizer
+    return TextEncoder(tokenizer, tokenizer_sha256=tokenizer_sha256)

@@ -1,0 +1,185 @@
+"""``meta.json``: what a built dataset is, recorded once, beside its files.
+
+Every dataset directory has one ``meta.json`` written *last* by its
+builder (and deleted first when a build starts), so its presence means the
+files it lists are complete. It records everything a reader would
+otherwise have to guess: the token dtype, the tokenizer's identity and
+vocabulary size, the special-token ids, the split rule and seed, totals,
+and one entry per file with its size and sha256. The store database's
+``datasets`` / ``dataset_files`` rows are made from it (:mod:`.registry`),
+so the two cannot disagree.
+
+The file is deterministic: keys sorted, no timestamps, no absolute paths,
+so two builds of the same input with the same seed are byte-identical
+down to ``meta.json``. (The database row carries ``registered_at``.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlmstore.atomic import write_bytes_atomic
+from dlmstore.datasets.errors import DatasetError, DatasetFileError
+from dlmstore.datasets.formats import check_dtype_fits, token_dtype
+
+META_NAME = "meta.json"
+FORMAT = "dlm-token-dataset/1"
+
+#: Fields every meta.json has, whatever its kind.
+REQUIRED = (
+    "format", "kind", "built", "dataset_name", "dataset_config", "split_rule", "seed",
+    "token_dtype", "byte_order", "tokenizer_name", "tokenizer_sha256", "vocab_size",
+    "special_token_ids", "totals", "files", "streaming",
+)
+REQUIRED_BY_KIND = {
+    "pretrain": ("shard_bytes", "shard_tokens", "eos_token_id", "budgets"),
+    "sft": ("val_frac", "eot_id", "chat_format"),
+}
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a dataset, as meta.json lists it and ``dataset_files`` stores it."""
+
+    split: str
+    role: str
+    path: str
+    shard_index: int
+    token_offset: int
+    token_count: int
+    doc_count: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """The fields of a meta.json that code reads, plus the whole document."""
+
+    path: str
+    kind: str
+    name: str
+    built: bool
+    token_dtype: str
+    vocab_size: int
+    tokenizer_sha256: str
+    seed: int | None
+    files: tuple[FileEntry, ...]
+    raw: dict[str, Any]
+
+    def files_of(self, split: str, role: str) -> list[FileEntry]:
+        """The files of one split and role, in shard order."""
+        return sorted(
+            (f for f in self.files if f.split == split and f.role == role),
+            key=lambda f: f.shard_index,
+        )
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """``sha256:<hex>`` of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def meta_bytes(meta: dict[str, Any]) -> bytes:
+    """The canonical serialisation: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(meta, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_meta(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
+    """Write ``directory/meta.json`` atomically; returns its path."""
+    path = Path(directory) / META_NAME
+    write_bytes_atomic(path, meta_bytes(meta))
+    return path
+
+
+def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed meta.json of a dataset directory.
+
+    Raises:
+        DatasetFileError: the file is missing, not JSON, or lacks a field.
+    """
+    path = Path(directory) / META_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DatasetFileError(
+            f"{path} is missing: {directory} is not a built dataset (or its build did not finish)",
+            hint="build it with `dlm data build pretrain|sft`, or point at the directory that holds meta.json",
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetFileError(
+            f"{path} is not valid JSON: {exc}",
+            hint="rebuild the dataset; meta.json is written by the builder, never by hand",
+        ) from None
+    if not isinstance(data, dict):
+        raise DatasetFileError(f"{path} must hold a JSON object")
+    missing = [key for key in REQUIRED if key not in data]
+    if not missing and data.get("built"):
+        missing = [key for key in REQUIRED_BY_KIND.get(data["kind"], ()) if key not in data]
+    if missing:
+        raise DatasetFileError(
+            f"{path} lacks {', '.join(missing)}",
+            hint="rebuild the dataset with this version of dlm (`dlm data build ...`)",
+        )
+    if data["format"] != FORMAT:
+        raise DatasetFileError(
+            f"{path} has format {data['format']!r}; this dlmstore reads {FORMAT!r}",
+            hint="rebuild the dataset with this version of dlm",
+        )
+    return data
+
+
+def load_meta(directory: str | os.PathLike[str]) -> DatasetMeta:
+    """Read and check a dataset's meta.json (dtype known, vocabulary fits it)."""
+    raw = read_meta(directory)
+    where = Path(directory) / META_NAME
+    if raw["kind"] not in REQUIRED_BY_KIND:
+        raise DatasetFileError(f"{where}: unknown dataset kind {raw['kind']!r} (pretrain or sft)")
+    if raw["built"]:
+        token_dtype(raw["token_dtype"], where=where)
+        check_dtype_fits(raw["token_dtype"], int(raw["vocab_size"]), where=where)
+    try:
+        files = tuple(FileEntry(**entry) for entry in raw["files"])
+    except TypeError as exc:
+        raise DatasetFileError(f"{where}: a files entry is malformed: {exc}") from None
+    return DatasetMeta(
+        path=str(Path(directory).resolve()),
+        kind=raw["kind"],
+        name=raw["dataset_name"],
+        built=bool(raw["built"]),
+        token_dtype=raw["token_dtype"],
+        vocab_size=int(raw["vocab_size"]),
+        tokenizer_sha256=raw["tokenizer_sha256"],
+        seed=raw["seed"],
+        files=files,
+        raw=raw,
+    )
+
+
+def check_tokenizer(meta: DatasetMeta, expected_sha256: str | None) -> None:
+    """Raise when the dataset was built by another tokenizer than the one in use."""
+    if expected_sha256 is None or expected_sha256 == meta.tokenizer_sha256:
+        return
+    raise DatasetError(
+        f"{Path(meta.path) / META_NAME}: built with tokenizer {meta.tokenizer_sha256} "
+        f"({meta.raw.get('tokenizer_name')}), but the tokenizer in use is {expected_sha256}",
+        hint="rebuild the dataset with the tokenizer you train with (token ids differ between tokenizers)",
+    )
+
+
+def find_meta_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The directory holding the meta.json for ``path``: itself or its parent (a split dir)."""
+    here = Path(path)
+    for candidate in (here, here.parent):
+        if (candidate / META_NAME).is_file():
+            return candidate
+    return None

@@ -1,0 +1,334 @@
+"""Recipes: what ``dlm data build pretrain|sft`` and ``dlm data build-all`` run.
+
+A recipe loads the base model's tokenizer, streams its input into a
+builder, and registers the result in a store database; each returns a
+frozen dataclass the CLI renders. ``build_all`` lays out a cache
+directory the way the spec does::
+
+    <cache-dir>/store.db                  the registry (sqlite3-queryable)
+    <cache-dir>/tokenizer/                the tokenizer's files + meta.json (its sha256)
+    <cache-dir>/pretrain/fineweb_edu/     train/ val/ meta.json
+    <cache-dir>/pretrain/{wikitext,roam,gutenberg}/
+    <cache-dir>/sft/{dolly15k,oasst1}/    {train,val}_{tokens.bin,idx.npy,mask.bin} meta.json
+
+Sources are independent: one that fails (unreachable offline, a bad local
+file) is recorded with its one-line reason and the others still build.
+roam is built only from a local folder; gutenberg is a stub (directories
+and a meta.json with ``"built": false``) unless given a local folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlmstore.datasets import sources as src
+from dlmstore.datasets.build import BuildResult, ProgressFn
+from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.errors import DatasetError
+from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
+from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
+from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
+from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
+from dlmstore.datasets.sft import DEFAULT_VAL_FRAC, build_sft_cache
+
+DEFAULT_BASE = "smollm2-135m"
+DEFAULT_PRETRAIN_VAL_FRAC = 0.01
+ROAM_VAL_FRAC = 0.10
+
+
+@dataclass(frozen=True)
+class DatasetBuild:
+    """A dataset built from local files and registered (``dlm data build ... --json``)."""
+
+    build: BuildResult
+    registered: RegisteredDataset
+
+
+@dataclass(frozen=True)
+class BuildAllOptions:
+    """Every default of build-all, each a CLI flag."""
+
+    fineweb_dataset: str = src.FINEWEB_DATASET
+    fineweb_config: str = src.FINEWEB_CONFIG
+    fineweb_train_tokens: int = src.FINEWEB_TRAIN_TOKENS
+    fineweb_val_tokens: int = src.FINEWEB_VAL_TOKENS
+    shuffle_buffer: int = src.FINEWEB_SHUFFLE_BUFFER
+    wikitext_dataset: str = src.WIKITEXT_DATASET
+    wikitext_config: str = src.WIKITEXT_CONFIG
+    dolly_dataset: str = src.DOLLY_DATASET
+    oasst_dataset: str = src.OASST_DATASET
+    oasst_lang: str | None = None
+    sft_val_frac: float = DEFAULT_VAL_FRAC
+    roam_val_frac: float = ROAM_VAL_FRAC
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+    chat_format: str = "auto"
+
+
+@dataclass(frozen=True)
+class SourceOutcome:
+    """What happened to one source: built, failed, skipped or not built (a stub)."""
+
+    name: str
+    kind: str
+    status: str
+    path: str
+    message: str = ""
+    tokens: dict[str, int] = field(default_factory=dict)
+    docs: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BuildAllResult:
+    """The JSON shape of ``dlm data build-all --json``."""
+
+    cache_dir: str
+    db_path: str
+    seed: int
+    base: str
+    tokenizer_sha256: str
+    sources: list[SourceOutcome]
+
+    @property
+    def failed(self) -> list[str]:
+        return [s.name for s in self.sources if s.status == "failed"]
+
+
+def encoder_for_base(base: str) -> TextEncoder:
+    """The tokenizer of a base model, with the fingerprint ``dlm`` records everywhere."""
+    from dlmstore.bases import load_tokenizer, resolve_base
+    from dlmstore.fingerprint import tokenizer_sha256
+
+    ref = resolve_base(base)
+    encoder = TextEncoder(load_tokenizer(ref), tokenizer_sha256=tokenizer_sha256(ref))
+    encoder.name = base
+    return encoder
+
+
+def build_pretrain_from(
+    source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, base: str = DEFAULT_BASE,
+    store_dir: str | os.PathLike[str] | None = None, text_field: str = "text",
+    val_frac: float | None = None, train_tokens: int | None = None, val_tokens: int | None = None,
+    progress: ProgressFn | None = None, **options: Any,
+) -> DatasetBuild:
+    """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
+
+    Without ``val_frac`` or both budgets, 1% of documents go to val.
+    """
+    encoder = encoder_for_base(base)
+    if val_frac is None and (train_tokens is None or val_tokens is None):
+        val_frac = DEFAULT_PRETRAIN_VAL_FRAC
+    data_files(source)  # a missing path fails before the output directory is touched
+    result = build_pretrain_cache(
+        iter_local_texts(source, text_field=text_field), out_dir, tokenizer=encoder,
+        val_frac=val_frac, train_tokens=train_tokens, val_tokens=val_tokens,
+        source={"type": "local", "path": str(Path(source).resolve())}, tokenizer_name=base,
+        progress=progress, **options,
+    )
+    return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+
+
+def build_sft_from(
+    source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, base: str = DEFAULT_BASE,
+    store_dir: str | os.PathLike[str] | None = None, progress: ProgressFn | None = None, **options: Any,
+) -> DatasetBuild:
+    """Build an SFT dataset from local JSONL/Parquet conversations and register it.
+
+    A record is ``{"messages": [...]}``, or a dolly-style
+    ``{"instruction", "context", "response"}``.
+    """
+    encoder = encoder_for_base(base)
+    data_files(source)
+    examples = (src.dolly_messages(r) for r in iter_local_records(source))
+    result = build_sft_cache(
+        examples, out_dir, tokenizer=encoder, tokenizer_name=base,
+        source={"type": "local", "path": str(Path(source).resolve())}, progress=progress, **options,
+    )
+    return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+
+
+def build_all(
+    cache_dir: str | os.PathLike[str], *, seed: int = 42, base: str = DEFAULT_BASE,
+    options: BuildAllOptions = BuildAllOptions(), local: dict[str, str] | None = None,
+    only: Sequence[str] | None = None, progress: ProgressFn | None = None,
+) -> BuildAllResult:
+    """Build every source of the spec into ``cache_dir`` and register each there.
+
+    Raises:
+        DatasetError: an unknown source name in ``local`` or ``only`` (a
+            failing source does not raise; see ``BuildAllResult.failed``).
+    """
+    from dlmstore.store import open_store_at
+
+    local = dict(local or {})
+    for name in [*local, *(only or [])]:
+        if name not in src.SOURCES:
+            raise DatasetError(f"unknown source {name!r}", hint=f"sources: {', '.join(src.SOURCES)}")
+    root = Path(cache_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    encoder = encoder_for_base(base)
+    _save_tokenizer(root / "tokenizer", encoder)
+    recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
+        "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress),
+        "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress),
+        "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress),
+        "gutenberg": lambda out, path: _local_folder("gutenberg", out, path, encoder, seed, options, progress),
+        "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress),
+        "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress),
+    }
+    outcomes = []
+    with open_store_at(root) as store:
+        for name, spec in src.SOURCES.items():
+            out = root / spec.directory
+            if only and name not in only:
+                outcomes.append(SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)"))
+                continue
+            if name in ("roam", "gutenberg") and name not in local:
+                outcomes.append(_absent_local(name, out, encoder, seed))
+                continue
+            try:
+                result = recipes[name](out, local.get(name))
+                register_dataset(store, out)
+            except DatasetError as exc:
+                outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
+                continue
+            outcomes.append(SourceOutcome(
+                name, spec.kind, "built", result.path,
+                tokens={s: t.tokens for s, t in result.splits.items()},
+                docs={s: t.docs for s, t in result.splits.items()}, seconds=round(result.seconds, 3),
+            ))
+        db_path = str(store.db_path)
+    return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
+
+
+def _fineweb(out: Path, path: str | None, encoder: TextEncoder, seed: int,
+             o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+    common: dict[str, Any] = dict(
+        tokenizer=encoder, train_tokens=o.fineweb_train_tokens, val_tokens=o.fineweb_val_tokens,
+        shard_bytes=o.shard_bytes, seed=seed, name="fineweb-edu", config=o.fineweb_config,
+        tokenizer_name=encoder.name, progress=progress,
+    )
+    if path is not None:
+        return build_pretrain_cache(
+            iter_local_texts(path), out, shuffle_buffer=o.shuffle_buffer, streaming=False,
+            source={"type": "local", "path": str(Path(path).resolve())}, **common,
+        )
+    rows = src.hf_rows("fineweb-edu", o.fineweb_dataset, o.fineweb_config, "train")
+    rows = rows.shuffle(seed=seed, buffer_size=o.shuffle_buffer)
+    texts = src.field(src.guarded("fineweb-edu", o.fineweb_dataset, o.fineweb_config, rows), "text", "fineweb-edu")
+    source = {"type": "huggingface", "id": o.fineweb_dataset, "config": o.fineweb_config, "split": "train",
+              "shuffle": {"by": "datasets.IterableDataset.shuffle", "seed": seed, "buffer_size": o.shuffle_buffer}}
+    return build_pretrain_cache(texts, out, streaming=True, source=source, **common)
+
+
+def _wikitext(out: Path, path: str | None, encoder: TextEncoder, seed: int,
+              o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+    name, config = "wikitext", o.wikitext_config
+    train: Iterable[str]
+    val: Iterable[str]
+    if path is not None:
+        train_files, val_files = src.split_by_name(data_files(path), lambda n: "valid" in n or "val" in n)
+        train = src.wikitext_articles(t for f in train_files for t in iter_local_texts(f))
+        val = src.wikitext_articles(t for f in val_files for t in iter_local_texts(f))
+        source: dict[str, Any] = {"type": "local", "path": str(Path(path).resolve())}
+    else:
+        splits = {s: src.hf_rows(name, o.wikitext_dataset, config, s) for s in ("train", "validation")}
+        train, val = (
+            src.wikitext_articles(src.field(src.guarded(name, o.wikitext_dataset, config, splits[s]), "text", name))
+            for s in ("train", "validation")
+        )
+        source = {"type": "huggingface", "id": o.wikitext_dataset, "config": config,
+                  "splits": {"train": "train", "val": "validation"}}
+    return build_pretrain_cache(
+        train, out, val_texts=val, tokenizer=encoder, shard_bytes=o.shard_bytes, seed=seed, name=name,
+        config=config, streaming=path is None, source=source, tokenizer_name=encoder.name, progress=progress,
+    )
+
+
+def _local_folder(name: str, out: Path, path: str | None, encoder: TextEncoder, seed: int,
+                  o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+    """A folder of text files, split by file list: a seeded permutation, the first files to val."""
+    import torch
+
+    assert path is not None
+    files = data_files(path)
+    order = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = round(len(files) * o.roam_val_frac) if len(files) > 1 else 0
+    val_set = set(order[:n_val])
+    val_files = [f for i, f in enumerate(files) if i in val_set]
+    train_files = [f for i, f in enumerate(files) if i not in val_set]
+    result = build_pretrain_cache(
+        (read_text_file(f) for f in train_files), out, val_texts=(read_text_file(f) for f in val_files),
+        tokenizer=encoder, shard_bytes=o.shard_bytes, seed=seed, name=name, tokenizer_name=encoder.name,
+        source={"type": "local", "path": str(Path(path).resolve()), "files": len(files),
+                "split": f"by file list: seeded torch permutation, {n_val} of {len(files)} files to val"},
+        progress=progress,
+    )
+    return result
+
+
+def _sft(name: str, out: Path, path: str | None, encoder: TextEncoder, seed: int,
+         o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+    dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
+    source: dict[str, Any]
+    if path is not None:
+        rows: Iterable[dict[str, Any]] = iter_local_records(path)
+        source = {"type": "local", "path": str(Path(path).resolve())}
+    else:
+        split_rows = [src.guarded(name, dataset_id, None, src.hf_rows(name, dataset_id, None, s))
+                      for s in (("train",) if name == "dolly-15k" else ("train", "validation"))]
+        rows = (row for part in split_rows for row in part)
+        source = {"type": "huggingface", "id": dataset_id}
+    examples: Iterable[Any]
+    if name == "dolly-15k":
+        examples = (src.dolly_messages(r) for r in rows)
+    else:
+        examples = src.oasst_threads(rows, lang=o.oasst_lang)
+        source["thread"] = "top-ranked reply at each turn" + (f", lang={o.oasst_lang}" if o.oasst_lang else "")
+    return build_sft_cache(
+        examples, out, tokenizer=encoder, val_frac=o.sft_val_frac, seed=seed, chat_format=o.chat_format,
+        name=name, streaming=path is None, source=source, tokenizer_name=encoder.name, progress=progress,
+    )
+
+
+def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> SourceOutcome:
+    if name == "roam":
+        return SourceOutcome(name, "pretrain", "skipped", str(out),
+                             f"roam: no folder given; {src.local_hint('roam')}")
+    for split in ("train", "val"):
+        (out / split).mkdir(parents=True, exist_ok=True)
+    stub: dict[str, Any] = {key: None for key in REQUIRED}
+    stub.update({
+        "format": FORMAT, "kind": "pretrain", "built": False, "dataset_name": name, "seed": seed,
+        "files": [], "totals": {}, "special_token_ids": {}, "streaming": False,
+        "tokenizer_sha256": encoder.tokenizer_sha256, "vocab_size": encoder.vocab_size,
+        "note": "stub: not built; build it from local text files with --local gutenberg=PATH",
+    })
+    write_meta(out, stub)
+    return SourceOutcome(name, "pretrain", "not built", str(out), "stub written (meta.json says built: false)")
+
+
+def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:
+    """``<cache-dir>/tokenizer``: the tokenizer's files and its identity, replaced whole."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
+    try:
+        encoder.tokenizer.save_pretrained(staging)
+        write_meta(staging, {
+            "base": encoder.name, "tokenizer_sha256": encoder.tokenizer_sha256,
+            "vocab_size": encoder.vocab_size, "special_token_ids": encoder.special_token_ids(),
+        })
+        staging.chmod(0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+

@@ -1,0 +1,129 @@
+"""Registering built datasets in a store database, so ``sqlite3`` can answer questions.
+
+Registration is separate from building: workers write files (and the
+builder writes ``meta.json``) without touching the database, then one
+call records the dataset. It is idempotent: the dataset is keyed by its
+absolute directory, and re-registering deletes its old rows (the files
+cascade) and inserts the new ones in one ``BEGIN IMMEDIATE`` transaction,
+so a reader of the database sees the old registration or the new one,
+never a mix. Rows are made from ``meta.json`` alone, after checking that
+every file it lists exists with the recorded size; hashing every byte is
+the validator's job (:func:`dlmstore.datasets.validate.check_dataset`).
+
+A cache directory built by ``dlm data build-all`` is its own store
+(``<cache-dir>/store.db``), e.g.::
+
+    sqlite3 cache/store.db "select name, split, token_files, tokens from dataset_split_totals"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from dlmstore.datasets.errors import DatasetError, DatasetFileError
+from dlmstore.datasets.meta import META_NAME, load_meta, meta_bytes
+
+if TYPE_CHECKING:
+    from dlmstore.store import Store
+
+
+@dataclass(frozen=True)
+class RegisteredDataset:
+    """A dataset as recorded in a store database."""
+
+    dataset_id: int
+    name: str
+    kind: str
+    path: str
+    db_path: str
+    files: int
+    tokens: dict[str, int]
+
+
+def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> RegisteredDataset:
+    """Record (or re-record) the dataset in ``dataset_dir`` in ``store``'s database.
+
+    Raises:
+        DatasetError: the directory is a stub that was never built.
+        DatasetFileError: meta.json is missing or malformed, or a file it
+            lists is missing or has another size.
+    """
+    from sqlalchemy import delete, insert
+
+    from dlmstore.schema import dataset_files, datasets, utc_now
+
+    directory = Path(dataset_dir).resolve()
+    meta = load_meta(directory)
+    if not meta.built:
+        raise DatasetError(
+            f"{directory / META_NAME} marks {meta.name} as not built; there is nothing to register",
+            hint="build it first (see `dlm data build-all --help`)",
+        )
+    for entry in meta.files:
+        path = directory / entry.path
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise DatasetFileError(
+                f"{path} is listed in {META_NAME} but missing",
+                hint="rebuild the dataset; its files must stay together with meta.json",
+            ) from None
+        if size != entry.bytes:
+            raise DatasetFileError(
+                f"{path} has {size} bytes but {META_NAME} records {entry.bytes}",
+                hint="rebuild the dataset; the file was cut short or replaced",
+            )
+    row = {
+        "name": meta.name,
+        "kind": meta.kind,
+        "path": str(directory),
+        "tokenizer_sha256": meta.tokenizer_sha256,
+        "token_dtype": meta.token_dtype,
+        "vocab_size": meta.vocab_size,
+        "seed": meta.seed,
+        "meta_json": meta_bytes(meta.raw).decode("utf-8"),
+        "registered_at": utc_now(),
+    }
+    with store.write() as conn:
+        conn.execute(delete(datasets).where(datasets.c.path == str(directory)))
+        # sqlite always reports the AUTOINCREMENT id of a single-row insert
+        dataset_id = cast(int, conn.execute(insert(datasets).values(**row)).lastrowid)
+        if meta.files:
+            conn.execute(
+                insert(dataset_files),
+                [{"dataset_id": dataset_id, **dataclasses.asdict(entry)} for entry in meta.files],
+            )
+    tokens: dict[str, int] = {}
+    for entry in meta.files:
+        if entry.role == "tokens":
+            tokens[entry.split] = tokens.get(entry.split, 0) + entry.token_count
+    return RegisteredDataset(
+        dataset_id=dataset_id, name=meta.name, kind=meta.kind, path=str(directory),
+        db_path=str(store.db_path), files=len(meta.files), tokens=tokens,
+    )
+
+
+def register_in(store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str]) -> RegisteredDataset:
+    """Open (creating and migrating) the store at ``store_dir`` and register the dataset there."""
+    from dlmstore.store import open_store_at
+
+    with open_store_at(Path(store_dir)) as store:
+        return register_dataset(store, dataset_dir)
+
+
+def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[str, object] | None:
+    """The meta.json a store recorded for ``dataset_dir``; ``None`` when it is not registered."""
+    from sqlalchemy import select
+
+    from dlmstore.schema import datasets
+
+    with store.read() as conn:
+        value = conn.execute(
+            select(datasets.c.meta_json).where(datasets.c.path == str(Path(dataset_dir).resolve()))
+        ).scalar()
+    return None if value is None else dict(json.loads(value))

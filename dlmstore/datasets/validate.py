@@ -1,0 +1,265 @@
+"""``check_dataset``: the one checker behind ``dlm data validate`` and the tests.
+
+It reads a dataset directory the way a reader would and reports every
+problem it finds (rather than stopping at the first), then prints the
+exact reader configuration to use. Checks, cheapest first:
+
+* ``meta.json`` exists, parses, has every field, and its dtype can hold
+  its vocabulary; the tokenizer matches the caller's, when given;
+* every listed file exists with the recorded size, a whole number of
+  tokens and the recorded token count; no unlisted shard lies beside them;
+* pretrain: shards numbered 0..n-1 with consistent ``token_offset``;
+  each document index is sorted int64 positions inside its shard, as many
+  as ``doc_count``; split totals agree with ``meta.json``;
+* SFT: offsets start at 0 and increase inside the tokens file; the mask
+  has one 0/1 byte per token;
+* ``deep`` (default): every sha256; every token id below the vocabulary
+  size; the token before each document start is EOS; every SFT example
+  trains at least one token. These read every byte once, in chunks whose
+  pages are released as it goes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlmstore.datasets.errors import DatasetError
+from dlmstore.datasets.formats import (
+    MASK_DTYPE, OFFSET_DTYPE, SPLITS, TokenFile, sft_names, token_dtype,
+)
+from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta, sha256_file
+
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How to read the dataset: one line of flags and a Python snippet."""
+
+    flags: str
+    python: str
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What ``dlm data validate --json`` prints; ``ok`` is false when ``problems`` is not empty."""
+
+    path: str
+    ok: bool
+    problems: list[str]
+    kind: str | None
+    name: str | None
+    token_dtype: str | None
+    vocab_size: int | None
+    tokenizer_sha256: str | None
+    totals: dict[str, int]
+    files_checked: int
+    deep: bool
+    reader: ReaderConfig | None
+
+
+def check_dataset(
+    path: str | os.PathLike[str], *, tokenizer_sha256: str | None = None, deep: bool = True
+) -> ValidationReport:
+    """Check the dataset in ``path``; never raises for a problem of the dataset itself."""
+    root = Path(path).resolve()
+    problems: list[str] = []
+    try:
+        meta = load_meta(root)
+    except DatasetError as exc:
+        return _report(root, [exc.message], None, 0, deep)
+    if not meta.built:
+        return _report(root, [f"{root / META_NAME} marks {meta.name} as not built"], meta, 0, deep)
+    try:
+        check_tokenizer(meta, tokenizer_sha256)
+    except DatasetError as exc:
+        problems.append(exc.message)
+    files: dict[str, TokenFile] = {}
+    for entry in meta.files:
+        token_file = _open_entry(root, meta, entry, problems)
+        if token_file is not None:
+            files[entry.path] = token_file
+            if deep and sha256_file(token_file.path) != entry.sha256:
+                problems.append(f"{token_file.path}: sha256 differs from {META_NAME} (the file changed)")
+    _check_strays(root, meta, problems)
+    if meta.kind == "pretrain":
+        _check_pretrain(root, meta, files, problems, deep)
+    else:
+        _check_sft(root, meta, files, problems, deep)
+    return _report(root, problems, meta, len(files), deep)
+
+
+def _report(
+    root: Path, problems: list[str], meta: DatasetMeta | None, checked: int, deep: bool
+) -> ValidationReport:
+    built = meta if meta is not None and meta.built else None
+    return ValidationReport(
+        path=str(root), ok=not problems, problems=problems,
+        kind=meta.kind if meta else None, name=meta.name if meta else None,
+        token_dtype=built.token_dtype if built else None,
+        vocab_size=built.vocab_size if built else None,
+        tokenizer_sha256=built.tokenizer_sha256 if built else None,
+        totals=dict(meta.raw.get("totals") or {}) if meta else {},
+        files_checked=checked, deep=deep,
+        reader=reader_config(root, built) if built and not problems else None,
+    )
+
+
+def _open_entry(root: Path, meta: DatasetMeta, entry: FileEntry, problems: list[str]) -> TokenFile | None:
+    path = root / entry.path
+    dtype: Any = {"tokens": token_dtype(meta.token_dtype), "loss_mask": MASK_DTYPE}.get(entry.role)
+    expected = entry.token_count if entry.role in ("tokens", "loss_mask") else None
+    try:
+        size = path.stat().st_size
+        token_file = TokenFile(path, dtype, expected_count=expected)
+    except FileNotFoundError:
+        problems.append(f"{path} is listed in {META_NAME} but missing")
+        return None
+    except DatasetError as exc:
+        problems.append(exc.message)
+        return None
+    if size != entry.bytes:
+        problems.append(f"{path} has {size} bytes but {META_NAME} records {entry.bytes}")
+        return None
+    return token_file
+
+
+def _check_strays(root: Path, meta: DatasetMeta, problems: list[str]) -> None:
+    listed = {(root / f.path).resolve() for f in meta.files}
+    candidates: list[Path] = []
+    for split in SPLITS:
+        candidates.extend((root / split).glob("shard_*"))
+        candidates.extend(root.glob(f"{split}_*"))
+    for path in sorted(candidates):
+        if path.is_file() and path.resolve() not in listed:
+            problems.append(f"{path} is not listed in {META_NAME} (left over from another build?)")
+
+
+def _check_pretrain(
+    root: Path, meta: DatasetMeta, files: dict[str, TokenFile], problems: list[str], deep: bool
+) -> None:
+    eos = meta.raw.get("eos_token_id")
+    for split in SPLITS:
+        shards = meta.files_of(split, "tokens")
+        indexes = {f.shard_index: f for f in meta.files_of(split, "doc_index")}
+        offset = tokens = docs = 0
+        previous_last: int | None = None
+        for position, entry in enumerate(shards):
+            where = root / entry.path
+            if entry.shard_index != position or entry.token_offset != offset:
+                problems.append(f"{where}: shard index/offset {entry.shard_index}/{entry.token_offset}, "
+                                f"expected {position}/{offset}")
+            offset += entry.token_count
+            tokens += entry.token_count
+            docs += entry.doc_count
+            shard = files.get(entry.path)
+            index_entry = indexes.get(entry.shard_index)
+            if index_entry is None:
+                problems.append(f"{where} has no document index in {META_NAME}")
+                continue
+            index = files.get(index_entry.path)
+            if shard is None or index is None:
+                continue
+            starts = index.array
+            if index.dtype != OFFSET_DTYPE or len(starts) != entry.doc_count:
+                problems.append(f"{index.path}: expected {entry.doc_count} int64 document starts, "
+                                f"found {len(starts)} {index.dtype}")
+                continue
+            if len(starts) and (np.any(np.diff(starts) <= 0) or starts[0] < 0 or starts[-1] >= len(shard)):
+                problems.append(f"{index.path}: document starts are not increasing positions inside the shard")
+                continue
+            if deep:
+                _check_ids(shard, meta.vocab_size, problems)
+                before = np.asarray(starts[starts > 0]) - 1
+                ends_ok = bool(np.all(shard.array[before] == eos)) if len(before) else True
+                if len(starts) and starts[0] == 0 and previous_last is not None:
+                    ends_ok = ends_ok and previous_last == eos
+                if not ends_ok:
+                    problems.append(f"{shard.path}: a document start does not follow an EOS ({eos})")
+                previous_last = int(shard.array[-1]) if len(shard) else previous_last
+                shard.release()
+        totals = meta.raw.get("totals", {})
+        if totals.get(f"{split}_tokens") != tokens or totals.get(f"{split}_docs") != docs:
+            problems.append(f"{root / META_NAME}: {split} totals {totals.get(f'{split}_tokens')} tokens / "
+                            f"{totals.get(f'{split}_docs')} docs, but its shards hold {tokens} / {docs}")
+
+
+def _check_sft(
+    root: Path, meta: DatasetMeta, files: dict[str, TokenFile], problems: list[str], deep: bool
+) -> None:
+    for split in SPLITS:
+        names = sft_names(split)
+        tokens, offsets, mask = (files.get(names[role]) for role in ("tokens", "offsets", "loss_mask"))
+        for role, found in (("tokens", tokens), ("offsets", offsets), ("loss_mask", mask)):
+            if found is None and not any(f.path == names[role] for f in meta.files):
+                problems.append(f"{root / names[role]} is not listed in {META_NAME}")
+        if tokens is None or offsets is None or mask is None:
+            continue
+        starts = offsets.array
+        if offsets.dtype != OFFSET_DTYPE:
+            problems.append(f"{offsets.path} holds {offsets.dtype}, not int64 offsets")
+            continue
+        if len(starts) and (starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= len(tokens)):
+            problems.append(f"{offsets.path}: offsets do not increase from 0 inside {len(tokens)} tokens")
+            continue
+        if len(starts) == 0 and len(tokens):
+            problems.append(f"{offsets.path} lists no example but {tokens.path.name} holds tokens")
+        if meta.raw.get("totals", {}).get(f"{split}_examples") != len(starts):
+            problems.append(f"{root / META_NAME}: {split}_examples disagrees with {offsets.path.name} "
+                            f"({len(starts)} offsets)")
+        if deep and len(tokens):
+            _check_ids(tokens, meta.vocab_size, problems)
+            values = np.unique(mask.array)
+            if not set(values.tolist()) <= {0, 1}:
+                problems.append(f"{mask.path} holds values other than 0 and 1")
+            elif len(starts):
+                trained = np.add.reduceat(mask.array.astype(np.int64), starts)
+                if np.any(trained == 0):
+                    problems.append(f"{mask.path}: {int(np.sum(trained == 0))} example(s) train no token")
+            tokens.release()
+            mask.release()
+
+
+def _check_ids(token_file: TokenFile, vocab_size: int, problems: list[str]) -> None:
+    array = token_file.array
+    for start in range(0, len(array), CHUNK):
+        top = int(array[start:start + CHUNK].max())
+        if top >= vocab_size:
+            problems.append(f"{token_file.path}: token id {top} is not below the vocabulary size {vocab_size}")
+            return
+        token_file.release()
+
+
+def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
+    """The flags and the Python snippet that read this dataset correctly."""
+    raw = meta.raw
+    common = f"--data.token_dtype={meta.token_dtype} --data.vocab_size={meta.vocab_size} " \
+             f"--data.tokenizer_sha256={meta.tokenizer_sha256}"
+    if meta.kind == "pretrain":
+        train = root / "train"
+        flags = (f"--data.dataset_path={train} --data.file_pattern='shard_*.bin' "
+                 f"--data.eos_token_id={raw['eos_token_id']} {common}")
+        python = (
+            "from dlmstore.datasets import MemoryMappedDataset, PretrainTokenStreamDataset\n"
+            f"train = PretrainTokenStreamDataset({str(train)!r}, T=T, device=device,\n"
+            f"    tokenizer_sha256={meta.tokenizer_sha256!r})  # x, y = train.get_batch(B=B, generator=g)\n"
+            f"windows = MemoryMappedDataset({str(train)!r}, seq_len=T + 1, file_pattern='shard_*.bin',\n"
+            "    pack_sequences=True)  # dtype and document boundaries come from meta.json\n"
+        )
+    else:
+        names = sft_names("train")
+        flags = (f"--data.tokens_path={root / names['tokens']} --data.idx_path={root / names['offsets']} "
+                 f"--data.mask_path={root / names['loss_mask']} --data.eot_id={raw['eot_id']} {common}")
+        python = (
+            "from dlmstore.datasets import SFTExampleDataset\n"
+            f"train = SFTExampleDataset({str(root / names['tokens'])!r}, {str(root / names['offsets'])!r},\n"
+            f"    T=T, device=device, eot_id={raw['eot_id']}, tokenizer_sha256={meta.tokenizer_sha256!r})\n"
+            "# x, y, y_masked = train.get_batch(B=B, generator=g)\n"
+        )
+    return ReaderConfig(flags=flags, python=python)
+
