@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
@@ -40,9 +39,8 @@ ROW_KEY_SCHEME = "row-v1"
 ROW_KINDS = ("text", "messages", "preference")
 
 
-@dataclass(frozen=True)
 class Row:
-    """One training example.
+    """One training example (immutable).
 
     Attributes:
         row_key: ``"sha256:" + 64 hex``; see the module docstring.
@@ -51,13 +49,61 @@ class Row:
         kind: ``text``, ``messages`` or ``preference``.
         data: ``{"text": ...}``, ``{"messages": [{"role", "content"}, ...]}``
             or ``{"prompt", "chosen", "rejected"}``.
+
+    A ``text`` row made from a lazily loaded section (a source file a stat
+    check proved unchanged) builds ``data`` only when asked, so a pass whose
+    rows all hit the cache never reads those files.
     """
+
+    __slots__ = ("row_key", "section_id", "index", "kind", "_data", "_section")
 
     row_key: str
     section_id: str
     index: int
     kind: str
-    data: dict[str, Any]
+    _data: dict[str, Any] | None
+    _section: Section | None
+
+    def __init__(
+        self,
+        row_key: str,
+        section_id: str,
+        index: int,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        *,
+        section: Section | None = None,
+    ) -> None:
+        if data is None and section is None:
+            raise ValueError("a row needs its data or the section that holds its text")
+        for name, value in (
+            ("row_key", row_key), ("section_id", section_id), ("index", index),
+            ("kind", kind), ("_data", data), ("_section", section),
+        ):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is not None:
+            return self._data
+        assert self._section is not None  # guaranteed by __init__
+        return {"text": self._section.content}
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Row is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Row):
+            return NotImplemented
+        return (self.row_key, self.section_id, self.index, self.kind, self.data) == (
+            other.row_key, other.section_id, other.index, other.kind, other.data,
+        )  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash(self.row_key)
+
+    def __repr__(self) -> str:
+        return f"Row(row_key={self.row_key!r}, section_id={self.section_id!r}, index={self.index}, kind={self.kind!r})"
 
 
 def canonical_json(data: dict[str, Any]) -> str:
@@ -93,7 +139,10 @@ def section_rows(
     """
     datas: list[dict[str, Any]]
     if section.type == "prose":
-        kind, datas = "text", [{"text": section.content}]
+        # The digest covers the text, so the key needs no content: keep it lazy.
+        empty: dict[str, Any] = {}
+        key = row_key(section, "text", 0, occurrence, empty)
+        return [Row(key, section.section_id, 0, "text", section=section)]
     elif section.type == "instruction":
         kind = "messages"
         system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]

@@ -111,3 +111,17 @@ def test_records_of_files_that_are_gone_are_dropped(tmp_path: Path) -> None:
     tokenize_document(str(doc))
     with open_store(VALID_ID) as store:
         assert sorted(rel for _, rel in StatCache.load(store).stamps) == ["b.md", "c.bin"]
+
+
+def test_a_warm_pass_with_every_row_cached_reads_no_source_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dlmstore.sources as sources
+
+    doc = _corpus(tmp_path)
+    tokenize_document(str(doc))
+
+    def refuse(*args: object) -> str:
+        raise AssertionError(f"read {args[2]}")
+
+    monkeypatch.setattr(sources, "_load_checked", refuse)
+    summary, _ = tokenize_document(str(doc), materialize=False)
+    assert summary.tokenization.cache_hits == summary.tokenization.total_rows
