@@ -102,7 +102,7 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         return self._cumulative[-1] if self._cumulative else 0
 
     def _locate(self, index: int) -> tuple[int, int]:
-        total = len(self)
+        total = self._cumulative[-1] if self._cumulative else 0
         if index < 0:
             index += total
         if not 0 <= index < total:

@@ -82,10 +82,11 @@ def pack_window(window: Array, boundaries: Array) -> dict[str, Array]:
     ``window`` holds ``n`` tokens; each output has ``n - 1`` (int64). Only
     the few boundary labels are written, never a mask over the window.
     """
-    labels = window[1:].astype(np.int64)
+    ids = window.astype(np.int64)  # one widening pass; labels copy the tail of it
+    labels = ids[1:].copy()
     labels[boundaries - 1] = IGNORE_INDEX
     return {
-        "input_ids": window[:-1].astype(np.int64),
+        "input_ids": ids[:-1],
         "labels": labels,
         "doc_ids": doc_ids_from_boundaries(boundaries, len(window) - 1),
     }
