@@ -233,3 +233,53 @@ source_stats = Table(
     CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
     comment="What each source file looked like when last read, so unchanged files are not read again.",
 )
+
+adapters = Table(
+    "adapters",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Adapter row id."),
+    Column("version", Integer, nullable=False, unique=True, comment="N of adapter/versions/vNNNN."),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, unique=True, comment="The train run that wrote it."),
+    Column("path", Text, nullable=False, comment="Folder relative to the store directory."),
+    Column("sha256", Text, nullable=False, comment="sha256 of adapter_model.safetensors (sha256:...)."),
+    Column("bytes", Integer, nullable=False, comment="Size of adapter_model.safetensors."),
+    Column("base_model", Text, nullable=False, comment="base_model it was trained on."),
+    Column("steps", Integer, nullable=False, comment="Optimizer steps taken."),
+    Column("final_loss", Float, comment="Training loss at the last logged step."),
+    Column("created_at", Text, nullable=False, comment="When it was registered."),
+    comment="LoRA adapter versions, registered only after their files are complete.",
+)
+
+train_steps = Table(
+    "train_steps",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."),
+    Column("step", Integer, nullable=False, comment="Optimizer step."),
+    Column("epoch", Float, comment="Fractional epoch at that step."),
+    Column("loss", Float, comment="Training loss logged at that step."),
+    Column("learning_rate", Float, comment="Learning rate at that step."),
+    Column("tokens_per_second", Float, comment="Training throughput since the previous log."),
+    Column("recorded_at", Text, nullable=False, comment="When it was logged."),
+    PrimaryKeyConstraint("run_id", "step", name="train_steps_pk"),
+    comment="Loss and learning rate per logged training step.",
+)
+
+lock_records = Table(
+    "lock_records",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Lock record id."),
+    Column("run_id", Integer, ForeignKey("runs.id"), comment="The train run it was captured for."),
+    Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    Column("decision", Text, nullable=False, comment="written (validated), updated (--update-lock) or ignored (--ignore-lock)."),
+    Column("lock_version", Integer, nullable=False, comment="Format version of the lock."),
+    Column("dlm_sha256", Text, nullable=False, comment="sha256 of the .dlm document."),
+    Column("base_model_revision", Text, comment="Revision of the base model (hub commit or content hash)."),
+    Column("base_model_sha256", Text, comment="sha256 of the base model weights, when known."),
+    Column("hardware_tier", Text, nullable=False, comment="cpu, cuda, mps or rocm."),
+    Column("determinism_class", Text, nullable=False, comment="strong, best-effort or advisory."),
+    Column("seed", Integer, nullable=False, comment="Training seed."),
+    Column("lock_json", Text, nullable=False, comment="The whole lock, as written to dlm.lock."),
+    CheckConstraint("decision IN ('written', 'updated', 'ignored')", name="lock_records_decision"),
+    comment="Every reproducibility lock captured by dlm train (dlm.lock is the latest written one).",
+    sqlite_autoincrement=True,
+)

@@ -57,6 +57,14 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO source_stats (path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, "
         "checked_ns) VALUES ('/src/a.py', 'a.py', 10, 1, 1, 7, 'ok', 'ab', 5)"
     ],
+    "0006": [
+        "INSERT INTO adapters (version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at) "
+        "VALUES (1, 1, 'adapter/versions/v0001', 'sha256:a', 10, 'smollm2-135m', 3, 2.5, 'x')",
+        "INSERT INTO train_steps (run_id, step, epoch, loss, learning_rate, tokens_per_second, recorded_at) "
+        "VALUES (1, 1, 0.5, 2.5, 0.0002, 100.0, 'x')",
+        "INSERT INTO lock_records (run_id, created_at, decision, lock_version, dlm_sha256, hardware_tier, "
+        "determinism_class, seed, lock_json) VALUES (1, 'x', 'written', 1, 'ab', 'cpu', 'advisory', 42, '{}')",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -68,6 +76,7 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     ),
     "0004": ("SELECT name, split, tokens FROM dataset_split_totals", [("wiki", "train", 100)]),
     "0005": ("SELECT relpath, status FROM source_stats", [("a.py", "ok")]),
+    "0006": ("SELECT adapter_version, steps, logged_steps FROM train_runs", [(1, 3, 1)]),
 }
 
 
