@@ -40,13 +40,15 @@ def cli() -> None:
     """dlm: a local-first store for LLM training data.
 
     Write a .dlm document (Markdown + YAML frontmatter) with `dlm init`,
-    then see what dlm makes of it with `dlm show`. Everything a store holds
-    is recorded in one SQLite database per document (`dlm show` says where).
+    see what dlm makes of it with `dlm show`, tokenize it through the cache
+    with `dlm tokenize`, train a LoRA adapter with `dlm train`. Everything a
+    store holds is recorded in one SQLite database per document (`dlm show`
+    says where).
     """
 
 
 def _register() -> None:
-    from dlmstore.cli import cache, data, init, metrics, show, tokenize
+    from dlmstore.cli import cache, data, init, lock, metrics, prompt, show, tokenize, train
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)
@@ -54,6 +56,9 @@ def _register() -> None:
     cli.add_command(cache.cache_group)
     cli.add_command(metrics.metrics_command)
     cli.add_command(data.data_group)
+    cli.add_command(lock.lock_group)
+    cli.add_command(train.train_command)
+    cli.add_command(prompt.prompt_command)
 
 
 _register()

@@ -39,5 +39,23 @@ def metrics_command(path: str, run_id: int | None, since: object, limit: int, as
                 f"{event.total_tokenize_seconds:>8.2f}  {human_bytes(event.cache_bytes_after):>9}"
             )
         click.echo(f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {numbers}")
+    for run in report.runs:
+        train = run.training
+        if train is None:
+            continue
+        if train.adapter_version is not None:
+            loss = "n/a" if train.final_loss is None else f"{train.final_loss:.4f}"
+            click.echo(
+                f"run {run.run_id}: adapter v{train.adapter_version:04d}, {train.steps_taken} steps, "
+                f"final loss {loss}, {train.adapter_sha256}"
+            )
+        if train.steps:
+            click.echo(f"{'step':>6}  {'epoch':>7}  {'loss':>9}  {'learning rate':>13}  {'tokens/s':>9}")
+            for step in train.steps:
+                epoch = "" if step.epoch is None else f"{step.epoch:.3f}"
+                loss = "" if step.loss is None else f"{step.loss:.4f}"
+                rate = "" if step.learning_rate is None else f"{step.learning_rate:.3g}"
+                speed = "" if step.tokens_per_second is None else f"{step.tokens_per_second:,.0f}"
+                click.echo(f"{step.step:>6}  {epoch:>7}  {loss:>9}  {rate:>13}  {speed:>9}")
     if not report.runs:
-        click.echo("(no runs yet: run `dlm tokenize` first)")
+        click.echo("(no runs yet: run `dlm tokenize` or `dlm train` first)")

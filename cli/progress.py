@@ -39,3 +39,26 @@ class ProgressBar:
     def close(self) -> None:
         if self.drawn:
             click.echo("", err=True)
+
+
+class TrainBar:
+    """Callable ``(step, total, loss, tokens_per_second)`` drawing one stderr line."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.drawn = False
+
+    def __call__(self, step: int, total: int, loss: float | None, rate: float | None) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * step / total) if total > 0 else 0
+        bar = "#" * filled + "-" * (width - filled)
+        loss_text = "" if loss is None else f"  loss {loss:.4f}"
+        rate_text = "" if rate is None else f"  {rate:,.0f} tokens/s"
+        click.echo(f"\rtraining [{bar}] step {step}/{total}{loss_text}{rate_text}", err=True, nl=False)
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            click.echo("", err=True)

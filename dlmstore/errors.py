@@ -48,3 +48,7 @@ class StoreVersionError(StoreError):
 
 class BaseModelError(DlmError):
     """A base model name cannot be resolved to a tokenizer or model."""
+
+
+class TrainingError(DlmError):
+    """A document cannot be trained as written."""

@@ -76,6 +76,28 @@ def record_tokenization_event(store: Store, run_id: int, event: TokenizationEven
 
 
 @dataclass(frozen=True)
+class TrainStep:
+    """One logged training step."""
+
+    step: int
+    epoch: float | None
+    loss: float | None
+    learning_rate: float | None
+    tokens_per_second: float | None
+
+
+@dataclass(frozen=True)
+class TrainingInfo:
+    """What a train run produced; ``steps`` is filled only for ``--run-id``."""
+
+    adapter_version: int | None
+    adapter_sha256: str | None
+    steps_taken: int | None
+    final_loss: float | None
+    steps: list[TrainStep] | None = None
+
+
+@dataclass(frozen=True)
 class RunMetrics:
     """One run as ``dlm metrics`` shows it."""
 
@@ -86,6 +108,7 @@ class RunMetrics:
     finished_at: str | None
     error: str | None
     tokenization: TokenizationEvent | None
+    training: TrainingInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +123,8 @@ class MetricsReport:
 def run_metrics(
     store: Store, *, run_id: int | None = None, since: timedelta | None = None, limit: int = 20
 ) -> MetricsReport:
-    """Runs newest first with their tokenization events (one query)."""
+    """Runs newest first with their tokenization events and adapters (one query);
+    with ``run_id``, also that run's per-step training metrics."""
     where: list[str] = []
     params: list[object] = []
     if run_id is not None:
@@ -112,13 +136,25 @@ def run_metrics(
     sql = (
         "SELECT r.id, r.command, r.status, r.started_at, r.finished_at, r.error, "
         "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
-        "e.cache_bytes_after, e.cache_mode "
+        "e.cache_bytes_after, e.cache_mode, a.version, a.sha256, a.steps, "
+        "(SELECT loss FROM train_steps s WHERE s.run_id = r.id ORDER BY step DESC LIMIT 1) "
         "FROM runs AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
+        "LEFT JOIN adapters AS a ON a.run_id = r.id "
         + (f"WHERE {' AND '.join(where)} " if where else "")
         + "ORDER BY r.id DESC LIMIT ?"
     )
     with store.read() as conn:
-        rows = conn.exec_driver_sql(sql, (*params, limit)).fetchall()
+        rows = conn.execute(sql, (*params, limit)).fetchall()
+        per_step: list[TrainStep] | None = None
+        if run_id is not None:
+            per_step = [
+                TrainStep(*step)
+                for step in conn.execute(
+                    "SELECT step, epoch, loss, learning_rate, tokens_per_second FROM train_steps "
+                    "WHERE run_id = ? ORDER BY step",
+                    (run_id,),
+                )
+            ]
     runs = []
     for row in rows:
         event = None
@@ -128,5 +164,8 @@ def run_metrics(
                 total_tokenize_seconds=row[10], cache_bytes_after=row[11], cache_mode=row[12],
                 hit_rate=TokenizationEvent.rate(row[8], row[9]),
             )  # fmt: skip
-        runs.append(RunMetrics(row[0], row[1], row[2], row[3], row[4], row[5], event))
+        training = None
+        if row[1] == "train":
+            training = TrainingInfo(row[13], row[14], row[15], row[16], per_step)
+        runs.append(RunMetrics(row[0], row[1], row[2], row[3], row[4], row[5], event, training))
     return MetricsReport(store.dlm_id, str(store.path), runs)

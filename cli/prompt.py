@@ -1,0 +1,23 @@
+"""``dlm prompt PATH "question"``: what does the trained adapter answer?"""
+
+from __future__ import annotations
+
+import click
+
+from dlmstore.cli.render import emit_json
+
+
+@click.command("prompt")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("question")
+@click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=128, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+def prompt_command(path: str, question: str, max_new_tokens: int, as_json: bool) -> None:
+    """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
+    from dlmstore.prompting import answer_question
+
+    result = answer_question(path, question, max_new_tokens=max_new_tokens)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(result.answer)

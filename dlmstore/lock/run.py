@@ -1,0 +1,88 @@
+"""The two calls ``dlm train`` makes: :func:`begin_lock` before training, :func:`finish_lock` after.
+
+:func:`begin_lock` applies the determinism settings, captures the run's
+lock and checks it against ``dlm.lock`` before any expensive work, so a
+blocking mismatch costs nothing. :func:`finish_lock` runs only when
+training succeeded: a failed or interrupted run never touches ``dlm.lock``
+and records no lock row.
+
+A hub base that is not in the local Hugging Face cache yet has no known
+revision when the run begins (it is downloaded when the model loads);
+:func:`finish_lock` looks again, so the lock written for the run names the
+commit it actually trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlmstore.lock.identity import base_model_identity
+from dlmstore.lock.model import Lock, capture_lock
+from dlmstore.lock.records import write_lock
+from dlmstore.lock.validate import LockDecision, check_lock
+from dlmstore.store import Store
+
+if TYPE_CHECKING:
+    from dlmstore.bases import BaseModelRef
+    from dlmstore.determinism import DeterminismInfo
+    from dlmstore.document import Document
+
+
+@dataclass(frozen=True)
+class PendingLock:
+    """A run's captured lock and the decision taken about it, until the run ends."""
+
+    lock: Lock
+    decision: LockDecision
+    ref: BaseModelRef
+
+    @property
+    def warnings(self) -> list[str]:
+        """Lines to print on stderr (WARN mismatches under the default mode)."""
+        return list(self.decision.warnings)
+
+
+def begin_lock(
+    store: Store,
+    document: Document,
+    ref: BaseModelRef,
+    *,
+    seed: int,
+    run_id: int,
+    mode: str,
+    determinism: DeterminismInfo | None = None,
+) -> PendingLock:
+    """Capture this run's lock and check it against ``dlm.lock``.
+
+    Args:
+        store: the document's store.
+        document: the parsed document.
+        ref: its resolved base model.
+        seed: the seed the run trains with.
+        run_id: the run being recorded.
+        mode: ``validate``, ``strict``, ``update`` or ``ignore``.
+        determinism: what :func:`~dlmstore.determinism.apply_determinism`
+            returned; applied here when not given (it is idempotent).
+
+    Raises:
+        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``.
+        LockValidationError: a blocking mismatch; nothing was written.
+    """
+    if determinism is None:
+        from dlmstore.determinism import apply_determinism
+
+        determinism = apply_determinism()
+    lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id)
+    return PendingLock(lock, check_lock(store, lock, mode=mode), ref)
+
+
+def finish_lock(store: Store, pending: PendingLock) -> str:
+    """Record the lock of a successful run; returns the decision (``written``/``updated``/``ignored``)."""
+    lock = pending.lock
+    if lock.base_model_revision is None:
+        revision, sha256 = base_model_identity(pending.ref)
+        lock = dataclasses.replace(lock, base_model_revision=revision, base_model_sha256=sha256)
+    write_lock(store, lock, decision=pending.decision.decision)
+    return pending.decision.decision

@@ -1,0 +1,200 @@
+"""Comparing a run's lock with the previous one, and deciding what to do.
+
+:func:`compare` applies the severity table of docs/reproducibility.md and
+nothing else; fields not in the table (seed, CUDA/ROCm versions, the base
+model sha256, licence, timestamps, run ids) are recorded but never compared.
+
+* ``dlm_sha256``: ALLOW (editing the document is the point);
+* ``base_model_revision``: ERROR;
+* ``pinned_versions.torch``: ERROR for a new major version, else WARN;
+* ``pinned_versions.transformers`` / ``peft`` / ``trl`` / ``accelerate``: WARN;
+* ``pinned_versions.bitsandbytes``: WARN for any change, appearing or vanishing too;
+* ``hardware_tier``, ``determinism_class``, each ``determinism_flags.<flag>``: WARN.
+
+:func:`decide` turns the mismatches into a :class:`LockDecision` for one of
+four modes, the library side of ``dlm train``'s flags:
+
+* ``validate`` (no flag): ERROR stops the run, WARN is reported, write;
+* ``strict`` (``--strict-lock``): WARN counts as ERROR;
+* ``update`` (``--update-lock``): no validation, write (a corrupt lock too);
+* ``ignore`` (``--ignore-lock``): no validation, the file is not written
+  (the run still gets a lock record with decision ``ignored``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from dlmstore.errors import DlmError
+from dlmstore.lock.model import LOCK_NAME, Lock, LockError, read_lock
+from dlmstore.store import Store
+
+Severity = Literal["ALLOW", "WARN", "ERROR"]
+LockMode = Literal["validate", "strict", "update", "ignore"]
+Decision = Literal["written", "updated", "ignored"]
+
+LOCK_MODES: tuple[str, ...] = get_args(LockMode)
+
+#: The table, for every field compared as a whole.
+SEVERITIES: dict[str, Severity] = {
+    "dlm_sha256": "ALLOW",
+    "base_model_revision": "ERROR",
+    "hardware_tier": "WARN",
+    "determinism_class": "WARN",
+}
+
+#: Pinned packages whose every change is a WARN (torch is graded by major version).
+WARN_PACKAGES = ("transformers", "peft", "trl", "accelerate", "bitsandbytes")
+
+VALIDATION_HINT = (
+    "rerun with --update-lock to accept the change and rewrite dlm.lock, "
+    "or --ignore-lock to train without checking or writing it"
+)
+
+Value = str | int | bool | None
+
+
+class LockValidationError(DlmError):
+    """This run's lock differs from ``dlm.lock`` in a way the mode does not accept."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One field that differs between two locks.
+
+    Attributes:
+        field: the lock field, dotted for nested ones
+            (``pinned_versions.torch``, ``determinism_flags.warn_only``).
+        old: the value in the earlier lock (None when absent).
+        new: the value in the later lock (None when absent).
+        severity: ``ALLOW``, ``WARN`` or ``ERROR`` from the table.
+    """
+
+    field: str
+    old: Value
+    new: Value
+    severity: Severity
+
+    def describe(self) -> str:
+        """``pinned_versions.torch: '2.5.1' -> '3.0.0' (ERROR)``."""
+        return f"{self.field}: {self.old!r} -> {self.new!r} ({self.severity})"
+
+
+@dataclass(frozen=True)
+class LockDecision:
+    """What a run does about its lock.
+
+    Attributes:
+        mode: the mode decided under.
+        decision: ``written``, ``updated`` or ``ignored``: pass it to
+            :func:`dlmstore.lock.write_lock` when the run succeeds.
+        write: whether ``dlm.lock`` is (re)written on success.
+        mismatches: every difference from the previous lock, ALLOW included
+            (empty when there is no previous lock).
+        warnings: one line per WARN to print on stderr (``validate`` only).
+    """
+
+    mode: str
+    decision: Decision
+    write: bool
+    mismatches: list[Mismatch] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def compare(previous: Lock, current: Lock) -> list[Mismatch]:
+    """Every field of the severity table that differs, in table order."""
+    found: list[Mismatch] = []
+    for name in ("dlm_sha256", "base_model_revision"):
+        _add(found, name, getattr(previous, name), getattr(current, name), SEVERITIES[name])
+    old_torch = previous.pinned_versions.get("torch")
+    new_torch = current.pinned_versions.get("torch")
+    torch_severity: Severity = "ERROR" if _major(old_torch) != _major(new_torch) else "WARN"
+    _add(found, "pinned_versions.torch", old_torch, new_torch, torch_severity)
+    for package in WARN_PACKAGES:
+        _add(
+            found,
+            f"pinned_versions.{package}",
+            previous.pinned_versions.get(package),
+            current.pinned_versions.get(package),
+            "WARN",
+        )
+    for name in ("hardware_tier", "determinism_class"):
+        _add(found, name, getattr(previous, name), getattr(current, name), SEVERITIES[name])
+    for flag in sorted(set(previous.determinism_flags) | set(current.determinism_flags)):
+        _add(
+            found,
+            f"determinism_flags.{flag}",
+            previous.determinism_flags.get(flag),
+            current.determinism_flags.get(flag),
+            "WARN",
+        )
+    return found
+
+
+def decide(previous: Lock | None, current: Lock, *, mode: str) -> LockDecision:
+    """Apply ``mode`` to the differences between ``previous`` and ``current``.
+
+    Args:
+        previous: the lock in ``dlm.lock``, or None when there is none yet.
+        current: the lock captured for this run.
+        mode: ``validate``, ``strict``, ``update`` or ``ignore``.
+
+    Raises:
+        LockValidationError: an ERROR (or, under ``strict``, a WARN)
+            mismatch; the message lists every blocking change.
+    """
+    if mode not in LOCK_MODES:
+        raise ValueError(f"unknown lock mode {mode!r}; expected one of {', '.join(LOCK_MODES)}")
+    mismatches = compare(previous, current) if previous is not None else []
+    if mode == "update":
+        return LockDecision(mode, "updated", True, mismatches)
+    if mode == "ignore":
+        return LockDecision(mode, "ignored", False, mismatches)
+    blocking = [m for m in mismatches if m.severity == "ERROR" or (mode == "strict" and m.severity == "WARN")]
+    if blocking:
+        lines = "\n".join(f"  {_blocking_line(m, mode)}" for m in blocking)
+        noun = "change" if len(blocking) == 1 else "changes"
+        raise LockValidationError(
+            f"{LOCK_NAME} does not match this run ({len(blocking)} blocking {noun}):\n{lines}",
+            hint=VALIDATION_HINT,
+        )
+    warnings = [f"{LOCK_NAME}: {m.describe()}" for m in mismatches if m.severity == "WARN"]
+    return LockDecision(mode, "written", True, mismatches, warnings)
+
+
+def check_lock(store: Store, current: Lock, *, mode: str) -> LockDecision:
+    """Read the store's ``dlm.lock`` and :func:`decide` about ``current``.
+
+    A corrupt ``dlm.lock`` is an error in every mode but ``update``, which
+    replaces it.
+
+    Raises:
+        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``.
+        LockValidationError: see :func:`decide`.
+    """
+    try:
+        previous = read_lock(store.path / LOCK_NAME)
+    except LockError:
+        if mode != "update":
+            raise
+        previous = None
+    return decide(previous, current, mode=mode)
+
+
+def _blocking_line(mismatch: Mismatch, mode: str) -> str:
+    if mismatch.severity == "WARN" and mode == "strict":
+        return f"{mismatch.field}: {mismatch.old!r} -> {mismatch.new!r} (WARN, an error under --strict-lock)"
+    return mismatch.describe()
+
+
+def _add(found: list[Mismatch], name: str, old: Value, new: Value, severity: Severity) -> None:
+    if old != new:
+        found.append(Mismatch(name, old, new, severity))
+
+
+def _major(version: str | None) -> str | None:
+    """``2.13.0+cpu`` -> ``2``; None stays None."""
+    if version is None:
+        return None
+    return version.split(".", 1)[0].strip()

@@ -1,0 +1,69 @@
+"""``dlm prompt``: ask the base model plus the latest adapter a question.
+
+A quick way to see what training did: the question is wrapped in the base
+model's chat template (with the document's system prompt, as in training)
+and answered greedily, so the same adapter gives the same answer every time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PromptAnswer:
+    """The JSON shape of ``dlm prompt --json``."""
+
+    question: str
+    answer: str
+    adapter_version: int
+    adapter_sha256: str
+    base_model: str
+
+
+def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> PromptAnswer:
+    """Generate an answer to ``question`` with the document's latest adapter.
+
+    Raises:
+        DocumentError: the document is invalid.
+        StoreError: the document has no store or no adapter yet.
+        BaseModelError: the base model cannot be loaded.
+    """
+    from dlmstore.adapters import latest
+    from dlmstore.bases import load_model, load_tokenizer, resolve_base
+    from dlmstore.document import parse_document
+    from dlmstore.errors import StoreError
+    from dlmstore.store import open_store
+
+    document = parse_document(path)
+    with open_store(document.dlm_id, create=False) as store:
+        adapter = latest(store)
+        folder = store.path / adapter.path if adapter else None
+    if adapter is None or folder is None:
+        raise StoreError(
+            f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first"
+        )
+    import torch
+    from peft import PeftModel
+
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    tokenizer = load_tokenizer(ref)
+    model = PeftModel.from_pretrained(load_model(ref), str(folder))
+    model.eval()
+    messages = []
+    if document.frontmatter.system_prompt is not None:
+        messages.append({"role": "system", "content": document.frontmatter.system_prompt})
+    messages.append({"role": "user", "content": question})
+    inputs = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    with torch.no_grad():
+        output = model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
+    prompt_len = inputs["input_ids"].shape[1]
+    text = tokenizer.decode(output[0][prompt_len:], skip_special_tokens=True).strip()
+    return PromptAnswer(question, text, adapter.version, adapter.sha256, document.base_model)
