@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 export TOKENIZERS_PARALLELISM := true
+DLM := DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm
 
 .PHONY: install demo test bench clean
 
@@ -24,17 +25,18 @@ $(STAMP): pyproject.toml Makefile
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show examples/tour.dlm
-	@echo "--- first tokenize: every row misses"
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm tokenize examples/tour.dlm
-	@echo "--- second tokenize: every row hits"
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm tokenize examples/tour.dlm
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm metrics examples/tour.dlm
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm cache show examples/tour.dlm
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm init .demo/hello.dlm
-	DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm show .demo/hello.dlm --json
-	@echo "store.db of the new document (query it yourself with sqlite3):"
-	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); print(sqlite3.connect(db).execute('select dlm_id, created_at, dlmstore_version from store_info').fetchone())"
+	$(DLM) show examples/tour.dlm
+	@echo "--- first training run: every row is tokenized (cache misses)"
+	$(DLM) train examples/tour.dlm
+	@echo "--- second training run: every row comes from the cache"
+	$(DLM) train examples/tour.dlm
+	$(DLM) metrics examples/tour.dlm
+	$(DLM) cache show examples/tour.dlm
+	$(DLM) lock show examples/tour.dlm
+	@echo "--- what does the adapter answer?"
+	$(DLM) prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40
+	@echo "store.db is plain SQLite; ask it anything, e.g. the hit rate per run:"
+	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc

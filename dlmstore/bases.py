@@ -22,11 +22,14 @@ processes converting at once both end with a complete folder.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -236,9 +239,18 @@ def _quiet_transformers() -> Iterator[Any]:
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    # The GGUF converter draws its own tqdm bar, outside transformers' switch.
+    gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None:
+        setattr(gguf_utils, "tqdm", functools.partial(bar, disable=True))
     try:
-        yield transformers
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            yield transformers
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+        if bar is not None:
+            setattr(gguf_utils, "tqdm", bar)

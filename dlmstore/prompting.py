@@ -43,8 +43,12 @@ def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> P
         raise StoreError(
             f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first"
         )
+    import warnings
+
     import torch
     from peft import PeftModel
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 
     ref = resolve_base(document.base_model, relative_to=document.directory)
     tokenizer = load_tokenizer(ref)

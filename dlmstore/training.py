@@ -29,6 +29,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,10 +156,13 @@ def train_document(
             t0 = time.perf_counter()
             dataset = rows.to_dataset()
             marks["dataset"] = time.perf_counter() - t0
-            outcome = _fit(
-                store, run_id, ref, tokenizer, dataset, settings,
-                seed=seed, max_steps=max_steps, epochs=epochs, progress=progress,
-            )  # fmt: skip
+            with warnings.catch_warnings():
+                # transformers deprecation notices about its own internals are noise here
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                outcome = _fit(
+                    store, run_id, ref, tokenizer, dataset, settings,
+                    seed=seed, max_steps=max_steps, epochs=epochs, progress=progress,
+                )  # fmt: skip
             t0 = time.perf_counter()
             adapter = save_version(
                 store, run_id=run_id, write=outcome.save, base_model=document.base_model,

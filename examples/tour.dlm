@@ -4,9 +4,9 @@ dlm_version: 1
 base_model: smollm2-135m
 system_prompt: You answer questions about dlmstore briefly and precisely.
 training:
-  sequence_len: 512
+  sequence_len: 256
   seed: 42
-  max_steps: 20
+  max_steps: 10
   sources:
     # The project's own documentation, one prose section per file.
     - path: ../docs
