@@ -69,7 +69,7 @@ class TokenizedRows:
         return int(self.offsets[-1])
 
     def to_arrow(self) -> Any:
-        """A pyarrow table with ``input_ids`` and ``attention_mask`` list columns, zero-copy where possible."""
+        """A pyarrow table with ``input_ids``, ``attention_mask`` and ``labels`` list columns, zero-copy where possible."""
         import numpy as np
         import pyarrow as pa
 
@@ -77,10 +77,14 @@ class TokenizedRows:
         ids = pa.array(self.values)  # uint16/uint32 as stored: no copy, no widening
         ones = pa.array(np.ones(len(self.values), dtype=np.uint8))
         list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+        input_ids = list_type.from_arrays(offsets, ids)
+        # labels == input_ids (TRL shifts them in the loss). Giving them here
+        # spares TRL its per-token Python pass that builds them row by row.
         return pa.table(
             {
-                "input_ids": list_type.from_arrays(offsets, ids),
+                "input_ids": input_ids,
                 "attention_mask": list_type.from_arrays(offsets, ones),
+                "labels": input_ids,
             }
         )
 

@@ -92,7 +92,8 @@ def test_preference_rows_are_counted_not_tokenized(doc: Path) -> None:
 def test_the_dataset_for_training_is_built_from_the_arrays(doc: Path) -> None:
     _, rows = tokenize_document(str(doc))
     dataset = rows.to_dataset()
-    assert dataset.column_names == ["input_ids", "attention_mask"]
+    assert dataset.column_names == ["input_ids", "attention_mask", "labels"]
+    assert dataset[0]["labels"] == dataset[0]["input_ids"]
     assert dataset[0]["input_ids"] == rows.input_ids(0).tolist()
     assert dataset[0]["attention_mask"] == [1] * len(rows.input_ids(0))
 
