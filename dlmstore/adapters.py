@@ -11,7 +11,6 @@ earlier one; its temporary folder is removed on the way out, or by
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from dlmstore.atomic import fsync_dir
 from dlmstore.clock import utc_now
+from dlmstore.digests import file_sha256
 from dlmstore.errors import StoreError
 from dlmstore.store import Store
 
@@ -40,15 +40,6 @@ class AdapterVersion:
     steps: int
     final_loss: float | None
     created_at: str
-
-
-def file_sha256(path: Path) -> str:
-    """``sha256:`` + hex of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
 
 
 def save_version(

@@ -16,7 +16,6 @@ down to ``meta.json``. (The database row carries ``registered_at``.)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.atomic import write_bytes_atomic
+from dlmstore.digests import file_sha256
 from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.formats import check_dtype_fits, token_dtype
 
@@ -80,13 +80,8 @@ class DatasetMeta:
         )
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """``sha256:<hex>`` of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+#: ``sha256:<hex>`` of a file (the project-wide helper, under this module's name).
+sha256_file = file_sha256
 
 
 def meta_bytes(meta: dict[str, Any]) -> bytes:

@@ -26,6 +26,8 @@ import json
 import os
 from importlib import metadata
 from pathlib import Path
+
+from dlmstore import digests
 from typing import TYPE_CHECKING
 
 from dlmstore.atomic import write_bytes_atomic
@@ -40,7 +42,6 @@ IDENTITY_NAME = "identity.json"
 #: Files in a local model directory whose names and sizes identify the weights.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
-_CHUNK = 1 << 20
 
 
 def base_model_identity(ref: BaseModelRef) -> tuple[str | None, str | None]:
@@ -78,12 +79,8 @@ def gguf_sha256(name: str, path: Path) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 hex of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """sha256 hex of a file's bytes (the lock stores it without a prefix)."""
+    return digests.file_sha256(path).removeprefix("sha256:")
 
 
 def _builtin_revision(name: str) -> str | None:
