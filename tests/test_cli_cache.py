@@ -165,3 +165,20 @@ def test_cache_commands_on_a_document_without_a_store_say_what_to_run(runner: Cl
     result = runner.invoke(cli, ["cache", "prune", str(doc)])
     assert result.exit_code == 1
     assert result.output.splitlines()[-1] == "hint: run `dlm tokenize` on the document to create it"
+
+
+@pytest.mark.parametrize("argv", [["cache", "show"], ["metrics"], ["tokenize"]])
+def test_cache_metrics_and_a_warm_tokenize_import_neither_torch_nor_transformers(
+    runner: CliRunner, doc: Path, argv: list[str]
+) -> None:
+    import subprocess
+    import sys
+
+    _tokenize(runner, doc)  # warm: every row is cached
+    code = (
+        "import sys; from dlmstore.cli.main import cli\n"
+        f"try:\n    cli({[*argv, str(doc)]!r})\nexcept SystemExit:\n    pass\n"
+        "print([m for m in ('torch', 'transformers', 'sqlalchemy') if m in sys.modules], file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "[]"
