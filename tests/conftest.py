@@ -11,8 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+# No per-example deadline: CI machines are shared and a slow example is not a bug.
+settings.register_profile("dlm", deadline=None)
+settings.load_profile("dlm")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
