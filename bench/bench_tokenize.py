@@ -123,6 +123,13 @@ def main() -> None:
         subprocess.run([DLM, "tokenize", str(subset), "--no-cache"], env=env, check=True, capture_output=True)
 
         small = measure("subset", subset, env, args.repeat)
+        results = {"subset": small}
+        if not args.skip_full:
+            full = Path(tmp) / "full.dlm"
+            write_doc(full, ID_FULL, args.root)
+            results["full"] = measure("full", full, env, args.repeat)
+        # Last: loading transformers here would inflate the peak RSS that
+        # os.wait4 reports for children forked afterwards.
         per_row_s, per_row = per_row_reference(subset, env)
         cached = subprocess.run([sys.executable, "-c", (
             "import json,sys; from dlmstore.tokenization import tokenize_document; "
@@ -133,11 +140,6 @@ def main() -> None:
         print(f"  per-row path (TRL _tokenize per row, in-process, tokenizer loaded): {per_row_s:.2f} s; "
               f"cached tokens identical: {identical}")  # fmt: skip
 
-        results = {"subset": small}
-        if not args.skip_full:
-            full = Path(tmp) / "full.dlm"
-            write_doc(full, ID_FULL, args.root)
-            results["full"] = measure("full", full, env, args.repeat)
 
     print("\ntargets")
     ratio = small["cold"] / small["warm"]
