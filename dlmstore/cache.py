@@ -205,12 +205,12 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
                 (json.dumps(chosen),),
             )
             removed += len(chosen)
-        dead = _drop_dead_packs(conn) if removed else ()
-    _unlink_packs(store, dead)
+        dead = drop_dead_packs(conn) if removed else ()
+    unlink_packs(store, dead)
     return Eviction(removed, removed_bytes, dead)
 
 
-def _drop_dead_packs(conn) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+def drop_dead_packs(conn) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
     """Delete pack rows no entry points into; return their paths (files go after commit)."""
     dead = tuple(
         row[0]
@@ -226,9 +226,9 @@ def _drop_dead_packs(conn) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
     return dead
 
 
-def _unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
+def unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
     for relpath in relpaths:
         (store.path / relpath).unlink(missing_ok=True)
 
 
-__all__ = ["Eviction", "Lookup", "TokenCache", "cache_bytes", "dtype_name", "evict"]
+__all__ = ["Eviction", "Lookup", "TokenCache", "cache_bytes", "drop_dead_packs", "dtype_name", "evict", "unlink_packs"]

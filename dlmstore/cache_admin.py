@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from dlmstore.cache import _drop_dead_packs, _unlink_packs
+from dlmstore.cache import drop_dead_packs, unlink_packs
 from dlmstore.home import store_dir
 from dlmstore.clock import iso_before
 from dlmstore.packs import PACK_DIR, PackReader, as_array, write_pack
@@ -102,8 +102,8 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
             (cutoff,),
         ).one()
         conn.exec_driver_sql("DELETE FROM cache_entries WHERE last_access_at < ?", (cutoff,))
-        dead = _drop_dead_packs(conn)
-    _unlink_packs(store, dead)
+        dead = drop_dead_packs(conn)
+    unlink_packs(store, dead)
     compacted = _compact(store)
     orphans, temps = _sweep_files(store, grace_s=grace_s, remove=True)
     return PruneResult(cutoff, removed, removed_bytes, len(dead), compacted, len(orphans), len(temps))
@@ -143,8 +143,8 @@ def _compact(store: Store) -> int:
                 "FROM json_each(?) AS j WHERE cache_entries.id = j.value ->> 0 AND cache_entries.pack_id = ?",
                 (new_id, json.dumps([[i, e.byte_offset] for i, e in zip(ids, new.entries, strict=True)]), pack_id),
             )
-            dead = _drop_dead_packs(conn)
-        _unlink_packs(store, dead)
+            dead = drop_dead_packs(conn)
+        unlink_packs(store, dead)
         done += 1
     reader.close()
     return done
@@ -277,6 +277,6 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
                 "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
                 "WHERE pack_id = token_packs.id)"
             )
-            dead = _drop_dead_packs(conn)
-        _unlink_packs(store, dead)
+            dead = drop_dead_packs(conn)
+        unlink_packs(store, dead)
     return VerifyResult(len(entries), len(packs), problems)

@@ -185,9 +185,9 @@ def _existing_id(db_path: Path) -> str:
 
 def migrate(db_path: Path, dlm_id: str) -> None:
     """Bring the database at ``db_path`` to head, creating it when missing."""
-    revision = current_revision(db_path)
-    if revision == HEAD_REVISION:
-        _check_owner(db_path, dlm_id)
+    revision, owner = _read_state(db_path)
+    if revision == HEAD_REVISION:  # the everyday case: one read-only connection, no alembic
+        _refuse_other_owner(db_path, owner, dlm_id)
         return
     _refuse_unknown(db_path, revision)
     lock_path = db_path.parent / ".migrate.lock"
@@ -209,17 +209,27 @@ def migrate(db_path: Path, dlm_id: str) -> None:
 
 def current_revision(db_path: Path) -> str | None:
     """The Alembic revision stamped in ``db_path``; ``None`` when unstamped or missing."""
+    return _read_state(db_path)[0]
+
+
+def _read_state(db_path: Path) -> tuple[str | None, str | None]:
+    """The stamped revision and, for a database at head, the owning document id."""
     if not db_path.is_file():
-        return None
+        return None, None
     try:
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {db_path}: {exc}") from None
     try:
         row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        revision = row[0] if row else None
+        owner = None
+        if revision == HEAD_REVISION:
+            stamped = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
+            owner = stamped[0] if stamped else None
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
-            return None
+            return None, None
         raise StoreError(f"cannot read {db_path}: {exc}") from None
     except sqlite3.DatabaseError as exc:
         raise StoreError(
@@ -228,7 +238,7 @@ def current_revision(db_path: Path) -> str | None:
         ) from None
     finally:
         conn.close()
-    return row[0] if row else None
+    return revision, owner
 
 
 def _refuse_unknown(db_path: Path, revision: str | None) -> None:
@@ -310,13 +320,12 @@ def _stamp_store_info(db_path: Path, dlm_id: str) -> None:
 
 
 def _check_owner(db_path: Path, dlm_id: str) -> None:
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-    try:
-        row = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
-    finally:
-        conn.close()
-    if row is not None and row[0] != dlm_id:
+    _refuse_other_owner(db_path, _read_state(db_path)[1], dlm_id)
+
+
+def _refuse_other_owner(db_path: Path, owner: str | None, dlm_id: str) -> None:
+    if owner is not None and owner != dlm_id:
         raise StoreError(
-            f"{db_path} belongs to document {row[0]}, not {dlm_id}",
+            f"{db_path} belongs to document {owner}, not {dlm_id}",
             hint="the store directory was copied or renamed by hand; move it back",
         )

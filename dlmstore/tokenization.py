@@ -244,12 +244,12 @@ def tokenize_pass(
     event = TokenizationEvent(
         total_sections=len(corpus.sections),
         total_rows=len(rows),
-        cache_hits=hits if use_cache else 0,
+        cache_hits=hits,
         cache_misses=misses,
         total_tokenize_seconds=round(seconds, 4),
         cache_bytes_after=cache_bytes(store),
         cache_mode=cache_mode,
-        hit_rate=TokenizationEvent.rate(hits if use_cache else 0, misses),
+        hit_rate=TokenizationEvent.rate(hits, misses),
     )
     warnings: tuple[str, ...] = ()
     if damaged:
