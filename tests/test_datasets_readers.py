@@ -16,7 +16,8 @@ from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.formats import ResidencyBudget, TokenFile
 from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.packing import (
-    IGNORE_INDEX, boundaries_from_eos, doc_ids_from_eos, doc_ids_from_starts, pack_window,
+    IGNORE_INDEX, WindowStarts, boundaries_from_eos, boundaries_from_starts, doc_ids_from_eos,
+    doc_ids_from_starts, pack_window,
 )
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
@@ -88,6 +89,17 @@ def test_packing_from_the_document_index_agrees_with_packing_from_eos(word_datas
         window = indexed.window(index)
         labels, doc_ids = packed_by_loop(window.tolist(), EOS)
         assert item["labels"].tolist() == labels and item["doc_ids"].tolist() == doc_ids
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sets(st.integers(0, 120), max_size=40), st.integers(2, 17))
+def test_precomputed_window_starts_match_a_search_per_window(positions: set[int], length: int) -> None:
+    starts = np.array(sorted(positions | {0}), dtype=np.int64)
+    windows = 121 // length
+    precomputed = WindowStarts(starts, length, windows)
+    for k in range(windows):
+        expected = boundaries_from_starts(starts, k * length, length)
+        assert precomputed.boundaries(k).tolist() == expected.tolist()
 
 
 def test_document_ids_from_starts_are_window_relative() -> None:

@@ -37,7 +37,7 @@ from torch.utils.data import Dataset
 from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget, TokenFile, doc_index_for
 from dlmstore.datasets.opening import glob_token_files, open_token_files
-from dlmstore.datasets.packing import boundaries_from_eos, boundaries_from_starts, pack_window
+from dlmstore.datasets.packing import WindowStarts, boundaries_from_eos, packed_arrays
 
 
 class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
@@ -83,6 +83,7 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         self.epoch = 0
         self.doc_indexes: tuple[TokenFile, ...] | None = None
         self.eos_token_id = eos_token_id
+        self._starts: list[WindowStarts | None] = [None] * len(self.files)
         if pack_sequences:
             indexes = [doc_index_for(f.path) for f in self.files]
             if all(p.is_file() for p in indexes):
@@ -128,16 +129,24 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
                 "labels": torch.from_numpy(window[1:]),
             }
         if self.doc_indexes is not None:
-            boundaries = boundaries_from_starts(self.doc_indexes[which].array, start, self.seq_len)
+            starts = self._starts[which] or self._window_starts(which)
+            boundaries = starts.boundaries(start // self.seq_len)
         else:
             assert self.eos_token_id is not None  # checked in __init__
             boundaries = boundaries_from_eos(window, self.eos_token_id)
-        packed = pack_window(window, boundaries)
+        input_ids, labels, doc_ids = packed_arrays(window, boundaries)
         return {
-            "input_ids": torch.from_numpy(packed["input_ids"]),
-            "labels": torch.from_numpy(packed["labels"]),
-            "doc_ids": torch.from_numpy(packed["doc_ids"]),
+            "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels),
+            "doc_ids": torch.from_numpy(doc_ids),
         }
+
+    def _window_starts(self, which: int) -> WindowStarts:
+        """Document starts per window of file ``which``, found on the file's first packed item."""
+        assert self.doc_indexes is not None
+        count = self._cumulative[which] - self._first[which]
+        starts = self._starts[which] = WindowStarts(self.doc_indexes[which].array, self.seq_len, count)
+        return starts
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -18,9 +18,10 @@ masks the EOS prediction; we keep the EOS target because it teaches the
 model to stop.)
 
 Every function is O(window) numpy work: the boundaries come from two
-``searchsorted`` calls on the index (or one comparison with EOS), the
-document ids from one ``np.repeat``, and only the boundary labels are
-written; never a Python loop per token (the benchmark compares against one).
+``searchsorted`` calls on the index (:class:`WindowStarts` makes them once
+per shard for all its windows) or one comparison with EOS, the document ids
+from one ``bincount`` and a running sum (``np.repeat`` over long arrays),
+and only the boundary labels are written; never a Python loop per token (the benchmark compares against one).
 The SFT counterpart, :func:`loss_mask_from_tokens`, finds assistant spans
 from their opening sentinel to the next EOT for token files built without
 a stored mask.
@@ -46,6 +47,30 @@ def boundaries_from_starts(starts: Array, begin: int, length: int) -> Array:
     lo = starts.searchsorted(begin + 1)
     hi = starts.searchsorted(begin + length)
     return starts[lo:hi] - begin
+
+
+class WindowStarts:
+    """Where documents start inside each fixed window of one shard, found once for all windows.
+
+    Window ``k`` covers tokens ``[k * length, (k + 1) * length)``;
+    :meth:`boundaries` returns what :func:`boundaries_from_starts` would, as
+    a slice of one precomputed array (two ``searchsorted`` calls over all
+    windows, instead of two calls and a subtraction per item). Memory is
+    two integers per window and one per document of the shard, kept only
+    for shards that are read.
+    """
+
+    __slots__ = ("lo", "hi", "offsets")
+
+    def __init__(self, starts: Array, length: int, windows: int) -> None:
+        begins = np.arange(windows, dtype=np.int64) * length
+        self.lo = starts.searchsorted(begins + 1)
+        self.hi = starts.searchsorted(begins + length)
+        self.offsets = (starts % length).astype(np.intp)  # the index type: no cast per item
+
+    def boundaries(self, k: int) -> Array:
+        """Window-relative positions in window ``k`` where a new document starts."""
+        return self.offsets[self.lo[k]:self.hi[k]]
 
 
 def boundaries_from_eos(window: Array, eos_token_id: int) -> Array:
@@ -82,14 +107,17 @@ def pack_window(window: Array, boundaries: Array) -> dict[str, Array]:
     ``window`` holds ``n`` tokens; each output has ``n - 1`` (int64). Only
     the few boundary labels are written, never a mask over the window.
     """
-    ids = window.astype(np.int64)  # one widening pass; labels copy the tail of it
-    labels = ids[1:].copy()
-    labels[boundaries - 1] = IGNORE_INDEX
-    return {
-        "input_ids": ids[:-1],
-        "labels": labels,
-        "doc_ids": doc_ids_from_boundaries(boundaries, len(window) - 1),
-    }
+    input_ids, labels, doc_ids = packed_arrays(window, boundaries)
+    return {"input_ids": input_ids, "labels": labels, "doc_ids": doc_ids}
+
+
+def packed_arrays(window: Array, boundaries: Array) -> tuple[Array, Array, Array]:
+    """:func:`pack_window` as a tuple ``(input_ids, labels, doc_ids)``, the per-item hot path."""
+    ids = window.astype(np.int64)  # one widening pass
+    shifted = ids.copy()  # labels are shifted[1:]: the label before boundary b sits at shifted[b]
+    if len(boundaries):  # a window inside one long document has none
+        shifted[boundaries] = IGNORE_INDEX
+    return ids[:-1], shifted[1:], doc_ids_from_boundaries(boundaries, len(ids) - 1)
 
 
 def loss_mask_from_tokens(tokens: Array, assistant_start: Sequence[int], eot_id: int) -> Array:
