@@ -81,9 +81,11 @@ def test_vectorised_packing_matches_the_per_token_loop(window: list[int]) -> Non
     assert packed["input_ids"].tolist() == window[:-1]
 
 
-def test_packing_from_the_document_index_agrees_with_packing_from_eos(word_dataset: Path) -> None:
-    indexed = MemoryMappedDataset(word_dataset / "train", 9, "shard_*.bin", pack_sequences=True)
-    assert indexed.doc_indexes is not None
+@pytest.mark.parametrize("starts_bytes", [64 << 20, 0], ids=["precomputed-starts", "searched-per-item"])
+def test_packing_from_the_document_index_agrees_with_packing_from_eos(word_dataset: Path, starts_bytes: int) -> None:
+    indexed = MemoryMappedDataset(word_dataset / "train", 9, "shard_*.bin", pack_sequences=True,
+                                  starts_bytes=starts_bytes)
+    assert indexed.doc_indexes is not None and indexed._precompute_starts == (starts_bytes > 0)
     for index in range(len(indexed)):
         item = indexed[index]
         window = indexed.window(index)

@@ -12,7 +12,8 @@ and returned as ``{"input_ids": w[:-1], "labels": w[1:]}`` (so pass
 comes from the dataset's ``meta.json`` (in ``data_dir`` or its parent) or
 the ``dtype`` argument, never from its size. With ``pack_sequences=True``
 each item also has ``doc_ids`` and ``-100`` labels across documents
-(:mod:`.packing`); boundaries come from the shards' ``.docs.npy`` indexes,
+(:mod:`.packing`); boundaries come from the shards' ``.docs.npy`` indexes
+(found once per shard for all its windows while that fits ``starts_bytes``),
 or from ``eos_token_id`` (argument, else meta.json) for shards built
 elsewhere.
 
@@ -37,7 +38,10 @@ from torch.utils.data import Dataset
 from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget, TokenFile, doc_index_for
 from dlmstore.datasets.opening import glob_token_files, open_token_files
-from dlmstore.datasets.packing import WindowStarts, boundaries_from_eos, packed_arrays
+from dlmstore.datasets.packing import WindowStarts, boundaries_from_eos, boundaries_from_starts, packed_arrays
+
+
+STARTS_BYTES = 64 * 1024 * 1024  # heap for precomputed window starts before searching per item
 
 
 class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
@@ -53,6 +57,10 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         tokenizer_sha256: refuse a dataset built by another tokenizer.
         release_bytes: release mapped pages after reading this many bytes
             (``None``: never).
+        starts_bytes: with packing, precompute every window's document
+            starts (:class:`~.packing.WindowStarts`) when they fit in this
+            many bytes of heap; a larger dataset searches its document index
+            per item instead (~1 µs more), so RSS stays flat at any size.
     """
 
     def __init__(
@@ -66,6 +74,7 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         dtype: str | None = None,
         tokenizer_sha256: str | None = None,
         release_bytes: int | None = RELEASE_BYTES,
+        starts_bytes: int = STARTS_BYTES,
     ) -> None:
         if seq_len < 2:
             raise DatasetError(f"seq_len must be at least 2 (inputs and labels), not {seq_len}")
@@ -84,11 +93,14 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         self.doc_indexes: tuple[TokenFile, ...] | None = None
         self.eos_token_id = eos_token_id
         self._starts: list[WindowStarts | None] = [None] * len(self.files)
+        self._precompute_starts = False
         if pack_sequences:
             indexes = [doc_index_for(f.path) for f in self.files]
             if all(p.is_file() for p in indexes):
                 self.doc_indexes = tuple(TokenFile(p) for p in indexes)
                 self.budget.files.extend(self.doc_indexes)
+                heap = sum(8 * len(index) + 16 * count for index, count in zip(self.doc_indexes, counts))
+                self._precompute_starts = heap <= starts_bytes
             else:
                 if eos_token_id is None and opened.meta is not None:
                     self.eos_token_id = opened.meta.raw.get("eos_token_id")
@@ -128,9 +140,11 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
                 "input_ids": torch.from_numpy(window[:-1]),
                 "labels": torch.from_numpy(window[1:]),
             }
-        if self.doc_indexes is not None:
+        if self._precompute_starts:
             starts = self._starts[which] or self._window_starts(which)
             boundaries = starts.boundaries(start // self.seq_len)
+        elif self.doc_indexes is not None:
+            boundaries = boundaries_from_starts(self.doc_indexes[which].array, start, self.seq_len)
         else:
             assert self.eos_token_id is not None  # checked in __init__
             boundaries = boundaries_from_eos(window, self.eos_token_id)
