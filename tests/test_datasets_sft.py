@@ -71,8 +71,7 @@ def test_the_chat_format_comes_from_the_tokenizers_template_and_reproduces_it(to
     assert fmt.preamble.startswith("<|im_start|>system\nYou are a helpful AI assistant")
     chat = ChatEncoding.build(fmt, encoder)
     for messages in (EXAMPLES[0], EXAMPLES[0][1:]):
-        contents = encoder.encode_texts([m["content"] for m in messages])
-        ids, _ = chat.assemble(messages, contents)
+        ids, _ = chat.assemble(messages, encoder.encode_contents(chat.contents(messages, 0)))
         expected = tokenizer.apply_chat_template(messages, tokenize=True)
         expected = expected["input_ids"] if hasattr(expected, "keys") else expected
         assert ids.tolist() == list(expected)

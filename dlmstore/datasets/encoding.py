@@ -8,6 +8,12 @@ SentencePiece-backed) and offers the two encodings a builder needs:
   BOS/EOS added, and text that happens to spell a special token, such as a
   web page quoting ``<|im_end|>``, is tokenized as ordinary text. A
   document must not be able to end an assistant turn or a document early;
+* :meth:`TextEncoder.encode_contents` for message content, which sits in
+  the middle of a rendered conversation: the same, except that the
+  tokenizer's word-start marker for the beginning of a string is not added
+  (a SentencePiece ``Metaspace`` prepend, a ``Prepend("▁")`` normalizer, a
+  byte-level ``add_prefix_space``), just as it is not added to content in
+  ``<|im_start|>user\\nHello``;
 * :meth:`TextEncoder.encode_markup` for *chat markup* (``<|im_start|>user\\n``)
   where special tokens are meant.
 
@@ -20,6 +26,7 @@ the same value ``dlm`` records everywhere else.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dlmstore.datasets.errors import DatasetError
@@ -41,6 +48,7 @@ class TextEncoder:
         self.name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
         backend = getattr(tokenizer, "_tokenizer", None)
         self._data_backend: Any = None
+        self._content_batch: Any = None
         if backend is not None and hasattr(backend, "encode_batch") and hasattr(backend, "to_str"):
             from tokenizers import Tokenizer
 
@@ -69,6 +77,24 @@ class TextEncoder:
         except TypeError:  # a tokenizer without split_special_tokens
             out = self.tokenizer(texts, add_special_tokens=False)
         return [list(ids) for ids in out["input_ids"]]
+
+    def encode_contents(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of message contents: :meth:`encode_texts` without a string-start marker."""
+        if not texts:
+            return []
+        if self._data_backend is None:
+            return self.encode_texts(texts)
+        if self._content_batch is None:  # built on first use: pretrain builds never need it
+            from tokenizers import Tokenizer
+
+            config = json.loads(self._data_backend.to_str())
+            if _drop_start_marker(config):
+                content = Tokenizer.from_str(json.dumps(config))
+                content.encode_special_tokens = True
+                self._content_batch = getattr(content, "encode_batch_fast", content.encode_batch)
+            else:
+                self._content_batch = self._batch
+        return [encoding.ids for encoding in self._content_batch(texts, add_special_tokens=False)]
 
     def encode_markup(self, text: str) -> list[int]:
         """Token ids of chat markup, special tokens parsed; ``[]`` for empty text."""
@@ -111,3 +137,35 @@ def as_encoder(tokenizer: Any, tokenizer_sha256: str | None = None) -> TextEncod
     if isinstance(tokenizer, TextEncoder):
         return tokenizer
     return TextEncoder(tokenizer, tokenizer_sha256=tokenizer_sha256)
+
+
+def _drop_start_marker(config: dict[str, Any]) -> bool:
+    """Turn off what marks the start of a string in a ``tokenizers`` config; True if anything was."""
+    changed = False
+
+    def visit(node: Any) -> Any:
+        nonlocal changed
+        if isinstance(node, list):
+            kept = [visit(child) for child in node]
+            return [child for child in kept if child is not None]
+        if not isinstance(node, dict):
+            return node
+        kind = node.get("type")
+        if kind == "Prepend":  # Llama-2-style normalizer: "▁" before every text run
+            changed = True
+            return None
+        if kind == "Metaspace" and node.get("prepend_scheme", "always") != "never":
+            node["prepend_scheme"], changed = "never", True
+        if kind == "Metaspace" and node.get("add_prefix_space"):  # configs of older tokenizers
+            node["add_prefix_space"], changed = False, True
+        if kind == "ByteLevel" and node.get("add_prefix_space"):
+            node["add_prefix_space"], changed = False, True
+        for key in ("normalizers", "pretokenizers"):
+            if key in node:
+                node[key] = visit(node[key])
+        return node
+
+    for part in ("normalizer", "pre_tokenizer"):
+        if config.get(part) is not None:
+            config[part] = visit(config[part])
+    return changed
