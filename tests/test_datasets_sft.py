@@ -71,7 +71,8 @@ def test_the_chat_format_comes_from_the_tokenizers_template_and_reproduces_it(to
     assert fmt.preamble.startswith("<|im_start|>system\nYou are a helpful AI assistant")
     chat = ChatEncoding.build(fmt, encoder)
     for messages in (EXAMPLES[0], EXAMPLES[0][1:]):
-        ids, _ = chat.assemble(messages, encoder.encode_contents(chat.contents(messages, 0)))
+        turns = chat.turns(messages, 0)
+        ids, _ = chat.assemble(messages, turns, encoder.encode_contents([content for _, content in turns]))
         expected = tokenizer.apply_chat_template(messages, tokenize=True)
         expected = expected["input_ids"] if hasattr(expected, "keys") else expected
         assert ids.tolist() == list(expected)

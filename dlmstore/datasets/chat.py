@@ -232,22 +232,22 @@ class ChatEncoding:
             "eot": self.eot_id,
         }
 
-    def contents(self, messages: Sequence[Message], index: int) -> list[str]:
-        """The content text of each turn of example ``index``, to encode with ``encode_contents``."""
+    def turns(self, messages: Sequence[Message], index: int) -> list[Turn]:
+        """The turns of example ``index``; their contents are encoded with ``encode_contents``."""
         try:
-            return [content for _, content in self.fmt.turns(messages)]
+            return self.fmt.turns(messages)
         except DatasetError as exc:
             raise DatasetError(f"example {index}: {exc.message}", hint=exc.hint) from None
 
     def assemble(
-        self, messages: Sequence[Message], contents: Sequence[Sequence[int]]
+        self, messages: Sequence[Message], turns: Sequence[Turn], contents: Sequence[Sequence[int]]
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """``(ids, mask)`` of one conversation from the encoded :meth:`contents` of its turns."""
+        """``(ids, mask)`` of one conversation from its :meth:`turns` and their encoded contents."""
         ids: list[int] = list(self.bos_ids)
         if messages[0]["role"] != "system":
             ids.extend(self.preamble_ids)
         mask = [0] * len(ids)
-        for (role, _), content in zip(self.fmt.turns(messages), contents, strict=True):
+        for (role, _), content in zip(turns, contents, strict=True):
             opener = self.start_ids[role]
             trained = 1 if role == "assistant" else 0
             ids.extend(opener)

@@ -21,7 +21,8 @@ Every function is O(window) numpy work: the boundaries come from two
 ``searchsorted`` calls on the index (:class:`WindowStarts` makes them once
 per shard for all its windows) or one comparison with EOS, the document ids
 from one ``bincount`` and a running sum (``np.repeat`` over long arrays),
-and only the boundary labels are written; never a Python loop per token (the benchmark compares against one).
+and only the boundary labels are written; never a Python loop per token
+(the benchmark compares against one).
 The SFT counterpart, :func:`loss_mask_from_tokens`, finds assistant spans
 from their opening sentinel to the next EOT for token files built without
 a stored mask.

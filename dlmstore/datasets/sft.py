@@ -101,19 +101,18 @@ def build_sft_cache(
     seen = 0
     try:
         for batch in batched(examples, batch_examples):
-            kept, texts = [], []
+            kept = []
             for example in batch:
                 messages = check_messages(example, seen)
                 if messages is None:
                     empty = not example or (isinstance(example, dict) and not example.get("messages"))
                     counts["skipped_empty" if empty else "skipped_no_assistant"] += 1
                 else:
-                    kept.append(messages)
-                    texts.append(chat.contents(messages, seen))
+                    kept.append((messages, chat.turns(messages, seen)))
                 seen += 1
-            encoded = iter(encoder.encode_contents([text for turns in texts for text in turns]))
-            for messages, turns in zip(kept, texts):
-                ids, mask = chat.assemble(messages, [next(encoded) for _ in turns])
+            encoded = iter(encoder.encode_contents([content for _, turns in kept for _, content in turns]))
+            for messages, turns in kept:
+                ids, mask = chat.assemble(messages, turns, [next(encoded) for _ in turns])
                 split = "val" if draws.next() < val_frac else "train"
                 offsets[split].append(filled[split])
                 filled[split] += len(ids)
