@@ -2,7 +2,7 @@
 
 Expands ``{path: <root>, include: ["**/*.py"]}`` (default root: this
 interpreter's standard library, ~13K ``.py`` files) with
-``dlmstore.sources.expand_sources`` and with a naive baseline written the
+``dlmstore.sources.walk.expand_sources`` and with a naive baseline written the
 obvious way (``os.walk`` + one ``fnmatch`` per pattern per path +
 ``open().read()`` + ``Section(...)``), checks that both produce the same
 section ids in the same order, and prints the median wall time of each over
@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlmstore.frontmatter import SourceDirective  # noqa: E402
-from dlmstore.sections import Section, normalise_newlines  # noqa: E402
-from dlmstore.sources import DEFAULT_EXCLUDES, SourceExpansion, expand_sources  # noqa: E402
+from dlmstore.document.frontmatter import SourceDirective  # noqa: E402
+from dlmstore.document.sections import Section, normalise_newlines  # noqa: E402
+from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources  # noqa: E402
 
 TARGET_US = 30.0
 INCLUDE = ["**/*.py"]

@@ -45,8 +45,8 @@ def write_doc(path: Path, dlm_id: str, root: Path) -> None:
 
 def copy_subset(root: Path, target: Path, count: int) -> None:
     """The first ``count`` .py files of ``root`` (sorted walk), copied with their relative paths."""
-    from dlmstore.frontmatter import SourceDirective
-    from dlmstore.sources import expand_sources
+    from dlmstore.document.frontmatter import SourceDirective
+    from dlmstore.sources.walk import expand_sources
 
     directive = SourceDirective(path=str(root), include=["**/*.py"], max_files=count)
     for section in expand_sources([directive], doc_dir=root).sections:
@@ -76,8 +76,8 @@ def per_row_reference(doc: Path, env: dict[str, str]) -> tuple[float, list[list[
     from trl.data_utils import _tokenize
 
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.corpus import load_corpus
-    from dlmstore.document import parse_document
+    from dlmstore.document.corpus import load_corpus
+    from dlmstore.document.parser import parse_document
 
     tokenizer = load_tokenizer(resolve_base("smollm2-135m"))
     rows = [r for r in load_corpus(parse_document(doc)).rows() if r.kind != "preference"]
@@ -132,7 +132,7 @@ def main() -> None:
         # os.wait4 reports for children forked afterwards.
         per_row_s, per_row = per_row_reference(subset, env)
         cached = subprocess.run([sys.executable, "-c", (
-            "import json,sys; from dlmstore.tokenization import tokenize_document; "
+            "import json,sys; from dlmstore.cache.tokenize import tokenize_document; "
             f"s, r = tokenize_document({str(subset)!r}); "
             "json.dump([r.input_ids(i).tolist() for i in range(len(r))], sys.stdout)")],
             env=env, check=True, capture_output=True, text=True)  # fmt: skip

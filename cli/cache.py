@@ -15,7 +15,7 @@ def cache_group() -> None:
 
 
 def _document_id(path: str) -> str:
-    from dlmstore.document import parse_document
+    from dlmstore.document.parser import parse_document
 
     return parse_document(path).dlm_id
 
@@ -25,7 +25,7 @@ def _document_id(path: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Entries, size and last-run hit rate of the cache (read-only)."""
-    from dlmstore.cache_admin import cache_summary
+    from dlmstore.cache.admin import cache_summary
 
     summary = cache_summary(_document_id(path))
     if as_json:
@@ -52,7 +52,7 @@ class Duration(click.ParamType):
 
         if isinstance(value, timedelta):
             return value
-        from dlmstore.metrics import DurationError, parse_duration
+        from dlmstore.store.metrics import DurationError, parse_duration
 
         try:
             return parse_duration(value)
@@ -73,9 +73,9 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
     """Drop old entries, empty or sparse token files, orphans and temp files."""
     from datetime import timedelta
 
-    from dlmstore.cache_admin import prune
-    from dlmstore.document import parse_document
-    from dlmstore.store import open_store
+    from dlmstore.cache.admin import prune
+    from dlmstore.document.parser import parse_document
+    from dlmstore.store.database import open_store
 
     document = parse_document(path)
     cutoff = (
@@ -103,9 +103,9 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
 def clear_command(path: str, force: bool) -> None:
     """Delete every cache entry of the document's store."""
-    from dlmstore.cache_admin import cache_summary, clear
+    from dlmstore.cache.admin import cache_summary, clear
     from dlmstore.errors import DlmError
-    from dlmstore.store import open_store
+    from dlmstore.store.database import open_store
 
     dlm_id = _document_id(path)
     summary = cache_summary(dlm_id)
@@ -133,8 +133,8 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
 
     Exits 1 while problems remain (after --repair, none should).
     """
-    from dlmstore.cache_admin import verify
-    from dlmstore.store import open_store
+    from dlmstore.cache.admin import verify
+    from dlmstore.store.database import open_store
 
     with open_store(_document_id(path), create=False) as store:
         result = verify(store, repair=repair)

@@ -118,7 +118,7 @@ def build_all_command(
         if not sep or not name or not path:
             raise click.BadParameter(f"{item!r} is not NAME=PATH", param_hint="--local")
         pairs[name] = path
-    from dlmstore.datasets.sources import SOURCES
+    from dlmstore.datasets.catalog import SOURCES
 
     for name in [*pairs, *only]:
         if name not in SOURCES:
@@ -246,7 +246,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
     expected = None
     if base is not None:
         from dlmstore.bases import resolve_base
-        from dlmstore.fingerprint import tokenizer_sha256
+        from dlmstore.cache.fingerprint import tokenizer_sha256
 
         expected = tokenizer_sha256(resolve_base(base))
     report = check_dataset(path, tokenizer_sha256=expected, deep=not quick)
@@ -276,7 +276,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only)."""
-    from dlmstore.datasets.summary import show_datasets
+    from dlmstore.datasets.show import show_datasets
 
     shown = show_datasets(path)
     if as_json:

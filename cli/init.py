@@ -23,7 +23,7 @@ def init_command(path: str, base_model: str, as_json: bool) -> None:
     section type and of training.sources. An existing file is never
     overwritten.
     """
-    from dlmstore.scaffold import init_document
+    from dlmstore.document.init import init_document
 
     result = init_document(path, base_model=base_model)
     if as_json:

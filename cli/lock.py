@@ -71,9 +71,9 @@ def lock_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the lock as JSON (the contents of dlm.lock).")
 def show_command(path: str, as_json: bool) -> None:
     """Print the document's dlm.lock: the lock its last training run wrote."""
-    from dlmstore.document import parse_document
+    from dlmstore.document.parser import parse_document
     from dlmstore.lock import current_lock
-    from dlmstore.store import open_store
+    from dlmstore.store.database import open_store
 
     with open_store(parse_document(path).dlm_id, create=False) as store:
         lock = current_lock(store)
@@ -106,9 +106,9 @@ def diff_command(path: str, against: int | None, as_json: bool) -> None:
     Without --against the other side is the previous written lock; with
     --against RUN_ID it is that run's record (an --ignore-lock run too).
     """
-    from dlmstore.document import parse_document
+    from dlmstore.document.parser import parse_document
     from dlmstore.lock import lock_diff
-    from dlmstore.store import open_store
+    from dlmstore.store.database import open_store
 
     with open_store(parse_document(path).dlm_id, create=False) as store:
         diff = lock_diff(store, against_run_id=against)

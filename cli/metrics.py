@@ -16,9 +16,9 @@ from dlmstore.cli.render import emit_json, human_bytes
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def metrics_command(path: str, run_id: int | None, since: object, limit: int, as_json: bool) -> None:
     """List the runs recorded for the document at PATH, newest first."""
-    from dlmstore.document import parse_document
-    from dlmstore.metrics import run_metrics
-    from dlmstore.store import open_store
+    from dlmstore.document.parser import parse_document
+    from dlmstore.store.metrics import run_metrics
+    from dlmstore.store.database import open_store
 
     document = parse_document(path)
     with open_store(document.dlm_id, create=False) as store:

@@ -14,7 +14,7 @@ from dlmstore.cli.render import emit_json
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 def prompt_command(path: str, question: str, max_new_tokens: int, as_json: bool) -> None:
     """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
-    from dlmstore.prompting import answer_question
+    from dlmstore.train.prompt import answer_question
 
     result = answer_question(path, question, max_new_tokens=max_new_tokens)
     if as_json:

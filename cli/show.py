@@ -16,7 +16,7 @@ def show_command(path: str, as_json: bool) -> None:
     Lists sections by type, the rows they become, each training.sources
     directive with what it included and skipped, and the store's path.
     """
-    from dlmstore.summary import summarize
+    from dlmstore.document.show import summarize
 
     summary = summarize(path)
     for message in summary.warnings:

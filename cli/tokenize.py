@@ -19,7 +19,7 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     hit/miss numbers are recorded in the store (see `dlm metrics`).
     """
     from dlmstore.cli.progress import ProgressBar
-    from dlmstore.tokenization import tokenize_document
+    from dlmstore.cache.tokenize import tokenize_document
 
     bar = ProgressBar("tokenizing", enabled=not as_json)
     try:

@@ -27,7 +27,7 @@ def train_command(
     and its reproducibility lock (dlm.lock) are recorded in the store.
     """
     from dlmstore.cli.progress import TrainBar
-    from dlmstore.training import train_document
+    from dlmstore.train.trainer import train_document
 
     bar = TrainBar(enabled=not as_json)
     try:

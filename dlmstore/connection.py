@@ -4,7 +4,7 @@ Why not a SQLAlchemy engine: importing SQLAlchemy costs ~140 ms, more than
 everything else a warm ``dlm tokenize`` does on a 1K-file corpus. The store
 therefore talks to SQLite through the standard library, and hot paths are
 plain SQL (``conn.execute("SELECT ...", params)``). SQLAlchemy stays the
-source of truth for the schema (``dlmstore.schema``), runs the migrations
+source of truth for the schema (``dlmstore.store.schema``), runs the migrations
 (Alembic), and Core statements built from those tables can still be passed
 to :meth:`Connection.execute`: they are compiled for SQLite on the spot,
 importing SQLAlchemy only then.
@@ -62,7 +62,7 @@ class Result:
 
 
 class Connection:
-    """A ``sqlite3`` connection in a transaction opened by ``dlmstore.store.Store``."""
+    """A ``sqlite3`` connection in a transaction opened by ``dlmstore.store.database.Store``."""
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         self.raw = raw

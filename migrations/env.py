@@ -1,6 +1,6 @@
 """Alembic environment for store.db.
 
-Users never run alembic themselves: ``dlmstore.store`` opens a store and
+Users never run alembic themselves: ``dlmstore.store.database`` opens a store and
 calls ``command.upgrade`` programmatically, handing over its own connection
 in ``config.attributes["connection"]``. Developers can still run alembic
 against a database by setting ``sqlalchemy.url`` on the config.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from dlmstore.schema import metadata
+from dlmstore.store.schema import metadata
 
 config = context.config
 

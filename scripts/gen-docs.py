@@ -1,10 +1,10 @@
-"""Regenerate docs/schema.md and docs/cli.md from the code (see dlmstore.docgen)."""
+"""Regenerate docs/schema.md and docs/cli.md from the code (see scripts/docgen.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dlmstore.docgen import generated_docs
+from docgen import generated_docs  # scripts/ is on sys.path when this file runs
 
 root = Path(__file__).resolve().parent.parent
 for path, text in generated_docs(root).items():

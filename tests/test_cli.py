@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
-from dlmstore.document import parse_document
+from dlmstore.document.parser import parse_document
 from dlmstore.ulid import is_valid_ulid
 
 from .conftest import VALID_ID, write_doc

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlmstore.datasets import sources as src
+from dlmstore.datasets import catalog as src
 from dlmstore.datasets.errors import DatasetError, SourceUnavailableError
 from dlmstore.datasets.local import iter_local_records, iter_local_texts
 

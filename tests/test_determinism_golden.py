@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlmstore.golden import golden_tuple, read_golden, train_golden_once
+from dlmstore.train.golden import golden_tuple, read_golden, train_golden_once
 
 from .conftest import REPO
 

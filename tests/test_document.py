@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.document import (
+from dlmstore.document.parser import (
     Document,
     instruction_pairs,
     parse_document,
@@ -17,8 +17,8 @@ from dlmstore.document import (
     preference_triples,
 )
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import DEFAULT_BASE_MODEL
-from dlmstore.sections import Section
+from dlmstore.document.frontmatter import DEFAULT_BASE_MODEL
+from dlmstore.document.sections import Section
 
 ULID = "01J9ZK3M4N5P6Q7R8S9T0VWXYZ"
 HEAD = f"---\ndlm_id: {ULID}\n---\n"

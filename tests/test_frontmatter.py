@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlmstore.document import parse_text
+from dlmstore.document.parser import parse_text
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import (
+from dlmstore.document.frontmatter import (
     CURRENT_DLM_VERSION,
     DEFAULT_BASE_MODEL,
     CacheSettings,

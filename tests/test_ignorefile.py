@@ -1,4 +1,4 @@
-"""Glob compilation and ``.dlm/ignore`` parsing/matching (dlmstore.ignorefile)."""
+"""Glob compilation and ``.dlm/ignore`` parsing/matching (dlmstore.sources.ignore)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlmstore.ignorefile import (
+from dlmstore.sources.ignore import (
     GlobSet,
     IgnoreRule,
     IgnoreRules,

@@ -41,7 +41,7 @@ def test_a_non_editable_install_runs_dlm_and_migrates_a_new_store(tmp_path: Path
     assert "Usage: dlm" in help_run.stdout
 
     code = (
-        "import dlmstore, dlmstore.migrations; from dlmstore.store import open_store; "
+        "import dlmstore, dlmstore.migrations; from dlmstore.store.database import open_store; "
         f"s = open_store({VALID_ID!r}); print(dlmstore.__file__); print(dlmstore.migrations.__file__)"
     )
     migrate_run = subprocess.run(

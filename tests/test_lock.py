@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.determinism import DeterminismInfo
-from dlmstore.document import parse_document
+from dlmstore.train.determinism import DeterminismInfo
+from dlmstore.document.parser import parse_document
 from dlmstore.lock import (
     LOCK_NAME,
     Lock,
@@ -29,9 +29,9 @@ from dlmstore.lock import (
     read_lock,
     write_lock,
 )
-from dlmstore.lock.validate import Mismatch
-from dlmstore.runs import start_run
-from dlmstore.store import Store, open_store
+from dlmstore.lock.policy import Mismatch
+from dlmstore.store.runs import start_run
+from dlmstore.store.database import Store, open_store
 
 from .conftest import VALID_ID, write_doc
 
@@ -164,7 +164,7 @@ def test_runtime_versions_name_the_six_pinned_packages_and_none_for_absent_ones(
 
 def test_capture_on_this_machine_records_cpu_advisory_and_the_document(tmp_path: Path) -> None:
     from dlmstore.bases import resolve_base
-    from dlmstore.determinism import apply_determinism
+    from dlmstore.train.determinism import apply_determinism
 
     document = parse_document(write_doc(tmp_path / "doc.dlm"))
     previous = _deterministic_state()

@@ -16,7 +16,7 @@ from dlmstore.lock import (
     decide,
     read_lock,
 )
-from dlmstore.store import Store, open_store
+from dlmstore.store.database import Store, open_store
 
 from .conftest import VALID_ID
 from .test_lock import make_lock

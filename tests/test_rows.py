@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dlmstore.rows as rows_module
-from dlmstore.rows import Row, document_rows, row_key, section_rows
-from dlmstore.sections import Section
+import dlmstore.document.rows as rows_module
+from dlmstore.document.rows import Row, document_rows, row_key, section_rows
+from dlmstore.document.sections import Section
 
 PROSE = Section("prose", "hello world")
 PAIRS = Section("instruction", "### Q\nWhat is 2+2?\n### A\n4\n### Q\nAnd 3+3?\n### A\n6")
@@ -170,7 +170,7 @@ def test_document_rows_are_always_unique(texts):
 
 def test_document_rows_does_not_rehash_big_prose(monkeypatch):
     content = "x" * 13_000
-    # Digests passed in, as dlmstore.sources does after hashing file bytes.
+    # Digests passed in, as dlmstore.sources.walk does after hashing file bytes.
     sections = [
         Section("prose", content, digest=hashlib.sha256(str(i).encode()).hexdigest())
         for i in range(13_000)

@@ -1,4 +1,4 @@
-"""Expanding training.sources directives into prose sections (dlmstore.sources)."""
+"""Expanding training.sources directives into prose sections (dlmstore.sources.walk)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from dlmstore.errors import SourceError
-from dlmstore.frontmatter import SourceDirective
-from dlmstore.sections import Section, section_digest
-from dlmstore.sources import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
+from dlmstore.document.frontmatter import SourceDirective
+from dlmstore.document.sections import Section, section_digest
+from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from dlmstore.corpus import load_corpus
-from dlmstore.document import parse_document
+from dlmstore.document.corpus import load_corpus
+from dlmstore.document.parser import parse_document
 from dlmstore.errors import SourceError
-from dlmstore.sections import section_digest
-from dlmstore.sources import _load_checked
-from dlmstore.statcache import RACY_NS, FileStamp, StatCache
-from dlmstore.store import open_store
-from dlmstore.tokenization import tokenize_document
+from dlmstore.document.sections import section_digest
+from dlmstore.sources.walk import _load_checked
+from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache
+from dlmstore.store.database import open_store
+from dlmstore.cache.tokenize import tokenize_document
 
 from .conftest import VALID_ID, write_doc
 
@@ -114,7 +114,7 @@ def test_records_of_files_that_are_gone_are_dropped(tmp_path: Path) -> None:
 
 
 def test_a_warm_pass_with_every_row_cached_reads_no_source_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dlmstore.sources as sources
+    import dlmstore.sources.walk as sources
 
     doc = _corpus(tmp_path)
     tokenize_document(str(doc))

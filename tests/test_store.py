@@ -10,8 +10,8 @@ import pytest
 
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.schema import HEAD_REVISION
-from dlmstore.store import current_revision, open_store, store_exists
+from dlmstore.store.schema import HEAD_REVISION
+from dlmstore.store.database import current_revision, open_store, store_exists
 
 from .conftest import VALID_ID
 
@@ -64,7 +64,7 @@ def test_reopening_an_up_to_date_store_does_not_import_alembic(tmp_path: Path) -
 
     open_store(VALID_ID).close()
     code = (
-        "import sys; from dlmstore.store import open_store; "
+        "import sys; from dlmstore.store.database import open_store; "
         f"open_store({VALID_ID!r}).close(); print('alembic' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -129,7 +129,7 @@ def _open_and_write(home: str, n: int) -> None:
     import os
 
     os.environ["DLM_HOME"] = home
-    from dlmstore.runs import finish_run, start_run
+    from dlmstore.store.runs import finish_run, start_run
 
     with open_store(VALID_ID) as store:
         for _ in range(n):
@@ -151,7 +151,7 @@ def test_two_processes_creating_and_writing_one_store_both_succeed(dlm_home: Pat
 
 
 def test_a_store_outside_the_home_gets_its_own_id_and_keeps_it(tmp_path: Path) -> None:
-    from dlmstore.store import open_store_at
+    from dlmstore.store.database import open_store_at
     from dlmstore.ulid import is_valid_ulid
 
     with open_store_at(tmp_path / "datasets") as store:

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlmstore.corpus import load_corpus
-from dlmstore.document import parse_document
+from dlmstore.document.corpus import load_corpus
+from dlmstore.document.parser import parse_document
 from dlmstore.home import store_dir
-from dlmstore.tokenization import encode_rows, tokenize_document
+from dlmstore.cache.tokenize import encode_rows, tokenize_document
 
 from .conftest import VALID_ID, write_doc
 
@@ -119,7 +119,7 @@ def test_a_disabled_cache_in_the_frontmatter_skips_it(tmp_path: Path) -> None:
 
 
 def test_a_swapped_tokenizer_misses_every_entry(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dlmstore.fingerprint as fingerprint
+    import dlmstore.cache.fingerprint as fingerprint
 
     first, _ = tokenize_document(str(doc))
     monkeypatch.setattr(fingerprint, "SCHEME", "tok-v2")  # any change of identity

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dlmstore.adapters import file_sha256
+from dlmstore.train.adapters import file_sha256
 from dlmstore.cli.main import cli
 from dlmstore.errors import BaseModelError, StoreError, TrainingError
 from dlmstore.home import store_dir
-from dlmstore.training import train_document
+from dlmstore.train.trainer import train_document
 
 from .conftest import VALID_ID, write_doc
 
@@ -88,7 +88,7 @@ def test_cli_overrides_change_steps_and_seed(doc: Path) -> None:
 def test_an_interrupted_run_is_failed_registers_nothing_and_the_next_run_works(
     doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.training as training
+    import dlmstore.train.trainer as training
 
     def interrupt(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
@@ -107,7 +107,7 @@ def test_an_interrupted_run_is_failed_registers_nothing_and_the_next_run_works(
 def test_a_full_disk_while_saving_fails_the_run_and_keeps_the_previous_adapter(
     doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.adapters as adapters
+    import dlmstore.train.adapters as adapters
 
     good = train_document(str(doc))
     before = file_sha256(Path(good.adapter_path) / "adapter_model.safetensors")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets import sources as src
+from dlmstore.datasets import catalog as src
 from dlmstore.datasets.build import BuildResult, ProgressFn
 from dlmstore.datasets.encoding import TextEncoder
 from dlmstore.datasets.errors import DatasetError
@@ -104,7 +104,7 @@ class BuildAllResult:
 def encoder_for_base(base: str) -> TextEncoder:
     """The tokenizer of a base model, with the fingerprint ``dlm`` records everywhere."""
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.fingerprint import tokenizer_sha256
+    from dlmstore.cache.fingerprint import tokenizer_sha256
 
     ref = resolve_base(base)
     encoder = TextEncoder(load_tokenizer(ref), tokenizer_sha256=tokenizer_sha256(ref))
@@ -165,7 +165,7 @@ def build_all(
         DatasetError: an unknown source name in ``local`` or ``only`` (a
             failing source does not raise; see ``BuildAllResult.failed``).
     """
-    from dlmstore.store import open_store_at
+    from dlmstore.store.database import open_store_at
 
     local = dict(local or {})
     for name in [*local, *(only or [])]:

@@ -29,7 +29,7 @@ from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.meta import META_NAME, load_meta, meta_bytes
 
 if TYPE_CHECKING:
-    from dlmstore.store import Store
+    from dlmstore.store.database import Store
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
     """
     from sqlalchemy import delete, insert
 
-    from dlmstore.schema import dataset_files, datasets, utc_now
+    from dlmstore.store.schema import dataset_files, datasets, utc_now
 
     directory = Path(dataset_dir).resolve()
     meta = load_meta(directory)
@@ -110,7 +110,7 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
 
 def register_in(store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str]) -> RegisteredDataset:
     """Open (creating and migrating) the store at ``store_dir`` and register the dataset there."""
-    from dlmstore.store import open_store_at
+    from dlmstore.store.database import open_store_at
 
     with open_store_at(Path(store_dir)) as store:
         return register_dataset(store, dataset_dir)
@@ -120,7 +120,7 @@ def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[s
     """The meta.json a store recorded for ``dataset_dir``; ``None`` when it is not registered."""
     from sqlalchemy import select
 
-    from dlmstore.schema import datasets
+    from dlmstore.store.schema import datasets
 
     with store.read() as conn:
         value = conn.execute(

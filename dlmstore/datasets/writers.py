@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dlmstore.atomic import fsync_dir, write_bytes_atomic
+from dlmstore.store.atomic import fsync_dir, write_bytes_atomic
 from dlmstore.datasets.formats import OFFSET_DTYPE, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
 

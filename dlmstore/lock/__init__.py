@@ -11,7 +11,7 @@ determinism flags. ``dlm train`` uses it in two calls (:mod:`~dlmstore.lock.run`
 
 which are, step by step::
 
-    info = apply_determinism()                             # dlmstore.determinism
+    info = apply_determinism()                             # dlmstore.train.determinism
     lock = capture_lock(document, ref, seed=seed, determinism=info, run_id=run_id)
     decision = check_lock(store, lock, mode=mode)          # reads dlm.lock, decide()
     write_lock(store, lock, decision=decision.decision)    # dlm.lock, then the row
@@ -20,7 +20,7 @@ The pieces, one module each:
 
 * :mod:`~dlmstore.lock.model`: the :class:`Lock` dataclass, capture, strict JSON;
 * :mod:`~dlmstore.lock.identity`: which base model, as revision and sha256;
-* :mod:`~dlmstore.lock.validate`: the severity table and the four modes;
+* :mod:`~dlmstore.lock.policy`: the severity table and the four modes;
 * :mod:`~dlmstore.lock.records`: writing ``dlm.lock`` + ``lock_records``,
   history and diffs;
 * :mod:`~dlmstore.lock.run`: :func:`begin_lock` / :func:`finish_lock`.
@@ -42,7 +42,7 @@ from dlmstore.lock.model import (
 )
 from dlmstore.lock.run import PendingLock, begin_lock, finish_lock
 from dlmstore.lock.records import LockDiff, LockRecord, current_lock, lock_diff, lock_history, write_lock
-from dlmstore.lock.validate import (
+from dlmstore.lock.policy import (
     LOCK_MODES,
     LockDecision,
     LockMode,

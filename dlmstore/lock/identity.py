@@ -27,10 +27,10 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from dlmstore import digests
+from dlmstore.store import digests
 from typing import TYPE_CHECKING
 
-from dlmstore.atomic import write_bytes_atomic
+from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.home import bases_dir
 
 if TYPE_CHECKING:

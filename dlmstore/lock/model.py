@@ -22,8 +22,8 @@ from dlmstore.errors import DlmError
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
-    from dlmstore.determinism import DeterminismInfo
-    from dlmstore.document import Document
+    from dlmstore.train.determinism import DeterminismInfo
+    from dlmstore.document.parser import Document
 
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
 LOCK_VERSION = 1
@@ -119,7 +119,7 @@ def capture_lock(
         document: the parsed document (its id and sha256 are recorded).
         ref: the resolved base model; see :func:`base_model_identity`.
         seed: the seed the run uses.
-        determinism: what :func:`dlmstore.determinism.apply_determinism` returned.
+        determinism: what :func:`dlmstore.train.determinism.apply_determinism` returned.
         run_id: the ``runs.id`` of this run.
         license_acceptance: the accepted licence record, for bases that need one.
     """

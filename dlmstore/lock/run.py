@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 from dlmstore.lock.identity import base_model_identity
 from dlmstore.lock.model import Lock, capture_lock
 from dlmstore.lock.records import write_lock
-from dlmstore.lock.validate import LockDecision, check_lock
-from dlmstore.store import Store
+from dlmstore.lock.policy import LockDecision, check_lock
+from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
-    from dlmstore.determinism import DeterminismInfo
-    from dlmstore.document import Document
+    from dlmstore.train.determinism import DeterminismInfo
+    from dlmstore.document.parser import Document
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def begin_lock(
         seed: the seed the run trains with.
         run_id: the run being recorded.
         mode: ``validate``, ``strict``, ``update`` or ``ignore``.
-        determinism: what :func:`~dlmstore.determinism.apply_determinism`
+        determinism: what :func:`~dlmstore.train.determinism.apply_determinism`
             returned; applied here when not given (it is idempotent).
 
     Raises:
@@ -71,7 +71,7 @@ def begin_lock(
         LockValidationError: a blocking mismatch; nothing was written.
     """
     if determinism is None:
-        from dlmstore.determinism import apply_determinism
+        from dlmstore.train.determinism import apply_determinism
 
         determinism = apply_determinism()
     lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id)

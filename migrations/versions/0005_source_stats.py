@@ -6,7 +6,7 @@ Why this revision exists: a warm `dlm tokenize` should not re-read and
 re-hash every source file when a stat check proves it unchanged. This table
 remembers, per source file, the stat fields and the section digest seen
 when it was last read, the way git's index does; entries written within
-the racy window of a file's mtime are not trusted (see dlmstore.statcache).
+the racy window of a file's mtime are not trusted (see dlmstore.sources.statcache).
 """
 
 from __future__ import annotations

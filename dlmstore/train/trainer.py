@@ -14,7 +14,7 @@ The pipeline, each step timed (the split ``bench/bench_train.py`` prints):
 5. **train** - TRL's ``SFTTrainer``; loss and learning rate of every logged
    step go to ``train_steps``;
 6. **save** - the adapter folder is published as the next version and
-   registered with its sha256 (``dlmstore.adapters``), then the lock is
+   registered with its sha256 (``dlmstore.train.adapters``), then the lock is
    written.
 
 Seeds (python, numpy, torch, the trainer's data order) and the deterministic
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.errors import TrainingError
-from dlmstore.metrics import TokenizationEvent
+from dlmstore.store.metrics import TokenizationEvent
 
 #: progress(step, total_steps, loss, tokens_per_second)
 TrainProgress = Callable[[int, int, float | None, float | None], None]
@@ -106,17 +106,17 @@ def train_document(
         StoreError: the store or the adapter cannot be written.
         TrainingError: the document has nothing to train on.
     """
-    from dlmstore.adapters import save_version, sweep_temporary
+    from dlmstore.train.adapters import save_version, sweep_temporary
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
-    from dlmstore.corpus import load_corpus
-    from dlmstore.document import parse_document
-    from dlmstore.fingerprint import tokenizer_sha256
+    from dlmstore.document.corpus import load_corpus
+    from dlmstore.document.parser import parse_document
+    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.lock import begin_lock, finish_lock
-    from dlmstore.metrics import record_tokenization_event
-    from dlmstore.runs import recorded_run
-    from dlmstore.statcache import StatCache
-    from dlmstore.store import open_store
-    from dlmstore.tokenization import tokenize_pass
+    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.runs import recorded_run
+    from dlmstore.sources.statcache import StatCache
+    from dlmstore.store.database import open_store
+    from dlmstore.cache.tokenize import tokenize_pass
 
     started = time.perf_counter()
     document = parse_document(path)
@@ -241,7 +241,7 @@ def _fit(
     from trl import SFTConfig, SFTTrainer
 
     from dlmstore.bases import load_model
-    from dlmstore.determinism import apply_determinism, seed_everything
+    from dlmstore.train.determinism import apply_determinism, seed_everything
 
     datasets.disable_progress_bars()
     seed_everything(seed)

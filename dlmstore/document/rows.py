@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from hashlib import sha256
 from typing import Any
 
-from dlmstore.document import instruction_pairs, preference_triples
-from dlmstore.sections import Section
+from dlmstore.document.parser import instruction_pairs, preference_triples
+from dlmstore.document.sections import Section
 
 ROW_KEY_SCHEME = "row-v1"
 
@@ -124,8 +124,8 @@ def section_rows(
     """The training rows of one section, in order.
 
     Args:
-        section: a well-formed section (as produced by ``dlmstore.document``
-            or ``dlmstore.sources``).
+        section: a well-formed section (as produced by ``dlmstore.document.parser``
+            or ``dlmstore.sources.walk``).
         system_prompt: prepended as a ``system`` message to every
             instruction row when set; ignored by other kinds.
         occurrence: how many earlier sections of the same document share

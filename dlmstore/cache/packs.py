@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from dlmstore.atomic import fsync_dir
+from dlmstore.store.atomic import fsync_dir
 from dlmstore.ulid import new_ulid
 
 PACK_DIR = "tokens"

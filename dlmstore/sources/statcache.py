@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dlmstore.store import Store
+    from dlmstore.store.database import Store
 
 #: Records younger than this relative to the file's mtime are not trusted.
 RACY_NS = 2_000_000_000

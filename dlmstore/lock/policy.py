@@ -28,7 +28,7 @@ from typing import Literal, get_args
 
 from dlmstore.errors import DlmError
 from dlmstore.lock.model import LOCK_NAME, Lock, LockError, read_lock
-from dlmstore.store import Store
+from dlmstore.store.database import Store
 
 Severity = Literal["ALLOW", "WARN", "ERROR"]
 LockMode = Literal["validate", "strict", "update", "ignore"]

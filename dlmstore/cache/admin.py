@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from dlmstore.cache import drop_dead_packs, unlink_packs
+from dlmstore.cache.entries import drop_dead_packs, unlink_packs
 from dlmstore.home import store_dir
 from dlmstore.clock import iso_before
-from dlmstore.packs import PACK_DIR, PackReader, as_array, write_pack
+from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.clock import utc_now
-from dlmstore.store import DB_NAME, Store
+from dlmstore.store.database import DB_NAME, Store
 
 #: Unregistered files younger than this may belong to a writer that has not
 #: committed yet, so prune and repair leave them alone.

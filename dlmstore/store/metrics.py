@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from dlmstore.errors import DlmError
 from dlmstore.clock import iso_before, utc_now
-from dlmstore.store import Store
+from dlmstore.store.database import Store
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}

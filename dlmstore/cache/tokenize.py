@@ -33,12 +33,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlmstore.cache import TokenCache, cache_bytes, evict
-from dlmstore.corpus import Corpus
-from dlmstore.metrics import TokenizationEvent
-from dlmstore.packs import as_array, token_dtype
-from dlmstore.rows import Row
-from dlmstore.store import Store
+from dlmstore.cache.entries import TokenCache, cache_bytes, evict
+from dlmstore.document.corpus import Corpus
+from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.cache.packs import as_array, token_dtype
+from dlmstore.document.rows import Row
+from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     import numpy as np
@@ -314,13 +314,13 @@ def tokenize_document(
         StoreError: the store cannot be created or written.
     """
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.corpus import load_corpus
-    from dlmstore.document import parse_document
-    from dlmstore.fingerprint import tokenizer_sha256
-    from dlmstore.metrics import record_tokenization_event
-    from dlmstore.runs import recorded_run
-    from dlmstore.statcache import StatCache
-    from dlmstore.store import open_store
+    from dlmstore.document.corpus import load_corpus
+    from dlmstore.document.parser import parse_document
+    from dlmstore.cache.fingerprint import tokenizer_sha256
+    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.runs import recorded_run
+    from dlmstore.sources.statcache import StatCache
+    from dlmstore.store.database import open_store
 
     document = parse_document(path)
     ref = resolve_base(document.base_model, relative_to=document.directory)

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlmstore.bases import resolve_base
-from dlmstore.cache_admin import cache_summary
-from dlmstore.corpus import load_corpus
-from dlmstore.document import parse_document
+from dlmstore.cache.admin import cache_summary
+from dlmstore.document.corpus import load_corpus
+from dlmstore.document.parser import parse_document
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
-from dlmstore.sections import SECTION_TYPES
-from dlmstore.store import DB_NAME
+from dlmstore.document.sections import SECTION_TYPES
+from dlmstore.store.database import DB_NAME
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlmstore.atomic import write_bytes_atomic
+from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.bases import resolve_base
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import CURRENT_DLM_VERSION
-from dlmstore.store import open_store
+from dlmstore.document.frontmatter import CURRENT_DLM_VERSION
+from dlmstore.store.database import open_store
 from dlmstore.ulid import new_ulid
 
 TEMPLATE = """\

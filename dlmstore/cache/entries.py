@@ -1,15 +1,15 @@
 """The tokenized cache: tokens of rows, keyed by content, with LRU eviction in SQL.
 
 Key: ``(row_key, tokenizer_sha256, sequence_len)``. ``row_key`` already
-changes whenever a row's text could (``dlmstore.rows``); the tokenizer
-fingerprint changes whenever its tokens could (``dlmstore.fingerprint``);
+changes whenever a row's text could (``dlmstore.document.rows``); the tokenizer
+fingerprint changes whenever its tokens could (``dlmstore.cache.fingerprint``);
 ``sequence_len`` is part of the key as the spec fixes it, so entries made
 for one training length are measured and pruned apart from another's.
 Keys are exact, so a lookup never returns stale tokens; an edited file
 simply has a new key and its old entry is orphaned until pruned.
 
 Storage: the manifest is the ``cache_entries`` table of ``store.db``; the
-tokens are byte ranges of pack files (``dlmstore.packs``). A pack is durable
+tokens are byte ranges of pack files (``dlmstore.cache.packs``). A pack is durable
 before its rows commit, so no row ever points at a partial file. Reading
 verifies each entry's CRC-32: a missing, truncated or damaged range is a
 miss (the row is dropped and the caller re-tokenizes), never an exception.
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlmstore.errors import StoreError
-from dlmstore.packs import PACK_DIR, PackReader, dtype_name, write_pack
+from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.clock import utc_now
-from dlmstore.store import Store
+from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,7 +51,7 @@ class Lookup:
 
     Attributes:
         tokens: row_key -> (the entry's bytes, a read-only view of a pack
-            mapping; its dtype name). ``dlmstore.packs.as_array`` turns it
+            mapping; its dtype name). ``dlmstore.cache.packs.as_array`` turns it
             into a numpy array without copying.
         damaged: keys whose rows pointed at missing or damaged bytes; the
             rows were dropped, the caller re-tokenizes them.

@@ -20,7 +20,7 @@ Design choices, and why:
   ``\\n`` only (not ``str.splitlines``, which also splits on form feeds and
   U+2028 and would shift line numbers). Every error names ``path:line``.
 * **The frontmatter is its own module.** This module only finds the two
-  ``---`` fences; :func:`dlmstore.frontmatter.load_frontmatter` parses the
+  ``---`` fences; :func:`dlmstore.document.frontmatter.load_frontmatter` parses the
   YAML between them and reports errors at file lines (it is told the block
   starts at line 2).
 * **Structure is never inside code.** Fence lines (``::instruction::``) and
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlmstore.errors import DocumentError
-from dlmstore.frontmatter import Frontmatter, load_frontmatter
-from dlmstore.sections import SECTION_TYPES, Section, normalise_newlines
+from dlmstore.document.frontmatter import Frontmatter, load_frontmatter
+from dlmstore.document.sections import SECTION_TYPES, Section, normalise_newlines
 
 FRONTMATTER_FENCE = "---"
 

@@ -103,7 +103,7 @@ def _fresh_home(bases: Path) -> Iterator[Path]:
 def train_golden_once() -> str:
     """Train the golden document in a fresh store; return the adapter sha256."""
     from dlmstore.home import bases_dir
-    from dlmstore.training import train_document
+    from dlmstore.train.trainer import train_document
 
     with _fresh_home(bases_dir()) as tmp:
         doc = tmp / "golden.dlm"

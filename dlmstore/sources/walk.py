@@ -17,7 +17,7 @@ Filters, in the order a file meets them:
    never lists ``docs/``). Like git, a ``!`` rule cannot re-include a file
    inside a directory that was itself excluded.
 2. **Globs** (``include``, default ``["**/*"]``, and ``exclude``) match the
-   path relative to the directive root; see ``dlmstore.ignorefile`` for the
+   path relative to the directive root; see ``dlmstore.sources.ignore`` for the
    syntax. A file is kept when some include matches and no exclude does.
 3. **Built-in default excludes** (:data:`DEFAULT_EXCLUDES`, off with
    ``default_excludes: false``), in gitignore syntax: VCS metadata
@@ -53,7 +53,7 @@ files, 160 MB, warm page cache) in about 0.32 s, ~24 µs per included file,
 2.5x faster than an ``os.walk`` + ``fnmatch`` + ``read()`` loop (~60 µs).
 The walk trusts ``os.scandir`` entry types (no ``stat`` per entry), builds a
 path only for entries that pass a name test, and every glob list or ignore
-file is one compiled regex (``dlmstore.ignorefile``). Each file then costs
+file is one compiled regex (``dlmstore.sources.ignore``). Each file then costs
 ``open``/``fstat``/``readv``/``close`` into one reused buffer that already
 holds the ``prose\\n# source: <rel>\\n\\n`` header, so a single ``str()``
 decodes (and validates) the whole section content and a single ``sha256``
@@ -81,10 +81,10 @@ from hashlib import sha256
 from pathlib import Path
 
 from dlmstore.errors import SourceError
-from dlmstore.frontmatter import SourceDirective
-from dlmstore.ignorefile import GlobSet, IgnoreRules, is_ignored
-from dlmstore.sections import Section, normalise_newlines, section_digest
-from dlmstore.statcache import StatCache
+from dlmstore.document.frontmatter import SourceDirective
+from dlmstore.sources.ignore import GlobSet, IgnoreRules, is_ignored
+from dlmstore.document.sections import Section, normalise_newlines, section_digest
+from dlmstore.sources.statcache import StatCache
 
 #: Ignore rules applied below every directive root unless the directive sets
 #: ``default_excludes: false`` (gitignore syntax: ``/`` = directories only).
@@ -183,7 +183,7 @@ def expand_sources(
     (``path: .``) skips it, counted as excluded, so a document never trains
     on its own source text.
 
-    ``stat_cache`` (``dlmstore.statcache``) lets files whose stat fields
+    ``stat_cache`` (``dlmstore.sources.statcache``) lets files whose stat fields
     prove them unchanged skip the read: their sections carry the recorded
     digest and load their text only when asked.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dlmstore import __version__
 from dlmstore.clock import utc_now
-from dlmstore.store import Store
+from dlmstore.store.database import Store
 
 _COLUMNS = (
     "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
