@@ -79,17 +79,53 @@ def synthetic_dataset(root: Path, shards: int, shard_tokens: int, vocab: int = 4
         handle = StreamingFile(train / shard_name(index))
         handle.write(tokens)
         sha = handle.commit()
-        entries.append(FileEntry("train", "tokens", f"train/{shard_name(index)}", index, index * shard_tokens,
-                                 shard_tokens, len(starts), handle.bytes, sha))
+        entries.append(
+            FileEntry(
+                "train",
+                "tokens",
+                f"train/{shard_name(index)}",
+                index,
+                index * shard_tokens,
+                shard_tokens,
+                len(starts),
+                handle.bytes,
+                sha,
+            )
+        )
         size, index_sha = write_npy(train / doc_index_name(index), starts)
-        entries.append(FileEntry("train", "doc_index", f"train/{doc_index_name(index)}", index,
-                                 index * shard_tokens, 0, len(starts), size, index_sha))
+        entries.append(
+            FileEntry(
+                "train",
+                "doc_index",
+                f"train/{doc_index_name(index)}",
+                index,
+                index * shard_tokens,
+                0,
+                len(starts),
+                size,
+                index_sha,
+            )
+        )
     meta = {
-        "format": FORMAT, "kind": "pretrain", "built": True, "dataset_name": "synthetic", "dataset_config": None,
-        "split_rule": "synthetic", "seed": 0, "token_dtype": "uint16", "byte_order": "little",
-        "tokenizer_name": "none", "tokenizer_sha256": "sha256:" + "0" * 64, "vocab_size": vocab,
-        "special_token_ids": {"eos": eos}, "eos_token_id": eos, "totals": {}, "streaming": False,
-        "shard_bytes": shard_tokens * 2, "shard_tokens": shard_tokens, "budgets": {},
+        "format": FORMAT,
+        "kind": "pretrain",
+        "built": True,
+        "dataset_name": "synthetic",
+        "dataset_config": None,
+        "split_rule": "synthetic",
+        "seed": 0,
+        "token_dtype": "uint16",
+        "byte_order": "little",
+        "tokenizer_name": "none",
+        "tokenizer_sha256": "sha256:" + "0" * 64,
+        "vocab_size": vocab,
+        "special_token_ids": {"eos": eos},
+        "eos_token_id": eos,
+        "totals": {},
+        "streaming": False,
+        "shard_bytes": shard_tokens * 2,
+        "shard_tokens": shard_tokens,
+        "budgets": {},
         "files": [dataclasses.asdict(e) for e in entries],
     }
     write_meta(root, meta)
@@ -110,12 +146,20 @@ def bench_build(repeat: int, max_docs: int) -> float:
 
     def baseline() -> None:
         for i in range(0, len(texts), batch):
-            encoder.encode_texts(texts[i:i + batch])
+            encoder.encode_texts(texts[i : i + batch])
 
     with tempfile.TemporaryDirectory() as tmp:
+
         def ours() -> None:
-            build_pretrain_cache(texts, Path(tmp) / "ds", tokenizer=encoder, val_frac=0.01,
-                                 shard_bytes=4 * MIB, batch_docs=batch, seed=0)
+            build_pretrain_cache(
+                texts,
+                Path(tmp) / "ds",
+                tokenizer=encoder,
+                val_frac=0.01,
+                shard_bytes=4 * MIB,
+                batch_docs=batch,
+                seed=0,
+            )
 
         ours()  # warm-up
         baseline()
@@ -128,8 +172,10 @@ def bench_build(repeat: int, max_docs: int) -> float:
     print(f"build: {len(texts)} docs, {tokens:,} tokens, batches of {batch}, median of {repeat}")
     print(f"  batch tokenization (baseline): {base:.3f} s  {tokens / base / 1e6:.2f} M tok/s")
     print(f"  build_pretrain_cache:          {mine:.3f} s  {tokens / mine / 1e6:.2f} M tok/s")
-    print(f"  overhead: {overhead:+.1%}  (target <= {TARGETS['build']:.0%}: "
-          f"{'met' if overhead <= TARGETS['build'] else 'NOT met'})")
+    print(
+        f"  overhead: {overhead:+.1%}  (target <= {TARGETS['build']:.0%}: "
+        f"{'met' if overhead <= TARGETS['build'] else 'NOT met'})"
+    )
     return overhead
 
 
@@ -153,14 +199,14 @@ def bench_read(tmp: Path, repeat: int, batches: int) -> float:
     def baseline() -> None:
         for batch in windows:
             for row, (shard, offset) in enumerate(batch):
-                out[row] = maps[shard][offset:offset + T + 1]
+                out[row] = maps[shard][offset : offset + T + 1]
 
     views = [np.asarray(m).view(np.ndarray) for m in maps]
 
     def plain() -> None:  # stricter: plain ndarray views, no np.memmap __getitem__ overhead
         for batch in windows:
             for row, (shard, offset) in enumerate(batch):
-                out[row] = views[shard][offset:offset + T + 1]
+                out[row] = views[shard][offset : offset + T + 1]
 
     def ours() -> None:
         g = torch.Generator().manual_seed(0)
@@ -175,10 +221,14 @@ def bench_read(tmp: Path, repeat: int, batches: int) -> float:
     print(f"read: B={B} T={T}, 8 shards x 32 MiB, {batches} batches, median of {repeat}, warm cache")
     print(f"  np.memmap slicing into a preallocated array (baseline): {batches / base:8.1f} batches/s")
     print(f"  plain ndarray slicing, same windows (stricter):         {batches / strict:8.1f} batches/s")
-    print(f"  PretrainTokenStreamDataset.get_batch:                    {batches / mine:8.1f} batches/s"
-          f"  ({strict / mine:.0%} of the stricter one)")
-    print(f"  throughput: {ratio:.0%} of the baseline  (target >= {TARGETS['read']:.0%}: "
-          f"{'met' if ratio >= TARGETS['read'] else 'NOT met'})")
+    print(
+        f"  PretrainTokenStreamDataset.get_batch:                    {batches / mine:8.1f} batches/s"
+        f"  ({strict / mine:.0%} of the stricter one)"
+    )
+    print(
+        f"  throughput: {ratio:.0%} of the baseline  (target >= {TARGETS['read']:.0%}: "
+        f"{'met' if ratio >= TARGETS['read'] else 'NOT met'})"
+    )
     return ratio
 
 
@@ -211,7 +261,7 @@ def bench_pack(tmp: Path, repeat: int) -> float:
 
     def loop() -> None:
         for i in range(windows):
-            packed_by_loop(tokens[i * seq:(i + 1) * seq], 2)
+            packed_by_loop(tokens[i * seq : (i + 1) * seq], 2)
 
     def functions() -> None:
         whole = tokens[: windows * seq].astype(np.int64)
@@ -230,15 +280,23 @@ def bench_pack(tmp: Path, repeat: int) -> float:
     searched_items()
     rounds: list[tuple[float, ...]] = []
     for _ in range(repeat):  # interleaved rounds: machine load hits all alike
-        rounds.append((median_of(loop, 1), median_of(functions, 1), median_of(items, 1), median_of(searched_items, 1)))
+        rounds.append(
+            (median_of(loop, 1), median_of(functions, 1), median_of(items, 1), median_of(searched_items, 1))
+        )
     loop_s, functions_s, items_s, searched_s = (statistics.median(r[k] for r in rounds) for k in range(4))
     print(f"pack: {windows * seq:,} tokens ({windows} windows of {seq}), median of {repeat}")
     print(f"  per-token Python loop (baseline):            {loop_s * 1e3:9.1f} ms")
-    print(f"  packing functions, EOS scan, whole array:    {functions_s * 1e3:9.1f} ms  {loop_s / functions_s:6.0f}x")
-    print(f"  items, index searched per item (huge data):  {searched_s * 1e3:9.1f} ms  {loop_s / searched_s:6.0f}x")
+    print(
+        f"  packing functions, EOS scan, whole array:    {functions_s * 1e3:9.1f} ms  {loop_s / functions_s:6.0f}x"
+    )
+    print(
+        f"  items, index searched per item (huge data):  {searched_s * 1e3:9.1f} ms  {loop_s / searched_s:6.0f}x"
+    )
     ratio = loop_s / items_s
-    print(f"  MemoryMappedDataset items (document index):  {items_s * 1e3:9.1f} ms  {ratio:6.0f}x  "
-          f"(target >= {TARGETS['pack']:.0f}x: {'met' if ratio >= TARGETS['pack'] else 'NOT met'})")
+    print(
+        f"  MemoryMappedDataset items (document index):  {items_s * 1e3:9.1f} ms  {ratio:6.0f}x  "
+        f"(target >= {TARGETS['pack']:.0f}x: {'met' if ratio >= TARGETS['pack'] else 'NOT met'})"
+    )
     return ratio
 
 
@@ -252,8 +310,13 @@ def rss_child(path: str, release: str) -> None:
     """Iterate every window of the dataset at ``path``; print peak and starting RSS (MiB)."""
     from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 
-    dataset = MemoryMappedDataset(path, 2049, "shard_*.bin", pack_sequences=True,
-                                  release_bytes=None if release == "none" else int(release))
+    dataset = MemoryMappedDataset(
+        path,
+        2049,
+        "shard_*.bin",
+        pack_sequences=True,
+        release_bytes=None if release == "none" else int(release),
+    )
     before = peak = rss_mib()
     start = time.perf_counter()
     for i in range(len(dataset)):
@@ -274,17 +337,28 @@ def bench_rss(tmp: Path, gib: float) -> float:
     start = time.perf_counter()
     root = synthetic_dataset(tmp / "rss", shards=shards, shard_tokens=shard_tokens)
     size = sum(p.stat().st_size for p in (root / "train").glob("*.bin"))
-    print(f"rss: {shards} shards, {size / (1 << 30):.2f} GiB written in {time.perf_counter() - start:.1f} s; "
-          "each pass in a fresh process (torch imported)")
+    print(
+        f"rss: {shards} shards, {size / (1 << 30):.2f} GiB written in {time.perf_counter() - start:.1f} s; "
+        "each pass in a fresh process (torch imported)"
+    )
     results = {}
-    runs = ((f"page release every {RELEASE_BYTES // MIB} MiB", str(RELEASE_BYTES)), ("plain mmap, no release", "none"))
+    runs = (
+        (f"page release every {RELEASE_BYTES // MIB} MiB", str(RELEASE_BYTES)),
+        ("plain mmap, no release", "none"),
+    )
     for label, release in runs:
-        out = subprocess.run([sys.executable, __file__, "--rss-child", str(root / "train"), release],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(root / "train"), release],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         windows, seconds, before, peak = int(out[0]), float(out[1]), float(out[2]), float(out[3])
         results[label] = peak
-        print(f"  {label:<28} {windows:,} packed windows in {seconds:5.1f} s, "
-              f"peak RSS {peak:7.1f} MiB (after imports {before:.1f} MiB)")
+        print(
+            f"  {label:<28} {windows:,} packed windows in {seconds:5.1f} s, "
+            f"peak RSS {peak:7.1f} MiB (after imports {before:.1f} MiB)"
+        )
     peak = results[runs[0][0]]
     print(f"  target RSS < {TARGETS['rss_mib']:.0f} MiB: {'met' if peak < TARGETS['rss_mib'] else 'NOT met'}")
     return peak
@@ -294,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default="build,read,pack,rss")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--build-docs", type=int, default=1500, help="stdlib modules tokenized by the build bench")
+    parser.add_argument(
+        "--build-docs", type=int, default=1500, help="stdlib modules tokenized by the build bench"
+    )
     parser.add_argument("--read-batches", type=int, default=200)
     parser.add_argument("--rss-gib", type=float, default=2.1)
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")

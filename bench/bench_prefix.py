@@ -135,7 +135,9 @@ def distinct_chats(tokenizer: Any, n: int, rng: random.Random) -> list[str]:
     for _ in range(n):
         messages = [{"role": "system", "content": sentences(rng, 30)}]
         for k in range(6):
-            messages.append({"role": ("user", "assistant")[k % 2], "content": sentences(rng, rng.randint(2, 10))})
+            messages.append(
+                {"role": ("user", "assistant")[k % 2], "content": sentences(rng, rng.randint(2, 10))}
+            )
         texts.append(tokenizer.apply_chat_template(messages, tokenize=False))
     return texts
 
@@ -178,10 +180,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_s, cached_s, cache = timed_pair(texts, baseline, make(), args.repeat)
     speedup = base_s / cached_s
     chat = cache.stats()
-    rows.append((
-        f"chat: {args.conversations} conversations x {args.turns} turns",
-        base_s, cached_s, f"{speedup:.1f}x faster", f">= {CHAT_TARGET:.0f}x", speedup >= CHAT_TARGET,
-    ))
+    rows.append(
+        (
+            f"chat: {args.conversations} conversations x {args.turns} turns",
+            base_s,
+            cached_s,
+            f"{speedup:.1f}x faster",
+            f">= {CHAT_TARGET:.0f}x",
+            speedup >= CHAT_TARGET,
+        )
+    )
 
     # 2. no reuse
     distinct = distinct_chats(tokenizer, args.distinct, rng)
@@ -196,8 +204,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, workload, factory in no_reuse:
         base_s, cached_s, cache = timed_pair(workload, baseline, factory, args.repeat)
         overhead = cached_s / base_s - 1
-        rows.append((label, base_s, cached_s, f"{overhead:+.1%} overhead", f"<= {OVERHEAD_TARGET:.0%}",
-                     overhead <= OVERHEAD_TARGET))
+        rows.append(
+            (
+                label,
+                base_s,
+                cached_s,
+                f"{overhead:+.1%} overhead",
+                f"<= {OVERHEAD_TARGET:.0%}",
+                overhead <= OVERHEAD_TARGET,
+            )
+        )
         if "KiB" in label:
             evicting = cache.stats()
     # For information: against the bare `tokenizers` backend, which the cache itself calls,
@@ -208,8 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_s, cached_s, _ = timed_pair(
         distinct, lambda text: bare.encode_batch([text], add_special_tokens=False)[0].ids, make(), args.repeat
     )
-    info = (f"{'  (info) same, vs bare tokenizers backend':<42} {base_s:>8.3f} s {cached_s:>8.3f} s  "
-            f"{cached_s / base_s - 1:+.1%} overhead")
+    info = (
+        f"{'  (info) same, vs bare tokenizers backend':<42} {base_s:>8.3f} s {cached_s:>8.3f} s  "
+        f"{cached_s / base_s - 1:+.1%} overhead"
+    )
 
     # 3. memory under the cap while inserting 10x the cap's worth of prefixes
     cap = int(args.memory_cap_mib * MiB)
@@ -233,29 +251,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     inserted = twin.stats().memory_bytes
     final = capped.stats()
 
-    print(f"prefix cache benchmark: SmolLM2-135M-Instruct tokenizer, median of {args.repeat} runs, "
-          f"TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}")
+    print(
+        f"prefix cache benchmark: SmolLM2-135M-Instruct tokenizer, median of {args.repeat} runs, "
+        f"TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}"
+    )
     print(f"wrapper construction (fingerprint, backend copy, probes): {construct_s * 1000:.0f} ms")
     print()
     print(f"{'workload':<42} {'uncached':>10} {'cached':>10}  {'result':<18} {'target':<8} met")
     for label, base_s, cached_s, result, target, met in rows:
-        print(f"{label:<42} {base_s:>8.3f} s {cached_s:>8.3f} s  {result:<18} {target:<8} {'yes' if met else 'NO'}")
+        print(
+            f"{label:<42} {base_s:>8.3f} s {cached_s:>8.3f} s  {result:<18} {target:<8} {'yes' if met else 'NO'}"
+        )
     print(info)
     memory_met = peak <= cap
-    print(f"{'memory: ' + format(inserted / cap, '.1f') + 'x the cap inserted':<42} "
-          f"{'':>10} {'':>10}  {'peak ' + format(peak / cap, '.2%') + ' of cap':<18} {'<= cap':<8} "
-          f"{'yes' if memory_met else 'NO'}")
+    print(
+        f"{'memory: ' + format(inserted / cap, '.1f') + 'x the cap inserted':<42} "
+        f"{'':>10} {'':>10}  {'peak ' + format(peak / cap, '.2%') + ' of cap':<18} {'<= cap':<8} "
+        f"{'yes' if memory_met else 'NO'}"
+    )
     print()
-    print(f"chat: system prompt {system_tokens} tokens; {len(texts)} encodes, {total_tokens} tokens in all; "
-          f"hit rate {chat.hit_rate:.0%} ({chat.l1_hits} L1, {chat.l0_hits} L0), "
-          f"{chat.tokens_reused / total_tokens:.1%} of tokens reused; {chat.memory_bytes / MiB:.1f} MiB held")
-    print(f"no reuse: {len(distinct)} chats, {distinct_tokens} tokens; with the 256 KiB cap "
-          f"{evicting.evictions if evicting else 0} evictions, "
-          f"{(evicting.tokens_reused if evicting else 0) / distinct_tokens:.2%} of tokens reused")
-    print(f"memory: cap {cap / MiB:.1f} MiB; {encoded} texts sharing a 2K-token system prompt inserted "
-          f"{inserted / MiB:.1f} MiB of entries (uncapped twin); peak memory_bytes {peak / MiB:.3f} MiB, "
-          f"final {final.entries} entries, {final.evictions} evictions, hit rate {final.hit_rate:.0%}; "
-          f"{checked} outputs checked against the tokenizer; {memory_s:.1f} s")
+    print(
+        f"chat: system prompt {system_tokens} tokens; {len(texts)} encodes, {total_tokens} tokens in all; "
+        f"hit rate {chat.hit_rate:.0%} ({chat.l1_hits} L1, {chat.l0_hits} L0), "
+        f"{chat.tokens_reused / total_tokens:.1%} of tokens reused; {chat.memory_bytes / MiB:.1f} MiB held"
+    )
+    print(
+        f"no reuse: {len(distinct)} chats, {distinct_tokens} tokens; with the 256 KiB cap "
+        f"{evicting.evictions if evicting else 0} evictions, "
+        f"{(evicting.tokens_reused if evicting else 0) / distinct_tokens:.2%} of tokens reused"
+    )
+    print(
+        f"memory: cap {cap / MiB:.1f} MiB; {encoded} texts sharing a 2K-token system prompt inserted "
+        f"{inserted / MiB:.1f} MiB of entries (uncapped twin); peak memory_bytes {peak / MiB:.3f} MiB, "
+        f"final {final.entries} entries, {final.evictions} evictions, hit rate {final.hit_rate:.0%}; "
+        f"{checked} outputs checked against the tokenizer; {memory_s:.1f} s"
+    )
     print("outputs: identical to the uncached tokenizer in every workload")
     all_met = all(row[-1] for row in rows) and memory_met
     return 1 if args.check and not all_met else 0

@@ -57,8 +57,10 @@ def main() -> None:
         print(f"  {name:28s} {seconds * 1000:7.1f} ms   {seconds / floor:5.2f}x floor")
     help_s = results["dlm --help"]
     verdict = "meets" if help_s < TARGET_HELP_S else "MISSES"
-    print(f"dlm --help: {help_s * 1000:.1f} ms, {verdict} the {TARGET_HELP_S * 1000:.0f} ms target "
-          f"({help_s / TARGET_HELP_S:.2f} of it)")
+    print(
+        f"dlm --help: {help_s * 1000:.1f} ms, {verdict} the {TARGET_HELP_S * 1000:.0f} ms target "
+        f"({help_s / TARGET_HELP_S:.2f} of it)"
+    )
 
 
 if __name__ == "__main__":

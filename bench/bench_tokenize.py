@@ -39,7 +39,7 @@ REFERENCE = {"full": (152.0, 32.0), "subset": (11.8, 3.3)}
 def write_doc(path: Path, dlm_id: str, root: Path) -> None:
     path.write_text(
         f"---\ndlm_id: {dlm_id}\ntraining:\n  sources:\n    - path: {root}\n"
-        "      include: [\"**/*.py\"]\n---\nA corpus of Python source files.\n"
+        '      include: ["**/*.py"]\n---\nA corpus of Python source files.\n'
     )
 
 
@@ -99,10 +99,14 @@ def measure(name: str, doc: Path, env: dict[str, str], repeat: int) -> dict[str,
     assert event["cache_misses"] == 0, event  # type: ignore[index]
     print(f"\n{name}: {cold['tokenization']['total_rows']:,} rows, {cold['tokens']:,} tokens")  # type: ignore[index]
     ref_cold, ref_warm = REFERENCE[name]
-    print(f"  cold  {cold_s:7.2f} s   (reference implementation {ref_cold:6.1f} s: {ref_cold / cold_s:5.1f}x faster)")
+    print(
+        f"  cold  {cold_s:7.2f} s   (reference implementation {ref_cold:6.1f} s: {ref_cold / cold_s:5.1f}x faster)"
+    )
     print(f"  warm  {warm_s:7.2f} s   (reference implementation {ref_warm:6.1f} s: {ref_warm / warm_s:5.1f}x faster)"
           f"   median of {repeat}")  # fmt: skip
-    print(f"  cold/warm {cold_s / warm_s:6.1f}x   peak RSS cold {cold_rss / 2**20:,.0f} MiB, warm {warm_rss / 2**20:,.0f} MiB")
+    print(
+        f"  cold/warm {cold_s / warm_s:6.1f}x   peak RSS cold {cold_rss / 2**20:,.0f} MiB, warm {warm_rss / 2**20:,.0f} MiB"
+    )
     return {"cold": cold_s, "warm": warm_s, "warm_rss": warm_rss, "cold_rss": cold_rss}
 
 
@@ -139,7 +143,6 @@ def main() -> None:
         identical = json.loads(cached.stdout) == per_row
         print(f"  per-row path (TRL _tokenize per row, in-process, tokenizer loaded): {per_row_s:.2f} s; "
               f"cached tokens identical: {identical}")  # fmt: skip
-
 
     print("\ntargets")
     ratio = small["cold"] / small["warm"]

@@ -40,7 +40,9 @@ def run(doc: Path, env: dict[str, str], max_steps: int) -> tuple[float, dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--doc", type=Path, default=Path(__file__).resolve().parent.parent / "examples" / "tour.dlm")
+    parser.add_argument(
+        "--doc", type=Path, default=Path(__file__).resolve().parent.parent / "examples" / "tour.dlm"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=2)
     args = parser.parse_args()
@@ -52,7 +54,9 @@ def main() -> None:
         home = Path(tmp) / "home"
         home.mkdir()
         bases.mkdir(parents=True, exist_ok=True)
-        (home / "bases").symlink_to(bases, target_is_directory=True)  # no one-off GGUF conversion in the timings
+        (home / "bases").symlink_to(
+            bases, target_is_directory=True
+        )  # no one-off GGUF conversion in the timings
         env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1"}
         cold_wall, cold = run(args.doc, env, args.max_steps)
         warm = [run(args.doc, env, args.max_steps) for _ in range(args.repeat)]
@@ -67,19 +71,25 @@ def main() -> None:
         medians[phase] = statistics.median(split(w[1])[phase] for w in warm)
         print(f"{phase:16s} {split(cold)[phase]:8.2f} {medians[phase]:14.2f}")
     warm_wall = statistics.median(w[0] for w in warm)
-    cold_other = cold_wall - sum(split(cold).values()) + split(cold)["first_step"]  # first_step is inside train
+    cold_other = (
+        cold_wall - sum(split(cold).values()) + split(cold)["first_step"]
+    )  # first_step is inside train
     warm_other = warm_wall - sum(medians.values()) + medians["first_step"]
     print(f"{'process+exit':16s} {cold_other:8.2f} {warm_other:14.2f}")
     print(f"{'whole':16s} {cold_wall:8.2f} {warm_wall:14.2f}")
     ours = sum(medians[p] for p in OURS)
     model = sum(medians[p] for p in MODEL)
     before = ours + model
-    print(f"\nwarm, start to first step: {before:.2f} s; loading and stepping the model {model:.2f} s "
-          f"({model / before:.0%}: import {medians['framework_import']:.2f}, from_pretrained "
-          f"{medians['model_load']:.2f}, trainer setup {medians['trainer_setup']:.2f}, first step "
-          f"{medians['first_step']:.2f}); ours {ours:.2f} s ({ours / before:.0%}: startup "
-          f"{medians['startup']:.2f}, tokenize {medians['tokenize']:.2f}, dataset {medians['dataset']:.2f})")
-    print(f"target (the model dominates, not tokenization or dataset building): {'met' if model > ours else 'MISSED'}")
+    print(
+        f"\nwarm, start to first step: {before:.2f} s; loading and stepping the model {model:.2f} s "
+        f"({model / before:.0%}: import {medians['framework_import']:.2f}, from_pretrained "
+        f"{medians['model_load']:.2f}, trainer setup {medians['trainer_setup']:.2f}, first step "
+        f"{medians['first_step']:.2f}); ours {ours:.2f} s ({ours / before:.0%}: startup "
+        f"{medians['startup']:.2f}, tokenize {medians['tokenize']:.2f}, dataset {medians['dataset']:.2f})"
+    )
+    print(
+        f"target (the model dominates, not tokenization or dataset building): {'met' if model > ours else 'MISSED'}"
+    )
     hit = warm[-1][1]["tokenization"]
     print(f"warm cache: {hit['cache_hits']} hits, {hit['cache_misses']} misses")  # type: ignore[index]
 

@@ -39,7 +39,9 @@ def show_command(path: str, as_json: bool) -> None:
         click.echo("last-run hit rate: n/a (no cached run yet)")
     else:
         total = (summary.last_run_hits or 0) + (summary.last_run_misses or 0)
-        click.echo(f"last-run hit rate: {summary.last_run_hit_rate:.1%} ({summary.last_run_hits:,}/{total:,})")
+        click.echo(
+            f"last-run hit rate: {summary.last_run_hit_rate:.1%} ({summary.last_run_hits:,}/{total:,})"
+        )
 
 
 class Duration(click.ParamType):

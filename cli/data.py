@@ -52,7 +52,8 @@ class Progress:
         rate = progress.tokens / progress.seconds if progress.seconds > 0 else 0.0
         click.echo(
             f"\r{progress.name}: {progress.docs:,} docs, {progress.tokens:,} tokens, {rate:,.0f} tok/s ",
-            nl=False, err=True,
+            nl=False,
+            err=True,
         )
         self.shown = True
 
@@ -77,16 +78,29 @@ def data_group() -> None:
 
 
 @data_group.command("build-all")
-@click.option("--cache-dir", required=True, type=click.Path(file_okay=False), help="Where the cache and its store.db go.")
+@click.option(
+    "--cache-dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where the cache and its store.db go.",
+)
 @click.option("--seed", default=42, show_default=True, help="Seed of every split and shuffle.")
 @click.option("--base", default="smollm2-135m", show_default=True, help="Base model whose tokenizer is used.")
-@click.option("--local", "local", multiple=True, metavar="NAME=PATH", help="Read source NAME from local files (repeatable).")
+@click.option(
+    "--local",
+    "local",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Read source NAME from local files (repeatable).",
+)
 @click.option("--only", multiple=True, metavar="NAME", help="Build only these sources (repeatable).")
 @click.option("--fineweb-dataset", default="HuggingFaceFW/fineweb-edu", show_default=True)
 @click.option("--fineweb-config", default="CC-MAIN-2024-10", show_default=True)
 @click.option("--fineweb-train-tokens", type=SIZE, default="200M", show_default=True)
 @click.option("--fineweb-val-tokens", type=SIZE, default="5M", show_default=True)
-@click.option("--shuffle-buffer", type=SIZE, default=10_000, show_default=True, help="fineweb-edu shuffle buffer.")
+@click.option(
+    "--shuffle-buffer", type=SIZE, default=10_000, show_default=True, help="fineweb-edu shuffle buffer."
+)
 @click.option("--wikitext-dataset", default="Salesforce/wikitext", show_default=True)
 @click.option("--wikitext-config", default="wikitext-103-raw-v1", show_default=True)
 @click.option("--dolly-dataset", default="databricks/databricks-dolly-15k", show_default=True)
@@ -98,8 +112,13 @@ def data_group() -> None:
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def build_all_command(
-    cache_dir: str, seed: int, base: str, local: tuple[str, ...], only: tuple[str, ...],
-    as_json: bool, **flags: Any,
+    cache_dir: str,
+    seed: int,
+    base: str,
+    local: tuple[str, ...],
+    only: tuple[str, ...],
+    as_json: bool,
+    **flags: Any,
 ) -> None:
     """Build every source of the spec into CACHE_DIR and register it there.
 
@@ -128,8 +147,13 @@ def build_all_command(
             )
     progress = _progress(as_json)
     result = build_all(
-        cache_dir, seed=seed, base=base, options=BuildAllOptions(**flags), local=pairs,
-        only=list(only) or None, progress=progress,
+        cache_dir,
+        seed=seed,
+        base=base,
+        options=BuildAllOptions(**flags),
+        local=pairs,
+        only=list(only) or None,
+        progress=progress,
     )
     progress.done()
     if as_json:
@@ -154,15 +178,30 @@ def build_group() -> None:
 
 
 _common = [
-    click.option("--from", "source", required=True, type=click.Path(exists=True), help="Input file or folder."),
-    click.option("--out", required=True, type=click.Path(file_okay=False), help="Dataset directory to write."),
+    click.option(
+        "--from", "source", required=True, type=click.Path(exists=True), help="Input file or folder."
+    ),
+    click.option(
+        "--out", required=True, type=click.Path(file_okay=False), help="Dataset directory to write."
+    ),
     click.option("--name", default=None, help="Dataset name (default: the --out folder's name)."),
-    click.option("--base", default="smollm2-135m", show_default=True, help="Base model whose tokenizer is used."),
+    click.option(
+        "--base", default="smollm2-135m", show_default=True, help="Base model whose tokenizer is used."
+    ),
     click.option("--seed", default=42, show_default=True),
-    click.option("--token-dtype", type=click.Choice(["uint16", "uint32"]), default=None,
-                 help="Default: uint16 when the vocabulary fits, else uint32."),
-    click.option("--store", "store_dir", default=None, type=click.Path(file_okay=False),
-                 help="Register in this directory's store.db (default: the --out directory)."),
+    click.option(
+        "--token-dtype",
+        type=click.Choice(["uint16", "uint32"]),
+        default=None,
+        help="Default: uint16 when the vocabulary fits, else uint32.",
+    ),
+    click.option(
+        "--store",
+        "store_dir",
+        default=None,
+        type=click.Path(file_okay=False),
+        help="Register in this directory's store.db (default: the --out directory).",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
 ]
 
@@ -175,12 +214,21 @@ def _with_common(command: Any) -> Any:
 
 @build_group.command("pretrain")
 @_with_common
-@click.option("--val-frac", type=float, default=None, help="Share of documents in val (default 0.01, or the budgets' ratio).")
+@click.option(
+    "--val-frac",
+    type=float,
+    default=None,
+    help="Share of documents in val (default 0.01, or the budgets' ratio).",
+)
 @click.option("--train-tokens", type=SIZE, default=None, help="Stop train at this many tokens.")
 @click.option("--val-tokens", type=SIZE, default=None, help="Stop val at this many tokens.")
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
-@click.option("--shuffle-buffer", type=SIZE, default=None, help="Shuffle documents with a buffer of this many.")
-@click.option("--text-field", default="text", show_default=True, help="Field of JSONL/Parquet records holding the text.")
+@click.option(
+    "--shuffle-buffer", type=SIZE, default=None, help="Shuffle documents with a buffer of this many."
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="Field of JSONL/Parquet records holding the text."
+)
 @click.option("--eos-token", default=None, help="End-of-document token (default: the tokenizer's EOS).")
 def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any) -> None:
     """Tokenize local documents into train/val shards with document indexes."""
@@ -218,8 +266,10 @@ def _render_build(done: Any, as_json: bool) -> None:
     unit = "docs" if build.kind == "pretrain" else "examples"
     click.echo(f"built {build.kind} dataset {build.name} at {build.path} in {build.seconds:.1f}s")
     for split, totals in build.splits.items():
-        click.echo(f"{split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-                   f"{totals.files} files, {human_bytes(totals.bytes)}")
+        click.echo(
+            f"{split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
+            f"{totals.files} files, {human_bytes(totals.bytes)}"
+        )
     skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in build.skipped.items() if n)
     if skipped:
         click.echo(f"skipped: {skipped}")
@@ -231,7 +281,9 @@ def _render_build(done: Any, as_json: bool) -> None:
 @data_group.command("validate")
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("--base", default=None, help="Also check the dataset was built by this base model's tokenizer.")
-@click.option("--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only).")
+@click.option(
+    "--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def validate_command(path: str, base: str | None, quick: bool, as_json: bool) -> None:
     """Check a dataset's files against its meta.json and print how to read it.
@@ -254,8 +306,10 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
         emit_json(report)
     elif report.ok and report.reader is not None:
         tokens = " + ".join(f"{report.totals.get(f'{s}_tokens', 0):,}" for s in ("train", "val"))
-        click.echo(f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
-                   f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})")
+        click.echo(
+            f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
+            f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})"
+        )
         click.echo("flags:")
         click.echo(f"  {report.reader.flags}")
         click.echo("python:")
@@ -289,8 +343,11 @@ def show_command(path: str, as_json: bool) -> None:
             continue
         unit = "docs" if dataset.kind == "pretrain" else "examples"
         for split, totals in dataset.splits.items():
-            click.echo(f"  {split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-                       f"{totals.files} files, {human_bytes(totals.bytes)}")
-        click.echo(f"  dtype {dataset.token_dtype}, vocab {dataset.vocab_size}, seed {dataset.seed}, "
-                   f"tokenizer {dataset.tokenizer_name} {dataset.tokenizer_sha256}")
-
+            click.echo(
+                f"  {split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
+                f"{totals.files} files, {human_bytes(totals.bytes)}"
+            )
+        click.echo(
+            f"  dtype {dataset.token_dtype}, vocab {dataset.vocab_size}, seed {dataset.seed}, "
+            f"tokenizer {dataset.tokenizer_name} {dataset.tokenizer_sha256}"
+        )

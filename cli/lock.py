@@ -44,12 +44,24 @@ def lock_mode_options(command: F) -> F:
         return command(*args, **kwargs)
 
     options = [
-        click.option("--ignore-lock", _param("--ignore-lock"), is_flag=True,
-                     help="Skip the lock check and leave dlm.lock as it is (the run is still recorded)."),
-        click.option("--update-lock", _param("--update-lock"), is_flag=True,
-                     help="Skip the lock check and rewrite dlm.lock (also replaces a corrupt one)."),
-        click.option("--strict-lock", _param("--strict-lock"), is_flag=True,
-                     help="Treat every lock warning as an error."),
+        click.option(
+            "--ignore-lock",
+            _param("--ignore-lock"),
+            is_flag=True,
+            help="Skip the lock check and leave dlm.lock as it is (the run is still recorded).",
+        ),
+        click.option(
+            "--update-lock",
+            _param("--update-lock"),
+            is_flag=True,
+            help="Skip the lock check and rewrite dlm.lock (also replaces a corrupt one).",
+        ),
+        click.option(
+            "--strict-lock",
+            _param("--strict-lock"),
+            is_flag=True,
+            help="Treat every lock warning as an error.",
+        ),
     ]
     decorated: Callable[..., Any] = wrapper
     for option in options:
@@ -97,8 +109,13 @@ _HEADING = object()
 
 @lock_group.command("diff")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--against", "against", type=int, metavar="RUN_ID",
-              help="Compare with the lock of this run instead of the previous lock.")
+@click.option(
+    "--against",
+    "against",
+    type=int,
+    metavar="RUN_ID",
+    help="Compare with the lock of this run instead of the previous lock.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
 def diff_command(path: str, against: int | None, as_json: bool) -> None:
     """Compare dlm.lock with the lock before it: field, old, new, severity.

@@ -12,7 +12,9 @@ from dlmstore.cli.render import emit_json, human_bytes
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--run-id", type=int, help="Only this run.")
 @click.option("--since", type=Duration(), help="Only runs started within this long (7d, 12h, ...).")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def metrics_command(path: str, run_id: int | None, since: object, limit: int, as_json: bool) -> None:
     """List the runs recorded for the document at PATH, newest first."""

@@ -41,8 +41,7 @@ def show_command(path: str, as_json: bool) -> None:
         detail = ", ".join(f"{n} {why}" for why, n in skipped.items())
         click.echo(
             f"source:   {source['directive']}: {source['files_included']} files, "
-            f"{human_bytes(int(source['bytes_included']))}"  # type: ignore[call-overload]
-            + (f" (skipped {detail})" if detail else "")
+            f"{human_bytes(int(source['bytes_included']))}" + (f" (skipped {detail})" if detail else "")  # type: ignore[call-overload]
         )
     state = "exists" if summary.store.exists else "not created yet"
     click.echo(f"store:    {summary.store.path} ({state})")

@@ -34,7 +34,9 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     event = summary.tokenization
     rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
     click.echo(f"run {summary.run_id}: {event.total_rows:,} rows, {summary.tokens:,} tokens")
-    click.echo(f"cache:  {event.cache_mode}, {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate})")
+    click.echo(
+        f"cache:  {event.cache_mode}, {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate})"
+    )
     click.echo(f"time:   {event.total_tokenize_seconds:.2f} s")
     click.echo(f"size:   {human_bytes(event.cache_bytes_after)} cached")
     if summary.preference_rows:

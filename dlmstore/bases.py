@@ -197,9 +197,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
     try:
         with _quiet_transformers() as transformers:
             if part == "tokenizer":
-                tokenizer = transformers.AutoTokenizer.from_pretrained(
-                    str(gguf.parent), gguf_file=gguf.name
-                )
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 tokenizer.save_pretrained(staging)
             else:
                 model = transformers.AutoModelForCausalLM.from_pretrained(

@@ -68,7 +68,9 @@ class Connection:
         self.raw = raw
 
     def execute(
-        self, statement: Any, parameters: Sequence[Any] | Mapping[str, Any] | list[Mapping[str, Any]] | None = None
+        self,
+        statement: Any,
+        parameters: Sequence[Any] | Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
     ) -> Result:
         """Run SQL text (``?`` placeholders) or a SQLAlchemy Core statement."""
         if isinstance(statement, str):

@@ -30,12 +30,7 @@ def new_ulid(now: float | None = None) -> str:
 
 def is_valid_ulid(text: object) -> bool:
     """True when ``text`` is a canonical (upper-case) 26-character ULID."""
-    return (
-        isinstance(text, str)
-        and len(text) == 26
-        and text[0] <= "7"
-        and all(c in _VALID for c in text)
-    )
+    return isinstance(text, str) and len(text) == 26 and text[0] <= "7" and all(c in _VALID for c in text)
 
 
 def ulid_timestamp(text: str) -> float:

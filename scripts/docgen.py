@@ -116,7 +116,9 @@ def render_frontmatter_reference() -> str:
         "See [the format guide](format.md) for the body.\n"
     )
     for title, model in sections:
-        out.append(f"\n## {title}\n\n| key | type | default | constraints | meaning |\n|---|---|---|---|---|\n")
+        out.append(
+            f"\n## {title}\n\n| key | type | default | constraints | meaning |\n|---|---|---|---|---|\n"
+        )
         for name, info in model.model_fields.items():
             annotation = _type_name(info.annotation)
             if info.is_required():
@@ -134,16 +136,17 @@ def render_frontmatter_reference() -> str:
             )
             out.append(f"| `{name}` | {annotation} | {default} | {limits} | {info.description or ''} |\n")
     out.append("\n## Default source excludes\n\n")
-    out.append(
-        "Applied to every `training.sources` directive unless it sets "
-        "`default_excludes: false`:\n\n"
-    )
+    out.append("Applied to every `training.sources` directive unless it sets `default_excludes: false`:\n\n")
     out.extend(f"- `{pattern}`\n" for pattern in DEFAULT_EXCLUDES)
     return "".join(out)
 
 
 def _type_name(annotation: object) -> str:
-    text = getattr(annotation, "__name__", None) if not str(annotation).startswith(("typing.", "list[")) else None
+    text = (
+        getattr(annotation, "__name__", None)
+        if not str(annotation).startswith(("typing.", "list["))
+        else None
+    )
     text = text or str(annotation).replace("typing.", "")
     return text.replace("dlmstore.document.frontmatter.", "").replace("|", "or")
 

@@ -112,6 +112,4 @@ def test_a_local_directory_without_a_tokenizer_is_a_clear_error(tmp_path: Path) 
     empty.mkdir()
     with pytest.raises(BaseModelError) as err:
         load_tokenizer(resolve_base(str(empty)))
-    assert str(err.value).startswith(
-        f"cannot load the tokenizer of base model '{empty}' from {empty}: "
-    )
+    assert str(err.value).startswith(f"cannot load the tokenizer of base model '{empty}' from {empty}: ")

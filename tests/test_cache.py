@@ -50,9 +50,11 @@ def test_entries_round_trip_with_their_dtype_and_count(store: Store) -> None:
     _cache(store).store_many([("a", np.array([1, 2, 65535])), ("b", np.array([7]))], run_id=run, dtype=U16)
     found = _cache(store).lookup(["a", "b", "missing"], run_id=run)
     assert {k: as_array(*v).tolist() for k, v in found.tokens.items()} == {"a": [1, 2, 65535], "b": [7]}
-    rows = sqlite3.connect(store.db_path).execute(
-        "SELECT row_key, dtype, token_count, bytes FROM cache_entries ORDER BY row_key"
-    ).fetchall()
+    rows = (
+        sqlite3.connect(store.db_path)
+        .execute("SELECT row_key, dtype, token_count, bytes FROM cache_entries ORDER BY row_key")
+        .fetchall()
+    )
     assert rows == [("a", "uint16", 3, 6), ("b", "uint16", 1, 2)]
 
 
@@ -60,7 +62,9 @@ def test_the_cache_size_is_a_running_total_kept_by_triggers(store: Store) -> Non
     run = _run(store)
     _fill(store, run, ["a", "b", "c"])
     assert cache_bytes(store) == 60
-    sqlite3.connect(store.db_path).execute("DELETE FROM cache_entries WHERE row_key = 'a'").connection.commit()
+    sqlite3.connect(store.db_path).execute(
+        "DELETE FROM cache_entries WHERE row_key = 'a'"
+    ).connection.commit()
     assert cache_bytes(store) == 40
 
 
@@ -70,7 +74,10 @@ def test_eviction_drops_least_recently_used_entries_first(store: Store) -> None:
     reader = _run(store)
     _cache(store).lookup(["a", "c"], run_id=reader)  # a and c are now the most recent
     result = evict(store, max_bytes=40, protect_run_id=None)
-    kept = [r[0] for r in sqlite3.connect(store.db_path).execute("SELECT row_key FROM cache_entries ORDER BY row_key")]
+    kept = [
+        r[0]
+        for r in sqlite3.connect(store.db_path).execute("SELECT row_key FROM cache_entries ORDER BY row_key")
+    ]
     assert result.entries == 2 and kept == ["a", "c"]
 
 
@@ -191,7 +198,9 @@ def test_a_cache_over_its_limit_evicts_old_entries_after_a_run(tmp_path: Path) -
     assert summary.tokenization.cache_misses == 6
     # everything of the current run survived, even over the limit
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
-    assert conn.execute("SELECT COUNT(*) FROM cache_entries WHERE last_run_id = ?", (summary.run_id,)).fetchone() == (7,)
+    assert conn.execute(
+        "SELECT COUNT(*) FROM cache_entries WHERE last_run_id = ?", (summary.run_id,)
+    ).fetchone() == (7,)
 
 
 def test_a_read_only_store_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,7 +281,9 @@ def test_killing_a_tokenize_process_at_any_moment_leaves_no_row_pointing_at_a_pa
     dlm = str(Path(sys.executable).with_name("dlm"))
     env = {**os.environ, "DLM_HOME": str(dlm_home)}
     for delay in (random.uniform(1.0, 3.0), random.uniform(3.0, 5.0)):
-        proc = subprocess.Popen([dlm, "tokenize", str(doc)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [dlm, "tokenize", str(doc)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()

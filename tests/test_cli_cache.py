@@ -101,14 +101,35 @@ def test_metrics_json_lists_runs_newest_first_with_their_tokenization(runner: Cl
     assert report["runs"][0]["tokenization"]["hit_rate"] == 1.0
     only = json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", "1"]).stdout)
     assert [run["run_id"] for run in only["runs"]] == [1]
-    assert json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--limit", "1"]).stdout)["runs"][0]["run_id"] == 2
-    assert len(json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--since", "1h"]).stdout)["runs"]) == 2
+    assert (
+        json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--limit", "1"]).stdout)["runs"][0][
+            "run_id"
+        ]
+        == 2
+    )
+    assert (
+        len(json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--since", "1h"]).stdout)["runs"])
+        == 2
+    )
 
 
 def test_metrics_prints_a_table(runner: CliRunner, doc: Path) -> None:
     _tokenize(runner, doc)
     lines = runner.invoke(cli, ["metrics", str(doc)]).output.splitlines()
-    assert lines[0].split() == ["run", "command", "status", "started", "(UTC)", "rows", "hits", "misses", "hit", "rate", "seconds", "cache"]
+    assert lines[0].split() == [
+        "run",
+        "command",
+        "status",
+        "started",
+        "(UTC)",
+        "rows",
+        "hits",
+        "misses",
+        "hit",
+        "rate",
+        "seconds",
+        "cache",
+    ]
     assert lines[1].split()[:3] == ["1", "tokenize", "completed"]
 
 
@@ -119,7 +140,9 @@ def test_no_cache_tokenize_records_a_bypassed_run(runner: CliRunner, doc: Path) 
 
 
 @pytest.mark.parametrize("value", ["3x", "d", "10", "-1d", "1.5h"])
-def test_a_bad_prune_duration_is_a_usage_error_with_an_example(runner: CliRunner, doc: Path, value: str) -> None:
+def test_a_bad_prune_duration_is_a_usage_error_with_an_example(
+    runner: CliRunner, doc: Path, value: str
+) -> None:
     _tokenize(runner, doc)
     result = runner.invoke(cli, ["cache", "prune", str(doc), "--older-than", value])
     assert result.exit_code == 2

@@ -25,8 +25,13 @@ OTHER_SHA = "sha256:" + "1" * 64
 def dataset(tmp_path: Path) -> Path:
     texts = [words(*range(10 * i + 1, 10 * i + 9)) for i in range(20)]
     build_pretrain_cache(
-        texts, tmp_path / "ds", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-        val_frac=0.0, shard_bytes=64, seed=0,
+        texts,
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.0,
+        shard_bytes=64,
+        seed=0,
     )
     return tmp_path / "ds"
 
@@ -84,9 +89,7 @@ def test_uint16_shards_recorded_with_a_vocabulary_larger_than_uint16_are_refused
     meta = json.loads((dataset / "meta.json").read_text())
     meta["vocab_size"] = 100_000
     (dataset / "meta.json").write_text(json.dumps(meta))
-    expected = (
-        f"{dataset / 'meta.json'}: a vocabulary of 100000 tokens does not fit uint16 (ids up to 65535)"
-    )
+    expected = f"{dataset / 'meta.json'}: a vocabulary of 100000 tokens does not fit uint16 (ids up to 65535)"
     with pytest.raises(DatasetFileError) as info:
         PretrainTokenStreamDataset(dataset / "train", T=4)
     assert info.value.message == expected
@@ -108,7 +111,10 @@ def test_a_stray_shard_and_a_broken_document_index_are_reported(dataset: Path) -
     (dataset / "train" / "shard_00099.bin").write_bytes(b"\0\0")
     np.save(dataset / "train" / "shard_00000.docs.npy", np.array([5, 2], dtype=np.int64))
     problems = check_dataset(dataset, deep=False).problems
-    assert f"{dataset / 'train' / 'shard_00099.bin'} is not listed in meta.json (left over from another build?)" in problems
+    assert (
+        f"{dataset / 'train' / 'shard_00099.bin'} is not listed in meta.json (left over from another build?)"
+        in problems
+    )
     assert any("shard_00000.docs.npy has" in p and "bytes but meta.json records" in p for p in problems)
 
 
@@ -127,14 +133,25 @@ def test_sft_offsets_that_do_not_fit_the_tokens_are_refused(tmp_path: Path) -> N
     np.save(tmp_path / "x_idx.npy", np.array([0, 9], dtype=np.int64))
     with pytest.raises(DatasetFileError) as info:
         SFTExampleDataset(
-            tmp_path / "x_tokens.bin", tmp_path / "x_idx.npy", T=4, eot_id=2, dtype="uint16", assistant_start=[3]
+            tmp_path / "x_tokens.bin",
+            tmp_path / "x_idx.npy",
+            T=4,
+            eot_id=2,
+            dtype="uint16",
+            assistant_start=[3],
         )
-    assert info.value.message == f"{tmp_path / 'x_idx.npy'} does not hold increasing offsets from 0 into 8 tokens"
+    assert (
+        info.value.message
+        == f"{tmp_path / 'x_idx.npy'} does not hold increasing offsets from 0 into 8 tokens"
+    )
 
 
 def test_a_window_longer_than_every_shard_is_refused(dataset: Path) -> None:
     with pytest.raises(DatasetFileError) as info:
         PretrainTokenStreamDataset(dataset / "train", T=64)
     assert info.value.message == f"no shard in {dataset / 'train'} holds T + 1 = 65 tokens"
-    assert torch.is_tensor(PretrainTokenStreamDataset(dataset / "train", T=8).get_batch(
-        B=1, generator=torch.Generator().manual_seed(0))[0])
+    assert torch.is_tensor(
+        PretrainTokenStreamDataset(dataset / "train", T=8).get_batch(
+            B=1, generator=torch.Generator().manual_seed(0)
+        )[0]
+    )

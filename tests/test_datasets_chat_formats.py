@@ -29,10 +29,23 @@ _WORDS = (
     "the quick brown fox jumps over lazy dog name three primes two and five colour blue green answer "
     "question user model assistant system be brief hello world"
 ).split()
-CORPUS = [" ".join(_rng.choice(_WORDS) for _ in range(10)) + _rng.choice([".", "?", "\n", "!\n"]) for _ in range(500)]
+CORPUS = [
+    " ".join(_rng.choice(_WORDS) for _ in range(10)) + _rng.choice([".", "?", "\n", "!\n"])
+    for _ in range(500)
+]
 SPECIAL = [
-    "<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>",
-    "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
 ]
 
 CHATML = (
@@ -65,7 +78,13 @@ TEMPLATES = {  # name: (template, bos token, expected preset, system placement, 
     "gemma2": (GEMMA2, "<bos>", "gemma", "none", True),
     "gemma3": (GEMMA3, "<bos>", "gemma", "first_user", True),
 }
-MARKERS = ("metaspace-always", "metaspace-first", "prepend-normalizer", "spaces-only", "byte-level-prefix-space")
+MARKERS = (
+    "metaspace-always",
+    "metaspace-first",
+    "prepend-normalizer",
+    "spaces-only",
+    "byte-level-prefix-space",
+)
 
 
 def sentencepiece_tokenizer(marker: str, template: str, bos: str) -> Any:
@@ -79,8 +98,12 @@ def sentencepiece_tokenizer(marker: str, template: str, bos: str) -> Any:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
         tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-            vocab_size=400, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok.train_from_iterator(
+            CORPUS,
+            trainers.BpeTrainer(
+                vocab_size=400, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            ),
+        )
     elif marker.startswith("metaspace"):
         scheme = marker.split("-")[1]
         tok.normalizer = normalizers.NFKC()
@@ -88,11 +111,17 @@ def sentencepiece_tokenizer(marker: str, template: str, bos: str) -> Any:
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
         tok.train_from_iterator(CORPUS, trainer)
     else:  # Llama 2 and Gemma tokenizer.json files: a normalizer and no pre-tokenizer
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")  # to train words
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="never"
+        )  # to train words
         tok.train_from_iterator(CORPUS, trainer)
         tok.pre_tokenizer = None
         spaces = normalizers.Replace(" ", "▁")
-        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), spaces]) if marker.startswith("prepend") else spaces
+        tok.normalizer = (
+            normalizers.Sequence([normalizers.Prepend("▁"), spaces])
+            if marker.startswith("prepend")
+            else spaces
+        )
         tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse()])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token="<eos>", unk_token="<unk>")
     fast.chat_template = template
@@ -141,8 +170,14 @@ def test_sft_tokens_are_exactly_the_chat_templates_tokens_whatever_marks_a_word_
     fmt = chat_format_for(tokenizer)
     assert (fmt.name, fmt.system, fmt.trim) == (preset, placement, trims)
     conversations = [c[1:] if placement == "none" and c[0]["role"] == "system" else c for c in CONVERSATIONS]
-    build_sft_cache(conversations, tmp_path / "sft", tokenizer=tokenizer, tokenizer_sha256="sha256:" + "1" * 64,
-                    val_frac=0.0, seed=0)
+    build_sft_cache(
+        conversations,
+        tmp_path / "sft",
+        tokenizer=tokenizer,
+        tokenizer_sha256="sha256:" + "1" * 64,
+        val_frac=0.0,
+        seed=0,
+    )
     eot = tokenizer.convert_tokens_to_ids(fmt.turn_end)
     for messages, (ids, mask) in zip(conversations, examples_of(tmp_path / "sft"), strict=True):
         assert ids == template_ids(tokenizer, messages)
@@ -150,14 +185,22 @@ def test_sft_tokens_are_exactly_the_chat_templates_tokens_whatever_marks_a_word_
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
         spans = np.split(trained, np.flatnonzero(trained == eot) + 1)
         assert len(spans) == len(replies) + 1 and len(spans[-1]) == 0  # each reply ends with its EOT
-        assert [tokenizer.decode(span[:-1].tolist()).split() for span in spans[:-1]] == [r.split() for r in replies]
+        assert [tokenizer.decode(span[:-1].tolist()).split() for span in spans[:-1]] == [
+            r.split() for r in replies
+        ]
 
 
 def test_a_template_without_a_system_role_refuses_an_example_that_has_one(tmp_path: Path) -> None:
     tokenizer = sentencepiece_tokenizer("spaces-only", GEMMA2, "<bos>")
     with pytest.raises(DatasetError) as info:
-        build_sft_cache([CONVERSATIONS[1], CONVERSATIONS[0]], tmp_path / "sft", tokenizer=tokenizer,
-                        tokenizer_sha256="sha256:" + "1" * 64, val_frac=0.0, seed=0)
+        build_sft_cache(
+            [CONVERSATIONS[1], CONVERSATIONS[0]],
+            tmp_path / "sft",
+            tokenizer=tokenizer,
+            tokenizer_sha256="sha256:" + "1" * 64,
+            val_frac=0.0,
+            seed=0,
+        )
     assert info.value.message == (
         "example 1: the gemma chat template has no system role, and the example starts with a system message"
     )
@@ -174,8 +217,14 @@ def test_gemma3_folds_the_system_message_into_the_first_user_turn(tmp_path: Path
 def test_pretrain_documents_with_a_sentencepiece_tokenizer_round_trip(tmp_path: Path, marker: str) -> None:
     tokenizer = sentencepiece_tokenizer(marker, CHATML, "<bos>")
     texts = [line.strip() for line in CORPUS[:40] if line.strip()]
-    build_pretrain_cache(texts, tmp_path / "pt", tokenizer=tokenizer, tokenizer_sha256="sha256:" + "1" * 64,
-                         val_frac=0.0, seed=0)
+    build_pretrain_cache(
+        texts,
+        tmp_path / "pt",
+        tokenizer=tokenizer,
+        tokenizer_sha256="sha256:" + "1" * 64,
+        val_frac=0.0,
+        seed=0,
+    )
     tokens = split_tokens(tmp_path / "pt", "train")
     eos = tokenizer.eos_token_id
     documents = np.split(tokens, np.flatnonzero(tokens == eos) + 1)[:-1]

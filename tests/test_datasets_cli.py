@@ -34,20 +34,39 @@ def inputs(tmp_path: Path) -> Path:
     (root / "notes").mkdir(parents=True)
     for i in range(5):
         (root / "notes" / f"note{i}.md").write_text(f"# Note {i}\n\nSomething worth remembering, {i}.\n")
-    pq.write_table(pa.table({"text": [f"Educational page {i} on photosynthesis." for i in range(40)]}),
-                   root / "fineweb.parquet")
+    pq.write_table(
+        pa.table({"text": [f"Educational page {i} on photosynthesis." for i in range(40)]}),
+        root / "fineweb.parquet",
+    )
     (root / "wikitext").mkdir()
     for split, title in (("train", "Alpha"), ("validation", "Beta")):
         lines = ["", f" = {title} = \n", f" {title} is a letter . \n"]
-        (root / "wikitext" / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines))
+        (root / "wikitext" / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"text": t}) + "\n" for t in lines)
+        )
     with open(root / "dolly.jsonl", "w") as out:
         for i in range(12):
-            out.write(json.dumps({"instruction": f"Count to {i}.", "context": "", "response": f"{i}."}) + "\n")
+            out.write(
+                json.dumps({"instruction": f"Count to {i}.", "context": "", "response": f"{i}."}) + "\n"
+            )
     with open(root / "oasst.jsonl", "w") as out:
         for i in range(6):
-            out.write(json.dumps({"message_id": f"q{i}", "parent_id": None, "role": "prompter", "text": f"Hi {i}"}) + "\n")
-            out.write(json.dumps({"message_id": f"a{i}", "parent_id": f"q{i}", "role": "assistant",
-                                  "text": "Hello!", "rank": 0}) + "\n")
+            out.write(
+                json.dumps({"message_id": f"q{i}", "parent_id": None, "role": "prompter", "text": f"Hi {i}"})
+                + "\n"
+            )
+            out.write(
+                json.dumps(
+                    {
+                        "message_id": f"a{i}",
+                        "parent_id": f"q{i}",
+                        "role": "assistant",
+                        "text": "Hello!",
+                        "rank": 0,
+                    }
+                )
+                + "\n"
+            )
     with open(root / "chats.jsonl", "w") as out:
         for i in range(10):
             messages = [{"role": "user", "content": f"Ping {i}"}, {"role": "assistant", "content": "Pong"}]
@@ -59,8 +78,22 @@ def test_build_pretrain_from_a_folder_registers_it_and_validate_prints_the_reade
     runner: CliRunner, inputs: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "notes-ds"
-    result = runner.invoke(cli, ["data", "build", "pretrain", "--from", str(inputs / "notes"), "--out", str(out),
-                                 "--val-frac", "0.2", "--shard-bytes", "1KiB"])
+    result = runner.invoke(
+        cli,
+        [
+            "data",
+            "build",
+            "pretrain",
+            "--from",
+            str(inputs / "notes"),
+            "--out",
+            str(out),
+            "--val-frac",
+            "0.2",
+            "--shard-bytes",
+            "1KiB",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith(f"built pretrain dataset notes-ds at {out}")
@@ -73,14 +106,37 @@ def test_build_pretrain_from_a_folder_registers_it_and_validate_prints_the_reade
     assert "PretrainTokenStreamDataset(" in validated.output
 
 
-def test_build_sft_json_is_the_build_and_registration_contract(runner: CliRunner, inputs: Path, tmp_path: Path) -> None:
-    result = runner.invoke(cli, ["data", "build", "sft", "--from", str(inputs / "chats.jsonl"),
-                                 "--out", str(tmp_path / "chats"), "--json"])
+def test_build_sft_json_is_the_build_and_registration_contract(
+    runner: CliRunner, inputs: Path, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        cli,
+        [
+            "data",
+            "build",
+            "sft",
+            "--from",
+            str(inputs / "chats.jsonl"),
+            "--out",
+            str(tmp_path / "chats"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert set(data) == {"build", "registered"}
-    assert set(data["build"]) == {"path", "kind", "name", "token_dtype", "vocab_size", "tokenizer_sha256",
-                                  "seed", "splits", "skipped", "seconds"}
+    assert set(data["build"]) == {
+        "path",
+        "kind",
+        "name",
+        "token_dtype",
+        "vocab_size",
+        "tokenizer_sha256",
+        "seed",
+        "splits",
+        "skipped",
+        "seconds",
+    }
     assert set(data["build"]["splits"]["train"]) == {"tokens", "docs", "files", "bytes"}
     assert data["build"]["splits"]["train"]["docs"] + data["build"]["splits"]["val"]["docs"] == 10
     assert data["registered"]["db_path"] == str(tmp_path / "chats" / "store.db")
@@ -88,14 +144,31 @@ def test_build_sft_json_is_the_build_and_registration_contract(runner: CliRunner
 
 def test_validate_lists_each_problem_and_exits_1(runner: CliRunner, inputs: Path, tmp_path: Path) -> None:
     out = tmp_path / "ds"
-    assert runner.invoke(cli, ["data", "build", "pretrain", "--from", str(inputs / "notes"),
-                               "--out", str(out), "--val-frac", "0"]).exit_code == 0
+    assert (
+        runner.invoke(
+            cli,
+            [
+                "data",
+                "build",
+                "pretrain",
+                "--from",
+                str(inputs / "notes"),
+                "--out",
+                str(out),
+                "--val-frac",
+                "0",
+            ],
+        ).exit_code
+        == 0
+    )
     shard = out / "train" / "shard_00000.bin"
     shard.write_bytes(shard.read_bytes()[:-1])
     result = runner.invoke(cli, ["data", "validate", str(out)])
     assert result.exit_code == 1
-    assert f"problem: {shard} has {shard.stat().st_size} bytes, not a multiple of 2 (uint16): " \
-           "the file is cut mid-token" in result.output
+    assert (
+        f"problem: {shard} has {shard.stat().st_size} bytes, not a multiple of 2 (uint16): "
+        "the file is cut mid-token" in result.output
+    )
     assert f"error: {out}: 1 problem(s)" in result.output
 
 
@@ -103,8 +176,21 @@ def test_build_all_offline_fails_an_unreachable_source_in_one_line_and_builds_th
     runner: CliRunner, inputs: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    result = runner.invoke(cli, ["data", "build-all", "--cache-dir", str(cache), "--only", "fineweb-edu",
-                                 "--only", "dolly-15k", "--local", f"dolly-15k={inputs / 'dolly.jsonl'}"])
+    result = runner.invoke(
+        cli,
+        [
+            "data",
+            "build-all",
+            "--cache-dir",
+            str(cache),
+            "--only",
+            "fineweb-edu",
+            "--only",
+            "dolly-15k",
+            "--local",
+            f"dolly-15k={inputs / 'dolly.jsonl'}",
+        ],
+    )
     assert result.exit_code == 1
     lines = result.output.splitlines()
     assert f"fineweb-edu  failed    {FINEWEB_OFFLINE}" in lines
@@ -117,29 +203,62 @@ def test_build_all_on_local_copies_builds_every_source_and_sqlite_lists_the_shar
     runner: CliRunner, inputs: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    local = {"fineweb-edu": "fineweb.parquet", "wikitext": "wikitext", "roam": "notes",
-             "dolly-15k": "dolly.jsonl", "oasst1": "oasst.jsonl"}
-    args = ["data", "build-all", "--cache-dir", str(cache), "--seed", "3", "--json",
-            "--fineweb-train-tokens", "150", "--fineweb-val-tokens", "30", "--shuffle-buffer", "8"]
+    local = {
+        "fineweb-edu": "fineweb.parquet",
+        "wikitext": "wikitext",
+        "roam": "notes",
+        "dolly-15k": "dolly.jsonl",
+        "oasst1": "oasst.jsonl",
+    }
+    args = [
+        "data",
+        "build-all",
+        "--cache-dir",
+        str(cache),
+        "--seed",
+        "3",
+        "--json",
+        "--fineweb-train-tokens",
+        "150",
+        "--fineweb-val-tokens",
+        "30",
+        "--shuffle-buffer",
+        "8",
+    ]
     for name, path in local.items():
         args += ["--local", f"{name}={inputs / path}"]
     result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     status = {s["name"]: s["status"] for s in data["sources"]}
-    assert status == {"fineweb-edu": "built", "wikitext": "built", "roam": "built", "gutenberg": "not built",
-                      "dolly-15k": "built", "oasst1": "built"}
+    assert status == {
+        "fineweb-edu": "built",
+        "wikitext": "built",
+        "roam": "built",
+        "gutenberg": "not built",
+        "dolly-15k": "built",
+        "oasst1": "built",
+    }
     fineweb = next(s for s in data["sources"] if s["name"] == "fineweb-edu")
     assert 150 <= fineweb["tokens"]["train"] < 200 and fineweb["tokens"]["val"] >= 30
     assert json.loads((cache / "pretrain" / "gutenberg" / "meta.json").read_text())["built"] is False
-    assert json.loads((cache / "tokenizer" / "meta.json").read_text())["tokenizer_sha256"] == data["tokenizer_sha256"]
+    assert (
+        json.loads((cache / "tokenizer" / "meta.json").read_text())["tokenizer_sha256"]
+        == data["tokenizer_sha256"]
+    )
     conn = sqlite3.connect(cache / "store.db")
     names = {row[0] for row in conn.execute("SELECT DISTINCT name FROM dataset_split_totals")}
     conn.close()
     assert names == {"fineweb-edu", "wikitext", "roam", "dolly-15k", "oasst1"}
     shown = json.loads(runner.invoke(cli, ["data", "show", str(cache), "--json"]).output)
-    assert [d["name"] for d in shown["datasets"]] == ["fineweb-edu", "gutenberg", "roam", "wikitext",
-                                                      "dolly-15k", "oasst1"]
+    assert [d["name"] for d in shown["datasets"]] == [
+        "fineweb-edu",
+        "gutenberg",
+        "roam",
+        "wikitext",
+        "dolly-15k",
+        "oasst1",
+    ]
     wikitext = next(d for d in shown["datasets"] if d["name"] == "wikitext")
     assert wikitext["split_rule"] == "the source's own train and validation splits"
     assert wikitext["splits"]["val"]["docs"] == 1
@@ -148,7 +267,10 @@ def test_build_all_on_local_copies_builds_every_source_and_sqlite_lists_the_shar
 def test_an_unknown_source_name_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(cli, ["data", "build-all", "--cache-dir", str(tmp_path), "--local", "c4=/x"])
     assert result.exit_code == 2
-    assert "unknown source 'c4' (sources: fineweb-edu, wikitext, roam, gutenberg, dolly-15k, oasst1)" in result.output
+    assert (
+        "unknown source 'c4' (sources: fineweb-edu, wikitext, roam, gutenberg, dolly-15k, oasst1)"
+        in result.output
+    )
 
 
 def test_a_size_flag_takes_suffixes_and_rejects_nonsense(runner: CliRunner, tmp_path: Path) -> None:

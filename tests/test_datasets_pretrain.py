@@ -13,7 +13,12 @@ from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.pretrain import build_pretrain_cache
 
 from .test_datasets_support import (  # noqa: F401 - fixtures
-    WORD_SHA, WordTokenizer, encoder, split_tokens, tokenizer, words,
+    WORD_SHA,
+    WordTokenizer,
+    encoder,
+    split_tokens,
+    tokenizer,
+    words,
 )
 
 DOCS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 7) for i in range(120)]
@@ -32,7 +37,9 @@ def documents_of(tokens: np.ndarray[Any, Any], eos: int) -> list[list[int]]:
     return [tokens[s:e].tolist() for s, e in zip(starts, ends)]
 
 
-def test_pretrain_build_writes_shards_indexes_and_meta_with_the_recorded_dtype(tmp_path: Path, encoder: Any) -> None:
+def test_pretrain_build_writes_shards_indexes_and_meta_with_the_recorded_dtype(
+    tmp_path: Path, encoder: Any
+) -> None:
     result = build(tmp_path, encoder, name="lorem", config="v1")
     out = tmp_path / "ds"
     meta = json.loads((out / "meta.json").read_text())
@@ -77,8 +84,14 @@ def test_every_document_is_followed_by_eos_and_indexed_and_lands_whole_in_one_sp
 def test_budgets_stop_each_split_at_a_document_boundary(tmp_path: Path) -> None:
     texts = [words(*range(10 * i + 1, 10 * i + 11)) for i in range(100)]  # 10 words + EOS = 11 tokens
     result = build_pretrain_cache(
-        texts, tmp_path / "ds", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-        train_tokens=100, val_tokens=30, seed=1, shard_bytes=64,
+        texts,
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        train_tokens=100,
+        val_tokens=30,
+        seed=1,
+        shard_bytes=64,
     )
     assert result.splits["train"].tokens == 110 and result.splits["val"].tokens == 33
     meta = json.loads((tmp_path / "ds" / "meta.json").read_text())
@@ -95,8 +108,14 @@ def test_a_sources_own_splits_are_kept_and_a_full_train_split_is_not_read_to_the
             yield words(i)
 
     result = build_pretrain_cache(
-        train_texts(), tmp_path / "ds", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-        val_texts=[words(900), words(901)], train_tokens=10, seed=1, batch_docs=4,
+        train_texts(),
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        val_texts=[words(900), words(901)],
+        train_tokens=10,
+        seed=1,
+        batch_docs=4,
     )
     assert result.splits["train"].tokens == 10 and len(read) < 20
     assert split_tokens(tmp_path / "ds", "val").tolist() == [900, 0, 901, 0]
@@ -107,8 +126,13 @@ def test_the_shuffle_buffer_permutes_documents_reproducibly(tmp_path: Path) -> N
 
     def run(name: str, seed: int) -> list[int]:
         build_pretrain_cache(
-            texts, tmp_path / name, tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-            val_frac=0.0, seed=seed, shuffle_buffer=8,
+            texts,
+            tmp_path / name,
+            tokenizer=WordTokenizer(),
+            tokenizer_sha256=WORD_SHA,
+            val_frac=0.0,
+            seed=seed,
+            shuffle_buffer=8,
         )
         return [t for t in split_tokens(tmp_path / name, "train").tolist() if t]
 
@@ -119,8 +143,11 @@ def test_the_shuffle_buffer_permutes_documents_reproducibly(tmp_path: Path) -> N
 
 def test_a_vocabulary_over_65536_is_written_as_uint32(tmp_path: Path) -> None:
     result = build_pretrain_cache(
-        [words(70000, 1)], tmp_path / "ds", tokenizer=WordTokenizer(100_000),
-        tokenizer_sha256=WORD_SHA, val_frac=0.0,
+        [words(70000, 1)],
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(100_000),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.0,
     )
     assert result.token_dtype == "uint32"
     assert split_tokens(tmp_path / "ds", "train", "<u4").tolist() == [70000, 1, 0]
@@ -129,8 +156,12 @@ def test_a_vocabulary_over_65536_is_written_as_uint32(tmp_path: Path) -> None:
 def test_forcing_uint16_for_a_large_vocabulary_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as info:
         build_pretrain_cache(
-            [words(1)], tmp_path / "ds", tokenizer=WordTokenizer(100_000), tokenizer_sha256=WORD_SHA,
-            val_frac=0.0, token_dtype="uint16",
+            [words(1)],
+            tmp_path / "ds",
+            tokenizer=WordTokenizer(100_000),
+            tokenizer_sha256=WORD_SHA,
+            val_frac=0.0,
+            token_dtype="uint16",
         )
     assert info.value.message == (
         f"token dtype for {tmp_path / 'ds'}: a vocabulary of 100000 tokens does not fit uint16 (ids up to 65535)"
@@ -148,7 +179,11 @@ def test_empty_input_is_an_error_naming_the_dataset(tmp_path: Path) -> None:
 
 def test_empty_texts_are_skipped_and_counted(tmp_path: Path) -> None:
     result = build_pretrain_cache(
-        ["", words(5), ""], tmp_path / "ds", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA, val_frac=0.0
+        ["", words(5), ""],
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.0,
     )
     assert result.skipped["skipped_empty_docs"] == 2
     assert split_tokens(tmp_path / "ds", "train").tolist() == [5, 0]
@@ -157,7 +192,11 @@ def test_empty_texts_are_skipped_and_counted(tmp_path: Path) -> None:
 def test_a_document_that_is_not_text_is_an_error_naming_its_position(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as info:
         build_pretrain_cache(
-            [words(1), 42], tmp_path / "ds", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA, val_frac=0.1  # type: ignore[list-item]
+            [words(1), 42],
+            tmp_path / "ds",
+            tokenizer=WordTokenizer(),
+            tokenizer_sha256=WORD_SHA,
+            val_frac=0.1,  # type: ignore[list-item]
         )
     assert info.value.message == "document 1 is a int, not text"
 
@@ -175,5 +214,6 @@ def test_a_rebuild_with_fewer_shards_removes_the_old_ones(tmp_path: Path) -> Non
     assert len(list((tmp_path / "ds" / "train").glob("shard_*.bin"))) == 7
     build_pretrain_cache(texts, tmp_path / "ds", shard_bytes=1024, **kwargs)
     assert [p.name for p in sorted((tmp_path / "ds" / "train").glob("shard_*"))] == [
-        "shard_00000.bin", "shard_00000.docs.npy"
+        "shard_00000.bin",
+        "shard_00000.docs.npy",
     ]

@@ -16,8 +16,13 @@ from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.formats import ResidencyBudget, TokenFile
 from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.packing import (
-    IGNORE_INDEX, WindowStarts, boundaries_from_eos, boundaries_from_starts, doc_ids_from_eos,
-    doc_ids_from_starts, pack_window,
+    IGNORE_INDEX,
+    WindowStarts,
+    boundaries_from_eos,
+    boundaries_from_starts,
+    doc_ids_from_eos,
+    doc_ids_from_starts,
+    pack_window,
 )
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
@@ -43,8 +48,13 @@ def word_dataset(tmp_path: Path) -> Path:
     """A small pretrain dataset: 40 documents of 3..9 tokens, shards of 32 tokens."""
     texts = [words(*range(100 * i + 1, 100 * i + 3 + i % 7)) for i in range(40)]
     build_pretrain_cache(
-        texts, tmp_path / "ds", tokenizer=WordTokenizer(5000), tokenizer_sha256=WORD_SHA,
-        val_frac=0.0, shard_bytes=64, seed=0,
+        texts,
+        tmp_path / "ds",
+        tokenizer=WordTokenizer(5000),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.0,
+        shard_bytes=64,
+        seed=0,
     )
     return tmp_path / "ds"
 
@@ -82,9 +92,12 @@ def test_vectorised_packing_matches_the_per_token_loop(window: list[int]) -> Non
 
 
 @pytest.mark.parametrize("starts_bytes", [64 << 20, 0], ids=["precomputed-starts", "searched-per-item"])
-def test_packing_from_the_document_index_agrees_with_packing_from_eos(word_dataset: Path, starts_bytes: int) -> None:
-    indexed = MemoryMappedDataset(word_dataset / "train", 9, "shard_*.bin", pack_sequences=True,
-                                  starts_bytes=starts_bytes)
+def test_packing_from_the_document_index_agrees_with_packing_from_eos(
+    word_dataset: Path, starts_bytes: int
+) -> None:
+    indexed = MemoryMappedDataset(
+        word_dataset / "train", 9, "shard_*.bin", pack_sequences=True, starts_bytes=starts_bytes
+    )
     assert indexed.doc_indexes is not None and indexed._precompute_starts == (starts_bytes > 0)
     for index in range(len(indexed)):
         item = indexed[index]
@@ -134,7 +147,9 @@ def test_state_dict_records_the_epoch_and_size_and_refuses_another_size(word_dat
     assert "cannot resume: the checkpoint's dataset had" in str(info.value)
 
 
-def test_pretrain_window_sampling_keeps_the_shift_invariant_and_ids_in_vocab(tmp_path: Path, encoder: Any) -> None:
+def test_pretrain_window_sampling_keeps_the_shift_invariant_and_ids_in_vocab(
+    tmp_path: Path, encoder: Any
+) -> None:
     """Acceptance 2: y[:, :-1] == x[:, 1:] always, and every id is below the vocabulary size."""
     texts = [f"Window test document {i}: " + "one two three four " * (i % 9) for i in range(200)]
     build_pretrain_cache(texts, tmp_path / "ds", tokenizer=encoder, val_frac=0.1, shard_bytes=2048, seed=5)
@@ -148,9 +163,7 @@ def test_pretrain_window_sampling_keeps_the_shift_invariant_and_ids_in_vocab(tmp
         assert torch.equal(y[:, :-1], x[:, 1:])
         assert int(x.min()) >= 0 and int(torch.maximum(x, y).max()) < dataset.vocab_size
         row = torch.cat([x[0], y[0, -1:]]).numpy()
-        assert any(
-            np.array_equal(s[o:o + 33], row) for s in shards for o in np.flatnonzero(s == row[0])
-        )
+        assert any(np.array_equal(s[o : o + 33], row) for s in shards for o in np.flatnonzero(s == row[0]))
 
 
 def test_the_same_generator_seed_gives_the_same_batches(word_dataset: Path) -> None:
@@ -183,7 +196,7 @@ def test_reading_releases_mapped_pages_so_resident_memory_does_not_grow_with_the
     for token_file in (kept, released):
         array = token_file.array
         for start in range(0, len(array), 1 << 16):
-            int(array[start:start + (1 << 16)].sum())
+            int(array[start : start + (1 << 16)].sum())
             if token_file is released:
                 budget.note(1 << 17)
         if token_file is kept:

@@ -23,8 +23,14 @@ from .test_datasets_support import WORD_SHA, WordTokenizer, encoder, tokenizer, 
 def cache(tmp_path: Path) -> Path:
     texts = [words(*range(10 * i + 1, 10 * i + 9)) for i in range(30)]
     build_pretrain_cache(
-        texts, tmp_path / "cache" / "pretrain" / "toy", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-        val_frac=0.2, shard_bytes=64, seed=0, name="toy",
+        texts,
+        tmp_path / "cache" / "pretrain" / "toy",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.2,
+        shard_bytes=64,
+        seed=0,
+        name="toy",
     )
     return tmp_path / "cache"
 
@@ -37,22 +43,39 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def test_registering_records_every_file_and_sqlite_answers_which_shards_and_how_many_tokens(cache: Path) -> None:
+def test_registering_records_every_file_and_sqlite_answers_which_shards_and_how_many_tokens(
+    cache: Path,
+) -> None:
     result = register_in(cache, cache / "pretrain" / "toy")
     meta = json.loads((cache / "pretrain" / "toy" / "meta.json").read_text())
     db = cache / "store.db"
     assert result.db_path == str(db) and result.files == len(meta["files"])
-    totals = query(db, "SELECT name, kind, split, token_files, tokens FROM dataset_split_totals ORDER BY split")
+    totals = query(
+        db, "SELECT name, kind, split, token_files, tokens FROM dataset_split_totals ORDER BY split"
+    )
     assert totals == [
-        ("toy", "pretrain", "train", len(list((cache / "pretrain/toy/train").glob("*.bin"))),
-         meta["totals"]["train_tokens"]),
-        ("toy", "pretrain", "val", len(list((cache / "pretrain/toy/val").glob("*.bin"))),
-         meta["totals"]["val_tokens"]),
+        (
+            "toy",
+            "pretrain",
+            "train",
+            len(list((cache / "pretrain/toy/train").glob("*.bin"))),
+            meta["totals"]["train_tokens"],
+        ),
+        (
+            "toy",
+            "pretrain",
+            "val",
+            len(list((cache / "pretrain/toy/val").glob("*.bin"))),
+            meta["totals"]["val_tokens"],
+        ),
     ]
     row = query(db, "SELECT path, tokenizer_sha256, token_dtype, vocab_size, seed FROM datasets")[0]
     assert row == (str((cache / "pretrain" / "toy").resolve()), WORD_SHA, "uint16", 1000, 0)
-    shards = query(db, "SELECT path, token_offset, token_count, sha256 FROM dataset_files "
-                       "WHERE role = 'tokens' AND split = 'train' ORDER BY shard_index")
+    shards = query(
+        db,
+        "SELECT path, token_offset, token_count, sha256 FROM dataset_files "
+        "WHERE role = 'tokens' AND split = 'train' ORDER BY shard_index",
+    )
     assert shards[0][:2] == ("train/shard_00000.bin", 0) and shards[1][1] == shards[0][2]
     assert all(sha.startswith("sha256:") for *_, sha in shards)
 
@@ -60,8 +83,12 @@ def test_registering_records_every_file_and_sqlite_answers_which_shards_and_how_
 def test_registering_again_replaces_the_rows_in_one_transaction(cache: Path) -> None:
     first = register_in(cache, cache / "pretrain" / "toy")
     build_pretrain_cache(
-        [words(1, 2, 3)], cache / "pretrain" / "toy", tokenizer=WordTokenizer(), tokenizer_sha256=WORD_SHA,
-        val_frac=0.0, name="toy",
+        [words(1, 2, 3)],
+        cache / "pretrain" / "toy",
+        tokenizer=WordTokenizer(),
+        tokenizer_sha256=WORD_SHA,
+        val_frac=0.0,
+        name="toy",
     )
     second = register_in(cache, cache / "pretrain" / "toy")
     db = cache / "store.db"
@@ -94,7 +121,9 @@ def test_a_valid_dataset_passes_and_its_printed_reader_snippet_runs(cache: Path)
 
 
 def test_an_sft_dataset_validates_and_its_snippet_runs(tmp_path: Path, encoder: Any) -> None:
-    chats = [[{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "hello"}] for i in range(12)]
+    chats = [
+        [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "hello"}] for i in range(12)
+    ]
     build_sft_cache(chats, tmp_path / "sft", tokenizer=encoder, val_frac=0.2, seed=1)
     report = check_dataset(tmp_path / "sft", tokenizer_sha256=encoder.tokenizer_sha256)
     assert report.ok, report.problems

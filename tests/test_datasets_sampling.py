@@ -87,10 +87,14 @@ def test_resuming_with_another_batch_size_or_world_size_is_refused() -> None:
     state = loader.state_dict()
     with pytest.raises(ResumeError) as info:
         ResumableLoader(Numbers(20), batch_size=8, num_replicas=2, rank=0).load_state_dict(state)
-    assert info.value.message == "cannot resume: the checkpoint was taken with batch size 4, this loader has 8"
+    assert (
+        info.value.message == "cannot resume: the checkpoint was taken with batch size 4, this loader has 8"
+    )
     with pytest.raises(ResumeError) as info:
         ResumableLoader(Numbers(20), batch_size=4, num_replicas=4, rank=0).load_state_dict(state)
-    assert info.value.message == "cannot resume: the checkpoint was taken with world size 2, this loader has 4"
+    assert (
+        info.value.message == "cannot resume: the checkpoint was taken with world size 2, this loader has 4"
+    )
 
 
 def test_the_loader_serves_memory_mapped_windows_and_saves_the_datasets_state(tmp_path: Path) -> None:

@@ -44,7 +44,9 @@ def test_sft_masking_trains_only_the_assistant_tokens_and_their_eot(tmp_path: Pa
     """Acceptance 1: a hand-made sys/usr/asst sequence; only A, B and EOT are targets."""
     seq = [SYS, 11, 12, EOT, USR, 13, 14, EOT, ASST, A, B, EOT]
     tokens, idx = write_tokens(tmp_path, [seq])
-    dataset = SFTExampleDataset(tokens, idx, T=len(seq) - 1, eot_id=EOT, assistant_start=[ASST], dtype="uint16")
+    dataset = SFTExampleDataset(
+        tokens, idx, T=len(seq) - 1, eot_id=EOT, assistant_start=[ASST], dtype="uint16"
+    )
     x, y, y_masked = dataset.get_batch(B=1, generator=torch.Generator().manual_seed(0))
     assert x[0].tolist() == seq[:-1] and y[0].tolist() == seq[1:]
     trained = [int(t) for t, m in zip(y[0], y_masked[0]) if m != IGNORE_INDEX]
@@ -52,7 +54,9 @@ def test_sft_masking_trains_only_the_assistant_tokens_and_their_eot(tmp_path: Pa
     assert (y_masked[0] == IGNORE_INDEX).sum() == len(seq) - 1 - 3
 
 
-def test_examples_are_truncated_to_t_plus_one_or_padded_with_eot_and_padding_is_never_trained(tmp_path: Path) -> None:
+def test_examples_are_truncated_to_t_plus_one_or_padded_with_eot_and_padding_is_never_trained(
+    tmp_path: Path,
+) -> None:
     long = [ASST] + list(range(1, 20)) + [EOT]
     short = [USR, 5, EOT, ASST, 6, EOT]
     tokens, idx = write_tokens(tmp_path, [long, short])
@@ -65,7 +69,9 @@ def test_examples_are_truncated_to_t_plus_one_or_padded_with_eot_and_padding_is_
     assert (y[:, :-1] == x[:, 1:]).all()
 
 
-def test_the_chat_format_comes_from_the_tokenizers_template_and_reproduces_it(tokenizer: Any, encoder: Any) -> None:
+def test_the_chat_format_comes_from_the_tokenizers_template_and_reproduces_it(
+    tokenizer: Any, encoder: Any
+) -> None:
     fmt = chat_format_for(tokenizer)
     assert (fmt.name, fmt.turn_start, fmt.turn_end) == ("chatml", "<|im_start|>{role}\n", "<|im_end|>")
     assert fmt.preamble.startswith("<|im_start|>system\nYou are a helpful AI assistant")
@@ -82,7 +88,8 @@ def test_an_unknown_chat_format_is_an_error_listing_the_presets(tokenizer: Any) 
     with pytest.raises(DatasetError) as info:
         chat_format_for(tokenizer, "vicuna")
     assert (info.value.message, info.value.hint) == (
-        "unknown chat format 'vicuna'", "use auto or one of chatml, gemma, llama3"
+        "unknown chat format 'vicuna'",
+        "use auto or one of chatml, gemma, llama3",
     )
 
 
@@ -91,7 +98,9 @@ def test_the_stored_mask_is_exactly_assistant_content_and_closing_token(tmp_path
     out = tmp_path / "sft"
     meta = json.loads((out / "meta.json").read_text())
     ids = meta["special_token_ids"]
-    assert ids["asst"] == encoder.encode_markup("<|im_start|>assistant\n") and ids["eot"] == meta["eot_id"] == 2
+    assert (
+        ids["asst"] == encoder.encode_markup("<|im_start|>assistant\n") and ids["eot"] == meta["eot_id"] == 2
+    )
     for split in ("train", "val"):
         tokens = np.fromfile(out / f"{split}_tokens.bin", dtype="<u2")
         mask = np.fromfile(out / f"{split}_mask.bin", dtype=np.uint8)
@@ -104,7 +113,9 @@ def test_the_stored_mask_is_exactly_assistant_content_and_closing_token(tmp_path
             assert trained == replies[0] + [2] + replies[1] + [2]
 
 
-def test_sft_cache_round_trip_recovers_each_examples_tokens(tmp_path: Path, tokenizer: Any, encoder: Any) -> None:
+def test_sft_cache_round_trip_recovers_each_examples_tokens(
+    tmp_path: Path, tokenizer: Any, encoder: Any
+) -> None:
     """Acceptance 3: tokens parse as uint16, offsets are valid, sequences match the tokenization."""
     result = build_sft_cache(EXAMPLES, tmp_path / "sft", tokenizer=encoder, val_frac=0.25, seed=3)
     out = tmp_path / "sft"

@@ -25,7 +25,9 @@ def test_a_folder_of_text_files_is_read_in_sorted_order_skipping_hidden_files(tm
 
 def test_a_folder_with_parquet_or_jsonl_reads_their_records(tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": ["p1", "p2"], "id": [1, 2]}), tmp_path / "part-0.parquet")
-    (tmp_path / "part-1.jsonl").write_text(json.dumps({"text": "j1"}) + "\n\n" + json.dumps({"text": "j2"}) + "\n")
+    (tmp_path / "part-1.jsonl").write_text(
+        json.dumps({"text": "j1"}) + "\n\n" + json.dumps({"text": "j2"}) + "\n"
+    )
     (tmp_path / "README.md").write_text("not a document")
     assert list(iter_local_texts(tmp_path)) == ["p1", "p2", "j1", "j2"]
     assert [r["text"] for r in iter_local_records(tmp_path)] == ["p1", "p2", "j1", "j2"]
@@ -46,7 +48,16 @@ def test_a_binary_file_in_a_text_folder_is_an_error_not_a_silent_skip(tmp_path: 
 
 
 def test_wikitext_lines_are_joined_into_articles_at_top_level_headings() -> None:
-    lines = ["", " = Alpha = \n", "", " Alpha text . \n", " = = Section = = \n", " more . \n", " = Beta = \n", " b . \n"]
+    lines = [
+        "",
+        " = Alpha = \n",
+        "",
+        " Alpha text . \n",
+        " = = Section = = \n",
+        " more . \n",
+        " = Beta = \n",
+        " b . \n",
+    ]
     articles = list(src.wikitext_articles(lines))
     assert articles == [
         " = Alpha = \n\n Alpha text . \n = = Section = = \n more . ",

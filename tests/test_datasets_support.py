@@ -71,8 +71,7 @@ def file_hashes(directory: Path) -> dict[str, str]:
     from dlmstore.datasets.meta import sha256_file
 
     return {
-        str(p.relative_to(directory)): sha256_file(p)
-        for p in sorted(directory.rglob("*")) if p.is_file()
+        str(p.relative_to(directory)): sha256_file(p) for p in sorted(directory.rglob("*")) if p.is_file()
     }
 
 

@@ -17,7 +17,10 @@ from dlmstore.train.determinism import apply_determinism, determinism_class, see
 @pytest.fixture(autouse=True)
 def restore_torch_flags(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """apply_determinism changes process-wide torch state; put it back for other tests."""
-    state = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    state = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", os.environ.get("PYTHONHASHSEED", "0"))

@@ -181,18 +181,7 @@ def test_a_code_block_closes_only_on_the_same_fence_character():
 
 
 def test_a_heading_inside_a_code_block_in_an_answer_is_text():
-    body = (
-        "::instruction::\n"
-        "### Q\n"
-        "Show a .dlm pair.\n"
-        "### A\n"
-        "```markdown\n"
-        "### Q\n"
-        "hi\n"
-        "### A\n"
-        "::prose::\n"
-        "```\n"
-    )
+    body = "::instruction::\n### Q\nShow a .dlm pair.\n### A\n```markdown\n### Q\nhi\n### A\n::prose::\n```\n"
     (section,) = parse_text(doc(body)).sections
     assert instruction_pairs(section) == [
         ("Show a .dlm pair.", "```markdown\n### Q\nhi\n### A\n::prose::\n```")
@@ -218,9 +207,7 @@ def test_an_empty_instruction_section_is_an_error():
     err = error_of(doc("::instruction::\n\n"))
     assert str(err) == "doc.dlm:4: instruction section at line 4 is empty"
     assert err.line == 4
-    assert err.hint == (
-        "each pair is a `### Q` line and its question, then a `### A` line and its answer"
-    )
+    assert err.hint == ("each pair is a `### Q` line and its question, then a `### A` line and its answer")
 
 
 def test_an_empty_preference_section_is_an_error():
@@ -277,8 +264,7 @@ def test_a_chosen_without_a_prompt_is_an_error():
     err = error_of(doc("::preference::\n### Chosen\nc\n"))
     assert str(err) == "doc.dlm:5: `### Chosen` at line 5 has no `### Prompt` before it"
     assert err.hint == (
-        "each triple is a `### Prompt`, a `### Chosen` and a `### Rejected` line, "
-        "each followed by its text"
+        "each triple is a `### Prompt`, a `### Chosen` and a `### Rejected` line, each followed by its text"
     )
 
 
@@ -327,9 +313,7 @@ def test_an_empty_file_has_no_frontmatter():
 
 def test_unclosed_frontmatter_is_an_error():
     err = error_of(f"---\ndlm_id: {ULID}\n")
-    assert str(err) == (
-        "doc.dlm:1: frontmatter is not closed: no '---' line after the one at line 1"
-    )
+    assert str(err) == ("doc.dlm:1: frontmatter is not closed: no '---' line after the one at line 1")
 
 
 def test_errors_in_a_file_name_the_path_as_given(tmp_path: Path, monkeypatch):
@@ -355,12 +339,12 @@ def _plain_line(line: str) -> bool:
     )
 
 
-_line = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30
-).filter(_plain_line)
-_block = st.lists(_line, min_size=1, max_size=6).filter(
-    lambda lines: bool(lines[0].strip()) and bool(lines[-1].strip())
-).map("\n".join)
+_line = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=30).filter(_plain_line)
+_block = (
+    st.lists(_line, min_size=1, max_size=6)
+    .filter(lambda lines: bool(lines[0].strip()) and bool(lines[-1].strip()))
+    .map("\n".join)
+)
 
 
 @settings(max_examples=200, deadline=None)

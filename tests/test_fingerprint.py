@@ -31,9 +31,14 @@ def test_the_fingerprint_has_a_scheme_prefix_and_is_stable(tokenizer_copy: Path)
 @pytest.mark.parametrize(
     "edit",
     [
-        pytest.param(lambda d: _edit_json(d / "tokenizer.json", ["model", "vocab", "hello"], 5), id="vocabulary"),
+        pytest.param(
+            lambda d: _edit_json(d / "tokenizer.json", ["model", "vocab", "hello"], 5), id="vocabulary"
+        ),
         pytest.param(lambda d: (d / "chat_template.jinja").write_text("{{ messages }}"), id="chat template"),
-        pytest.param(lambda d: _edit_json(d / "tokenizer_config.json", ["eos_token"], "<|endoftext|>"), id="special tokens"),
+        pytest.param(
+            lambda d: _edit_json(d / "tokenizer_config.json", ["eos_token"], "<|endoftext|>"),
+            id="special tokens",
+        ),
         pytest.param(lambda d: (d / "special_tokens_map.json").write_text("{}"), id="a new file"),
     ],
 )

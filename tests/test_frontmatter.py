@@ -138,10 +138,7 @@ def test_the_earliest_error_in_the_file_is_reported():
 
 
 def test_an_unknown_key_in_a_source_directive_names_the_list_item():
-    text = (
-        f"---\ndlm_id: {ULID}\ntraining:\n  sources:\n"
-        "    - path: a\n      inclde: ['*.md']\n---\n"
-    )
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  sources:\n    - path: a\n      inclde: ['*.md']\n---\n"
     assert str(error_of(text)) == "doc.dlm:6: unknown key 'training.sources[0].inclde'"
 
 
@@ -153,8 +150,7 @@ def test_a_source_directive_without_a_path_is_reported_at_the_item():
 def test_an_invalid_ulid_is_an_error():
     err = error_of("---\nbase_model: x\ndlm_id: 01j9zk3m4n5p6q7r8s9t0vwxyz\n---\n")
     assert str(err) == (
-        "doc.dlm:3: dlm_id: must be a 26-character Crockford base32 ULID "
-        "(run `dlm init` to mint one)"
+        "doc.dlm:3: dlm_id: must be a 26-character Crockford base32 ULID (run `dlm init` to mint one)"
     )
 
 
@@ -165,9 +161,7 @@ def test_an_out_of_range_value_names_both_bounds():
 
 def test_a_half_open_range_is_worded_from_the_field_constraints():
     text = f"---\ndlm_id: {ULID}\ntraining:\n  dropout: 1.5\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.dropout: must be at least 0.0 and less than 1.0"
-    )
+    assert str(error_of(text)) == ("doc.dlm:4: training.dropout: must be at least 0.0 and less than 1.0")
     text = f"---\ndlm_id: {ULID}\ntraining:\n  epochs: 0\n---\n"
     assert str(error_of(text)) == "doc.dlm:4: training.epochs: must be greater than 0"
 
@@ -183,9 +177,7 @@ def test_a_wrong_type_says_what_was_expected_and_what_was_found():
 
 def test_a_bad_choice_lists_the_allowed_values():
     text = f"---\ndlm_id: {ULID}\ntraining:\n  sources_policy: lax\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.sources_policy: must be 'permissive' or 'strict'"
-    )
+    assert str(error_of(text)) == ("doc.dlm:4: training.sources_policy: must be 'permissive' or 'strict'")
 
 
 def test_a_duplicate_key_is_an_error():
@@ -252,12 +244,13 @@ def test_a_boolean_where_a_whole_number_belongs_is_an_error():
         ("training:\n  max_steps: true", 4, "training.max_steps"),
         ("training:\n  batch_size: true", 4, "training.batch_size"),
         ("training:\n  cache:\n    max_bytes: true", 5, "training.cache.max_bytes"),
-        ("training:\n  cache:\n    prune_older_than_days: false", 5,
-         "training.cache.prune_older_than_days"),
-        ("training:\n  sources:\n    - path: a\n      max_files: true", 6,
-         "training.sources[0].max_files"),
-        ("training:\n  sources:\n    - path: a\n      max_bytes_per_file: true", 6,
-         "training.sources[0].max_bytes_per_file"),
+        ("training:\n  cache:\n    prune_older_than_days: false", 5, "training.cache.prune_older_than_days"),
+        ("training:\n  sources:\n    - path: a\n      max_files: true", 6, "training.sources[0].max_files"),
+        (
+            "training:\n  sources:\n    - path: a\n      max_bytes_per_file: true",
+            6,
+            "training.sources[0].max_bytes_per_file",
+        ),
     ],
 )
 def test_every_whole_number_field_refuses_a_boolean(yaml, line, dotted):
@@ -294,6 +287,4 @@ def test_a_quoted_number_or_a_float_is_not_a_whole_number():
     text = f"---\ndlm_id: {ULID}\ntraining:\n  seed: '42'\n---\n"
     assert str(error_of(text)) == "doc.dlm:4: training.seed: must be a whole number, not '42'"
     text = f"---\ndlm_id: {ULID}\ntraining:\n  sequence_len: 2048.0\n---\n"
-    assert str(error_of(text)) == (
-        "doc.dlm:4: training.sequence_len: must be a whole number, not 2048.0"
-    )
+    assert str(error_of(text)) == ("doc.dlm:4: training.sequence_len: must be a whole number, not 2048.0")

@@ -60,9 +60,7 @@ def matches(pattern: str, path: str) -> bool:
         ("a//b/", "a/b", True),  # empty segments are ignored
     ],
 )
-def test_glob_regex_matches_relative_paths_by_segment(
-    pattern: str, path: str, expected: bool
-) -> None:
+def test_glob_regex_matches_relative_paths_by_segment(pattern: str, path: str, expected: bool) -> None:
     assert matches(pattern, path) is expected
 
 

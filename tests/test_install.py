@@ -22,9 +22,22 @@ def test_a_non_editable_install_runs_dlm_and_migrates_a_new_store(tmp_path: Path
     # the running environment before installing into a prefix.
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(site), str(source)],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     assert (site / "dlmstore" / "cli" / "main.py").is_file()
     assert (site / "dlmstore" / "migrations" / "versions" / "0001_store_info.py").is_file()

@@ -115,19 +115,28 @@ def test_a_missing_dlm_lock_reads_as_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{not json", " is not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes)"),
+        (
+            "{not json",
+            " is not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes)",
+        ),
         ("[1, 2]", " must hold a JSON object, not an array"),
         (lambda d: d.pop("seed"), ": missing field 'seed'"),
         (lambda d: d.update(colour="blue"), ": unknown field 'colour'"),
         (lambda d: d.update(seed="42"), ": field 'seed' must be an integer, not a string"),
         (lambda d: d.update(seed=True), ": field 'seed' must be an integer, not a boolean"),
-        (lambda d: d.update(hardware_tier="tpu"), ": field 'hardware_tier' must be one of cpu, cuda, mps, rocm, not 'tpu'"),
+        (
+            lambda d: d.update(hardware_tier="tpu"),
+            ": field 'hardware_tier' must be one of cpu, cuda, mps, rocm, not 'tpu'",
+        ),
         (
             lambda d: d["pinned_versions"].pop("trl"),
             ": field 'pinned_versions' must map each of torch, transformers, peft, trl, bitsandbytes, "
             "accelerate to a version string or null",
         ),
-        (lambda d: d.update(determinism_flags=[]), ": field 'determinism_flags' must map flag names to true, false or a string"),
+        (
+            lambda d: d.update(determinism_flags=[]),
+            ": field 'determinism_flags' must map flag names to true, false or a string",
+        ),
     ],
 )
 def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: Any, message: str) -> None:
@@ -149,7 +158,10 @@ def test_a_lock_from_a_newer_dlmstore_is_refused_with_an_upgrade_hint(tmp_path: 
     with pytest.raises(LockError) as caught:
         read_lock(path)
     assert caught.value.message == f"{path} has lock_version 2; this dlmstore reads up to 1"
-    assert caught.value.hint == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"
+    assert (
+        caught.value.hint
+        == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"
+    )
 
 
 # --- capture -------------------------------------------------------------------------------
@@ -303,7 +315,9 @@ def test_a_hub_base_downloaded_during_the_run_gets_its_commit_in_the_written_loc
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     document = parse_document(write_doc(tmp_path / "doc.dlm"))
     ref = BaseModelRef("org/model", "hub", "org/model")
-    pending = begin_lock(store, document, ref, seed=3, run_id=new_run(store), mode="validate", determinism=CPU)
+    pending = begin_lock(
+        store, document, ref, seed=3, run_id=new_run(store), mode="validate", determinism=CPU
+    )
     assert pending.lock.base_model_revision is None  # not in the cache when the run began
     snapshot = tmp_path / "hub" / "models--org--model" / "snapshots" / ("f" * 40)
     snapshot.mkdir(parents=True)

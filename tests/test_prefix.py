@@ -79,7 +79,8 @@ def byte_level_tokenizer(template: str = "<s> $A </s>") -> Any:
 def chatml(*turns: str) -> str:
     roles = ("system", "user", "assistant")
     return "".join(
-        f"<|im_start|>{roles[0] if i == 0 else roles[1 + (i - 1) % 2]}\n{t}<|im_end|>\n" for i, t in enumerate(turns)
+        f"<|im_start|>{roles[0] if i == 0 else roles[1 + (i - 1) % 2]}\n{t}<|im_end|>\n"
+        for i, t in enumerate(turns)
     )
 
 
@@ -253,9 +254,21 @@ def test_memory_bytes_matches_what_tracemalloc_measures(smollm2_tokenizer):
 def test_stats_count_hits_misses_entries_and_exact_memory(smollm2_tokenizer):
     cached = PrefixCachedTokenizer(smollm2_tokenizer)
     assert cached.stats() == PrefixCacheStats(
-        hits=0, misses=0, hit_rate=0.0, l0_hits=0, l1_hits=0, entries=0, l0_entries=0, l1_entries=0,
-        memory_bytes=0, max_bytes=50 * 2**20, evictions=0, tokens_reused=0,
-        l0_enabled=True, l1_enabled=True, disabled_reason=None,
+        hits=0,
+        misses=0,
+        hit_rate=0.0,
+        l0_hits=0,
+        l1_hits=0,
+        entries=0,
+        l0_entries=0,
+        l1_entries=0,
+        memory_bytes=0,
+        max_bytes=50 * 2**20,
+        evictions=0,
+        tokens_reused=0,
+        l0_enabled=True,
+        l1_enabled=True,
+        disabled_reason=None,
     )
     text = "<|im_start|>user\nHi<|im_end|>\n"
     ids = cached.encode(text)
@@ -268,10 +281,21 @@ def test_stats_count_hits_misses_entries_and_exact_memory(smollm2_tokenizer):
     memory = sum(sys.getsizeof(array("H", t)) + ENTRY_OVERHEAD for t in prefixes + wholes)
     stats = cached.stats()
     assert dataclasses.asdict(stats) == {
-        "hits": 2, "misses": 1, "hit_rate": 2 / 3, "l0_hits": 1, "l1_hits": 1,
-        "entries": 4, "l0_entries": 2, "l1_entries": 2, "memory_bytes": memory,
-        "max_bytes": 50 * 2**20, "evictions": 0, "tokens_reused": 6 + 5,
-        "l0_enabled": True, "l1_enabled": True, "disabled_reason": None,
+        "hits": 2,
+        "misses": 1,
+        "hit_rate": 2 / 3,
+        "l0_hits": 1,
+        "l1_hits": 1,
+        "entries": 4,
+        "l0_entries": 2,
+        "l1_entries": 2,
+        "memory_bytes": memory,
+        "max_bytes": 50 * 2**20,
+        "evictions": 0,
+        "tokens_reused": 6 + 5,
+        "l0_enabled": True,
+        "l1_enabled": True,
+        "disabled_reason": None,
     }
     assert json.loads(json.dumps(dataclasses.asdict(stats)))["memory_bytes"] == memory
 
@@ -283,9 +307,21 @@ def test_clear_empties_both_levels_and_zeroes_the_counters(smollm2_tokenizer):
     assert cached.stats().entries > 0 and cached.stats().evictions > 0
     cached.clear()
     assert cached.stats() == PrefixCacheStats(
-        hits=0, misses=0, hit_rate=0.0, l0_hits=0, l1_hits=0, entries=0, l0_entries=0, l1_entries=0,
-        memory_bytes=0, max_bytes=4096, evictions=0, tokens_reused=0,
-        l0_enabled=True, l1_enabled=True, disabled_reason=None,
+        hits=0,
+        misses=0,
+        hit_rate=0.0,
+        l0_hits=0,
+        l1_hits=0,
+        entries=0,
+        l0_entries=0,
+        l1_entries=0,
+        memory_bytes=0,
+        max_bytes=4096,
+        evictions=0,
+        tokens_reused=0,
+        l0_enabled=True,
+        l1_enabled=True,
+        disabled_reason=None,
     )
     assert cached.encode(CONVO) == reference(smollm2_tokenizer, CONVO)
     assert cached.stats().misses == 1
@@ -354,8 +390,10 @@ def test_the_probe_alone_catches_prepend_first(monkeypatch):
     monkeypatch.setattr(seams_module, "_pre_tokenizer_reason", lambda node: None)
     cached = PrefixCachedTokenizer(sentencepiece_tokenizer("first"))
     reason = cached.stats().disabled_reason
-    assert reason is not None and reason.startswith("cutting '") and reason.endswith(
-        "' after its special tokens changes its tokens"
+    assert (
+        reason is not None
+        and reason.startswith("cutting '")
+        and reason.endswith("' after its special tokens changes its tokens")
     )
 
 
@@ -431,7 +469,9 @@ def test_bpe_dropout_turns_both_levels_off():
     cached = PrefixCachedTokenizer(tokenizer)
     stats = cached.stats()
     assert (stats.l0_enabled, stats.l1_enabled) == (False, False)
-    assert stats.disabled_reason == "the BPE model has dropout=0.5: its tokens are random, so nothing is cached"
+    assert (
+        stats.disabled_reason == "the BPE model has dropout=0.5: its tokens are random, so nothing is cached"
+    )
     cached.encode("hello")
     assert (cached.stats().misses, cached.stats().entries) == (1, 0)
 

@@ -22,10 +22,14 @@ from dlmstore.prefix import PrefixCachedTokenizer
 
 from .test_prefix import byte_level_tokenizer, reference, sentencepiece_tokenizer
 
-_ALPHABET = st.sampled_from(list("abcdehlowrtxyz ABZ  \n\n\t.,!?'0123éï中文") + ["\u0301", "\u0338", "▁", "ﬁ"])
+_ALPHABET = st.sampled_from(
+    list("abcdehlowrtxyz ABZ  \n\n\t.,!?'0123éï中文") + ["\u0301", "\u0338", "▁", "ﬁ"]
+)
 _FRAGMENT = st.one_of(
     st.text(_ALPHABET, max_size=24),
-    st.sampled_from(["<|im_start|>", "<|im_end|>", "<s>", "</s>", "<|endoftext|>", " hello", "world ", "\r\n"]),
+    st.sampled_from(
+        ["<|im_start|>", "<|im_end|>", "<s>", "</s>", "<|endoftext|>", " hello", "world ", "\r\n"]
+    ),
 )
 _CONTENT = st.lists(_FRAGMENT, max_size=5).map("".join)
 _ROLE = st.sampled_from(["system", "user", "assistant"])
@@ -74,19 +78,27 @@ def test_smollm2_cached_ids_equal_uncached_ids_for_random_chats(
 
     def render(messages: list[tuple[str, str]]) -> str:
         rows = [{"role": role, "content": content} for role, content in messages]
-        return str(tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=generation_prompt))
+        return str(
+            tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=generation_prompt)
+        )
 
     _check_conversation(cached, tokenizer, render, chat, expect_l1=True)
 
 
 # name -> (builder, whether L1 can be on)
 _BUILT: dict[str, tuple[Callable[[], Any], bool]] = {
-    "sentencepiece, Metaspace always, BOS": (lambda: sentencepiece_tokenizer("always", template="<s> $A"), True),
+    "sentencepiece, Metaspace always, BOS": (
+        lambda: sentencepiece_tokenizer("always", template="<s> $A"),
+        True,
+    ),
     "sentencepiece, Metaspace never, BOS and EOS": (
         lambda: sentencepiece_tokenizer("never", template="<s> $A </s>"),
         True,
     ),
-    "sentencepiece, Metaspace first, BOS": (lambda: sentencepiece_tokenizer("first", template="<s> $A"), False),
+    "sentencepiece, Metaspace first, BOS": (
+        lambda: sentencepiece_tokenizer("first", template="<s> $A"),
+        False,
+    ),
     "sentencepiece, legacy Prepend normalizer, BOS": (lambda: _legacy_sentencepiece(), True),
     "byte-level BPE, BOS and EOS": (lambda: byte_level_tokenizer("<s> $A </s>"), True),
     "byte-level BPE, add_prefix_space": (lambda: _prefix_space_byte_level(), True),
@@ -123,7 +135,9 @@ def built_cached(request: pytest.FixtureRequest) -> tuple[Any, PrefixCachedToken
 @_SETTINGS
 @given(chat=_CHAT, generation_prompt=st.booleans())
 def test_offline_built_tokenizers_cached_ids_equal_uncached_ids_for_random_chats(
-    built_cached: tuple[Any, PrefixCachedTokenizer, bool], chat: list[tuple[str, str]], generation_prompt: bool
+    built_cached: tuple[Any, PrefixCachedTokenizer, bool],
+    chat: list[tuple[str, str]],
+    generation_prompt: bool,
 ) -> None:
     tokenizer, cached, expect_l1 = built_cached
     _check_conversation(cached, tokenizer, lambda m: _chatml(m, generation_prompt), chat, expect_l1)

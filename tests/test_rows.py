@@ -75,13 +75,9 @@ def test_an_unknown_section_type_is_refused():
 
 def test_row_keys_are_stable_across_runs():
     (row,) = section_rows(PROSE, system_prompt=None)
-    assert row.row_key == (
-        "sha256:9f7db502fc46e5727764850b5396e8806b84693993a6ac7cbb446470c34efa93"
-    )
+    assert row.row_key == ("sha256:9f7db502fc46e5727764850b5396e8806b84693993a6ac7cbb446470c34efa93")
     (first, _) = section_rows(PAIRS, system_prompt="Be brief.")
-    assert first.row_key == (
-        "sha256:c6ef3062c9958903159f6b9a68d59142b8a571ab60efc43a3cb66a2986e16dcd"
-    )
+    assert first.row_key == ("sha256:c6ef3062c9958903159f6b9a68d59142b8a571ab60efc43a3cb66a2986e16dcd")
 
 
 def test_the_row_key_recipe_is_the_documented_one():
@@ -151,8 +147,7 @@ def test_identical_sections_in_a_document_get_distinct_keys():
 
 def test_inserting_an_unrelated_section_does_not_move_keys():
     before = document_rows([PROSE, PAIRS, PROSE], system_prompt=None)
-    after = document_rows([PREFERENCE, PROSE, Section("prose", "new"), PAIRS, PROSE],
-                          system_prompt=None)
+    after = document_rows([PREFERENCE, PROSE, Section("prose", "new"), PAIRS, PROSE], system_prompt=None)
     assert set(keys(before)) <= set(keys(after))
 
 
@@ -172,8 +167,7 @@ def test_document_rows_does_not_rehash_big_prose(monkeypatch):
     content = "x" * 13_000
     # Digests passed in, as dlmstore.sources.walk does after hashing file bytes.
     sections = [
-        Section("prose", content, digest=hashlib.sha256(str(i).encode()).hexdigest())
-        for i in range(13_000)
+        Section("prose", content, digest=hashlib.sha256(str(i).encode()).hexdigest()) for i in range(13_000)
     ]
     hashed = 0
     real = hashlib.sha256

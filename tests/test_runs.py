@@ -70,7 +70,9 @@ def test_a_run_left_running_by_a_killed_process_is_marked_failed_by_the_next_run
     import sys
 
     with open_store(VALID_ID) as store:
-        ghost = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        ghost = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
         dead_pid = int(ghost.stdout)
         first = start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="ab")
         conn = sqlite3.connect(store.db_path)

@@ -33,9 +33,7 @@ def make_tree(root: Path, files: dict[str, str | bytes]) -> Path:
     return root
 
 
-def expand(
-    doc_dir: Path, path: str = "src", policy: str = "permissive", **kw: Any
-) -> SourceExpansion:
+def expand(doc_dir: Path, path: str = "src", policy: str = "permissive", **kw: Any) -> SourceExpansion:
     return expand_sources([SourceDirective(path=path, **kw)], doc_dir=doc_dir, policy=policy)
 
 
@@ -106,9 +104,7 @@ def test_provenance_counts_what_was_included_and_why_the_rest_was_not(doc_dir: P
 
 def test_several_directives_come_out_in_directive_order(doc_dir: Path) -> None:
     make_tree(doc_dir, {"z/a.txt": "z", "a/a.txt": "a"})
-    expansion = expand_sources(
-        [SourceDirective(path="z"), SourceDirective(path="a")], doc_dir=doc_dir
-    )
+    expansion = expand_sources([SourceDirective(path="z"), SourceDirective(path="a")], doc_dir=doc_dir)
     assert [s.content[-1] for s in expansion.sections] == ["z", "a"]
     assert [p.directive for p in expansion.provenance] == ["z", "a"]
 
@@ -246,9 +242,7 @@ def test_nested_ignore_files_override_shallower_ones_below_their_directory(doc_d
 
 
 def test_an_ignore_file_can_re_include_a_default_exclude(doc_dir: Path) -> None:
-    make_tree(
-        doc_dir / "src", {".dlm/ignore": "!.env.example\n", ".env.example": "X=", ".env": "X=1"}
-    )
+    make_tree(doc_dir / "src", {".dlm/ignore": "!.env.example\n", ".env.example": "X=", ".env": "X=1"})
     assert rels(expand(doc_dir)) == [".env.example"]
 
 
@@ -274,9 +268,7 @@ def record_scandir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return listed
 
 
-def test_excluded_directories_are_never_listed(
-    doc_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_excluded_directories_are_never_listed(doc_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_tree(
         doc_dir / "src",
         {
@@ -304,9 +296,7 @@ def test_files_over_max_bytes_per_file_are_skipped_and_counted(doc_dir: Path) ->
 
 
 def test_max_files_keeps_the_first_files_in_path_order_and_counts_the_rest(doc_dir: Path) -> None:
-    make_tree(
-        doc_dir / "src", {"a.txt": "", "b.bin": b"\x00", "c/d.txt": "", "e.txt": "", "f.txt": ""}
-    )
+    make_tree(doc_dir / "src", {"a.txt": "", "b.bin": b"\x00", "c/d.txt": "", "e.txt": "", "f.txt": ""})
     got = expand(doc_dir, max_files=2)
     assert rels(got) == ["a.txt", "c/d.txt"]
     prov = got.provenance[0]
@@ -355,8 +345,7 @@ def test_missing_path_is_an_error_naming_the_directive_and_the_resolved_path(
     with pytest.raises(SourceError) as caught:
         expand(doc_dir, "no/such/dir")
     assert str(caught.value) == (
-        f"training.sources 'no/such/dir': no such file or directory "
-        f"(resolved to {doc_dir / 'no/such/dir'})"
+        f"training.sources 'no/such/dir': no such file or directory (resolved to {doc_dir / 'no/such/dir'})"
     )
     assert caught.value.hint == (
         "relative source paths start at the .dlm file's directory; fix the path or remove the entry"

@@ -113,7 +113,9 @@ def test_records_of_files_that_are_gone_are_dropped(tmp_path: Path) -> None:
         assert sorted(rel for _, rel in StatCache.load(store).stamps) == ["b.md", "c.bin"]
 
 
-def test_a_warm_pass_with_every_row_cached_reads_no_source_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_warm_pass_with_every_row_cached_reads_no_source_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import dlmstore.sources.walk as sources
 
     doc = _corpus(tmp_path)

@@ -101,9 +101,13 @@ def test_the_dataset_for_training_is_built_from_the_arrays(doc: Path) -> None:
 def test_no_cache_leaves_existing_entries_untouched(doc: Path) -> None:
     tokenize_document(str(doc))
     db = store_dir(VALID_ID) / "store.db"
-    before = sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    before = (
+        sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    )
     summary, _ = tokenize_document(str(doc), no_cache=True)
-    after = sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    after = (
+        sqlite3.connect(db).execute("SELECT id, last_access_at, last_run_id FROM cache_entries").fetchall()
+    )
     assert before == after
     assert summary.tokenization.cache_mode == "bypassed"
     assert summary.tokenization.cache_hits == 0
@@ -126,9 +130,11 @@ def test_a_swapped_tokenizer_misses_every_entry(doc: Path, monkeypatch: pytest.M
     second, _ = tokenize_document(str(doc))
     assert second.tokenization.cache_hits == 0
     assert second.tokenization.cache_misses == first.tokenization.total_rows
-    keys = sqlite3.connect(store_dir(VALID_ID) / "store.db").execute(
-        "SELECT COUNT(DISTINCT tokenizer_sha256) FROM cache_entries"
-    ).fetchone()
+    keys = (
+        sqlite3.connect(store_dir(VALID_ID) / "store.db")
+        .execute("SELECT COUNT(DISTINCT tokenizer_sha256) FROM cache_entries")
+        .fetchone()
+    )
     assert keys == (2,)  # the old entries stay, orphaned, for prune
 
 
@@ -177,7 +183,9 @@ def test_corrupted_or_truncated_pack_bytes_are_misses_not_errors(doc: Path) -> N
     assert np.array_equal(rows.values, expected.values)
 
 
-def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(tmp_path: Path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(
+    tmp_path: Path, smollm2_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
     from trl.data_utils import _tokenize
 
     pairs = "".join(f"### Q\nQuestion {i}?\n### A\nAnswer {i}.\n\n" for i in range(12))
@@ -190,7 +198,9 @@ def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(tmp_path: 
     stats = summary.prefix_cache
     assert stats is not None and stats["l1_enabled"] is True and stats["hits"] > 0
     for i, row in enumerate(r for r in load_corpus(parse_document(doc)).rows()):
-        expected = _tokenize(smollm2_tokenizer, row.data["messages"], add_generation_prompt=False)["input_ids"]
+        expected = _tokenize(smollm2_tokenizer, row.data["messages"], add_generation_prompt=False)[
+            "input_ids"
+        ]
         assert rows.input_ids(i).tolist() == list(expected)
     warm, _ = tokenize_document(str(doc))
     assert warm.prefix_cache is None  # all hits: no tokenizer, no prefix cache

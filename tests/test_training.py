@@ -64,9 +64,15 @@ def test_a_run_trains_registers_and_records_an_adapter(doc: Path) -> None:
     assert (summary.steps, summary.rows_trained, summary.preference_rows_skipped) == (2, 4, 1)
     db = _db()
     assert db.execute("SELECT status FROM runs WHERE id = ?", (summary.run_id,)).fetchone() == ("completed",)
-    assert db.execute("SELECT version, sha256, steps FROM adapters").fetchall() == [(1, summary.adapter_sha256, 2)]
-    assert db.execute("SELECT COUNT(*) FROM train_steps WHERE run_id = ?", (summary.run_id,)).fetchone() == (2,)
-    assert db.execute("SELECT cache_misses FROM tokenization_events WHERE run_id = ?", (summary.run_id,)).fetchone() == (4,)
+    assert db.execute("SELECT version, sha256, steps FROM adapters").fetchall() == [
+        (1, summary.adapter_sha256, 2)
+    ]
+    assert db.execute("SELECT COUNT(*) FROM train_steps WHERE run_id = ?", (summary.run_id,)).fetchone() == (
+        2,
+    )
+    assert db.execute(
+        "SELECT cache_misses FROM tokenization_events WHERE run_id = ?", (summary.run_id,)
+    ).fetchone() == (4,)
 
 
 def test_two_runs_and_a_no_cache_run_give_byte_identical_adapters(doc: Path) -> None:
@@ -136,10 +142,14 @@ def test_an_unknown_base_model_fails_before_any_work(tmp_path: Path, dlm_home: P
 
 
 def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path) -> None:
-    doc = write_doc(tmp_path / "doc.dlm", body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n")
+    doc = write_doc(
+        tmp_path / "doc.dlm", body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n"
+    )
     with pytest.raises(TrainingError) as err:
         train_document(str(doc))
-    assert str(err.value).endswith("no text or instruction rows to train on (1 preference rows are not used for SFT)")
+    assert str(err.value).endswith(
+        "no text or instruction rows to train on (1 preference rows are not used for SFT)"
+    )
 
 
 def test_dlm_train_json_metrics_and_prompt(doc: Path) -> None:
@@ -147,13 +157,25 @@ def test_dlm_train_json_metrics_and_prompt(doc: Path) -> None:
     result = runner.invoke(cli, ["train", str(doc), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert set(summary) >= {"run_id", "adapter_path", "adapter_sha256", "steps", "final_loss", "tokenization", "lock_decision"}
+    assert set(summary) >= {
+        "run_id",
+        "adapter_path",
+        "adapter_sha256",
+        "steps",
+        "final_loss",
+        "tokenization",
+        "lock_decision",
+    }
     assert "1 preference rows are not trained" in result.stderr
-    metrics = json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", str(summary["run_id"])]).stdout)
+    metrics = json.loads(
+        runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", str(summary["run_id"])]).stdout
+    )
     (run,) = metrics["runs"]
     assert [s["step"] for s in run["training"]["steps"]] == [1, 2]
     assert run["training"]["adapter_sha256"] == summary["adapter_sha256"]
-    answer = runner.invoke(cli, ["prompt", str(doc), "Where is the metadata kept?", "--max-new-tokens", "8", "--json"])
+    answer = runner.invoke(
+        cli, ["prompt", str(doc), "Where is the metadata kept?", "--max-new-tokens", "8", "--json"]
+    )
     assert answer.exit_code == 0, answer.output
     assert json.loads(answer.stdout)["adapter_version"] == 1
 
@@ -163,7 +185,9 @@ def test_prompt_before_any_training_says_to_train_first(doc: Path) -> None:
     runner.invoke(cli, ["tokenize", str(doc)])
     result = runner.invoke(cli, ["prompt", str(doc), "hi"])
     assert result.exit_code == 1
-    assert result.output == f"error: {doc}: no adapter has been trained yet\nhint: run `dlm train {doc}` first\n"
+    assert (
+        result.output == f"error: {doc}: no adapter has been trained yet\nhint: run `dlm train {doc}` first\n"
+    )
 
 
 def _rewrite_lock(field: str, value: object) -> None:

@@ -11,6 +11,8 @@ from .conftest import REPO
 def test_the_library_and_cli_pass_mypy() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "dlmstore", "cli"],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -65,8 +65,7 @@ def test_the_largest_ulid_is_valid():
         None,
         12345,
     ],
-    ids=["I", "L", "O", "U", "lowercase", "short", "long", "empty", "8-first", "Z-first",
-         "None", "int"],
+    ids=["I", "L", "O", "U", "lowercase", "short", "long", "empty", "8-first", "Z-first", "None", "int"],
 )
 def test_is_valid_ulid_rejects(text):
     assert is_valid_ulid(VALID)

@@ -141,7 +141,11 @@ def _compact(store: Store) -> int:
             conn.exec_driver_sql(
                 "UPDATE cache_entries SET pack_id = ?, byte_offset = j.value ->> 1 "
                 "FROM json_each(?) AS j WHERE cache_entries.id = j.value ->> 0 AND cache_entries.pack_id = ?",
-                (new_id, json.dumps([[i, e.byte_offset] for i, e in zip(ids, new.entries, strict=True)]), pack_id),
+                (
+                    new_id,
+                    json.dumps([[i, e.byte_offset] for i, e in zip(ids, new.entries, strict=True)]),
+                    pack_id,
+                ),
             )
             dead = drop_dead_packs(conn)
         unlink_packs(store, dead)
@@ -238,7 +242,9 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
             problems.append(Problem("missing_pack", relpath, "registered pack file is missing", repair))
         elif path.stat().st_size < nbytes:
             problems.append(
-                Problem("short_pack", relpath, f"{path.stat().st_size} bytes on disk, {nbytes} registered", repair)
+                Problem(
+                    "short_pack", relpath, f"{path.stat().st_size} bytes on disk, {nbytes} registered", repair
+                )
             )
     reader = PackReader(store.path)
     bad: list[int] = []
@@ -246,12 +252,22 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         if reader.read(relpath, offset, nbytes, expected) is None:
             bad.append(entry_id)
             problems.append(
-                Problem("bad_entry", relpath, f"entry {entry_id} ({row_key[:19]}...) is missing or fails its checksum", repair)
+                Problem(
+                    "bad_entry",
+                    relpath,
+                    f"entry {entry_id} ({row_key[:19]}...) is missing or fails its checksum",
+                    repair,
+                )
             )
     reader.close()
     if tuple(totals) != tuple(actual):
         problems.append(
-            Problem("wrong_totals", "cache_totals", f"records {tuple(totals)}, entries add up to {tuple(actual)}", repair)
+            Problem(
+                "wrong_totals",
+                "cache_totals",
+                f"records {tuple(totals)}, entries add up to {tuple(actual)}",
+                repair,
+            )
         )
     orphans, temps = _sweep_files(store, grace_s=grace_s, remove=repair)
     problems += [Problem("orphan_file", p, "pack file not registered in store.db", repair) for p in orphans]
@@ -261,7 +277,8 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         with store.write() as conn:
             if bad:
                 conn.exec_driver_sql(
-                    "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(bad),)
+                    "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(bad),),
                 )
             if missing:
                 conn.exec_driver_sql(

@@ -120,9 +120,7 @@ class TokenCache:
                     )
         return Lookup(tokens, tuple(damaged))
 
-    def store_many(
-        self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype
-    ) -> int:
+    def store_many(self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype) -> int:
         """Write ``(row_key, tokens)`` pairs as one pack, then register them.
 
         An entry another process registered meanwhile wins (``ON CONFLICT DO
@@ -231,4 +229,13 @@ def unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
         (store.path / relpath).unlink(missing_ok=True)
 
 
-__all__ = ["Eviction", "Lookup", "TokenCache", "cache_bytes", "drop_dead_packs", "dtype_name", "evict", "unlink_packs"]
+__all__ = [
+    "Eviction",
+    "Lookup",
+    "TokenCache",
+    "cache_bytes",
+    "drop_dead_packs",
+    "dtype_name",
+    "evict",
+    "unlink_packs",
+]

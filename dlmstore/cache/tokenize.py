@@ -277,9 +277,7 @@ def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> Tokenize
         np.cumsum([len(p) for p in parts], out=offsets[1:])
     dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.dtype(np.uint16)
     values = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
-    return TokenizedRows(
-        tuple(row.row_key for row in rows), tuple(row.kind for row in rows), offsets, values
-    )
+    return TokenizedRows(tuple(row.row_key for row in rows), tuple(row.kind for row in rows), offsets, values)
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,22 @@ class SourceSpec:
 SOURCES: dict[str, SourceSpec] = {
     spec.name: spec
     for spec in (
-        SourceSpec("fineweb-edu", "pretrain", "pretrain/fineweb_edu", "Parquet/JSONL files with a 'text' field, or text files"),
-        SourceSpec("wikitext", "pretrain", "pretrain/wikitext", "Parquet/JSONL line records ('validation' in a file name marks val)"),
+        SourceSpec(
+            "fineweb-edu",
+            "pretrain",
+            "pretrain/fineweb_edu",
+            "Parquet/JSONL files with a 'text' field, or text files",
+        ),
+        SourceSpec(
+            "wikitext",
+            "pretrain",
+            "pretrain/wikitext",
+            "Parquet/JSONL line records ('validation' in a file name marks val)",
+        ),
         SourceSpec("roam", "pretrain", "pretrain/roam", "a folder of text files"),
-        SourceSpec("gutenberg", "pretrain", "pretrain/gutenberg", "a folder of text files (a stub when absent)"),
+        SourceSpec(
+            "gutenberg", "pretrain", "pretrain/gutenberg", "a folder of text files (a stub when absent)"
+        ),
         SourceSpec("dolly-15k", "sft", "sft/dolly15k", "JSONL/Parquet with instruction/context/response"),
         SourceSpec("oasst1", "sft", "sft/oasst1", "JSONL/Parquet of oasst1 message rows"),
     )
@@ -96,7 +108,9 @@ def hf_rows(name: str, dataset_id: str, config: str | None, split: str, **option
         raise _unreachable(name, dataset_id, config, exc) from None
 
 
-def _unreachable(name: str, dataset_id: str, config: str | None, exc: BaseException) -> SourceUnavailableError:
+def _unreachable(
+    name: str, dataset_id: str, config: str | None, exc: BaseException
+) -> SourceUnavailableError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
     where = "the Hugging Face hub" + (" (HF_HUB_OFFLINE is set)" if offline else "")

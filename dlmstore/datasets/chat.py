@@ -164,10 +164,13 @@ def _fitted(tokenizer: Any, preset: ChatFormat) -> ChatFormat:
     rendered = _apply_template(tokenizer, user_only)
     opener = preset.turn_start.format(role="user")
     cut = rendered.find(opener)
-    preamble = rendered[len(preset.bos):cut] if cut >= 0 and rendered.startswith(preset.bos) else ""
+    preamble = rendered[len(preset.bos) : cut] if cut >= 0 and rendered.startswith(preset.bos) else ""
     probes: list[list[Message]] = [
         [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}],
-        [{"role": "user", "content": f" {_PROBE_USER}\n"}, {"role": "assistant", "content": f"{_PROBE_REPLY}  "}],
+        [
+            {"role": "user", "content": f" {_PROBE_USER}\n"},
+            {"role": "assistant", "content": f"{_PROBE_REPLY}  "},
+        ],
     ]
     expected = [_apply_template(tokenizer, probe) for probe in probes]
     with_system: list[Message] = [{"role": "system", "content": "Be brief."}, *probes[0]]

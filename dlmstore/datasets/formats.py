@@ -105,8 +105,7 @@ def check_dtype_fits(name: str, vocab_size: int, *, where: object = "meta.json")
     limit = int(np.iinfo(token_dtype(name, where=where)).max) + 1
     if vocab_size > limit:
         raise DatasetFileError(
-            f"{where}: a vocabulary of {vocab_size} tokens does not fit {name} "
-            f"(ids up to {limit - 1})",
+            f"{where}: a vocabulary of {vocab_size} tokens does not fit {name} (ids up to {limit - 1})",
             hint="rebuild with token dtype uint32 (the default picks it for vocabularies over 65536)",
         )
 
@@ -167,8 +166,11 @@ class TokenFile:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], dtype: np.dtype[Any] | None = None,
-        *, expected_count: int | None = None,
+        self,
+        path: str | os.PathLike[str],
+        dtype: np.dtype[Any] | None = None,
+        *,
+        expected_count: int | None = None,
     ) -> None:
         self.path = Path(path)
         try:
@@ -183,9 +185,7 @@ class TokenFile:
             if len(shape) != 1:
                 raise DatasetFileError(f"{self.path} holds an array of shape {shape}; token files are 1-D")
             if dtype is not None and np.dtype(dtype) != header_dtype:
-                raise DatasetFileError(
-                    f"{self.path} holds {header_dtype} but {np.dtype(dtype)} was expected"
-                )
+                raise DatasetFileError(f"{self.path} holds {header_dtype} but {np.dtype(dtype)} was expected")
             self.dtype: np.dtype[Any] = header_dtype
             self.offset = offset
             self.count = int(shape[0])

@@ -70,7 +70,11 @@ class ResumableLoader:
         self.batch_size = batch_size
         self.sampler = RankPartitionSampler(
             len(dataset),  # type: ignore[arg-type]
-            num_replicas=num_replicas, rank=rank, seed=seed, shuffle=shuffle, drop_last=drop_last,
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
         )
         self.drop_last = drop_last
         self.num_workers = num_workers
@@ -89,13 +93,16 @@ class ResumableLoader:
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
         indices = self.sampler.indices().tolist()
-        batches = [indices[i:i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        batches = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
-        remaining = batches[self.batches_done:]
+        remaining = batches[self.batches_done :]
         loader = DataLoader(
-            self.dataset, batch_sampler=remaining, num_workers=self.num_workers,
-            collate_fn=self.collate_fn, pin_memory=self.pin_memory,
+            self.dataset,
+            batch_sampler=remaining,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory,
         )
         for batch in loader:
             self.batches_done += 1

@@ -39,7 +39,8 @@ def data_files(path: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         raise DatasetError(f"{root} does not exist", hint="pass an existing file or directory")
     found = sorted(
-        p for p in root.rglob("*")
+        p
+        for p in root.rglob("*")
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )
     records = [p for p in found if p.suffix in RECORD_SUFFIXES]

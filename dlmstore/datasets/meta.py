@@ -32,9 +32,22 @@ FORMAT = "dlm-token-dataset/1"
 
 #: Fields every meta.json has, whatever its kind.
 REQUIRED = (
-    "format", "kind", "built", "dataset_name", "dataset_config", "split_rule", "seed",
-    "token_dtype", "byte_order", "tokenizer_name", "tokenizer_sha256", "vocab_size",
-    "special_token_ids", "totals", "files", "streaming",
+    "format",
+    "kind",
+    "built",
+    "dataset_name",
+    "dataset_config",
+    "split_rule",
+    "seed",
+    "token_dtype",
+    "byte_order",
+    "tokenizer_name",
+    "tokenizer_sha256",
+    "vocab_size",
+    "special_token_ids",
+    "totals",
+    "files",
+    "streaming",
 )
 REQUIRED_BY_KIND = {
     "pretrain": ("shard_bytes", "shard_tokens", "eos_token_id", "budgets"),

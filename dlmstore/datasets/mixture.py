@@ -108,8 +108,12 @@ class MixtureDataset(Dataset[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "epoch": self.epoch, "weights": self.weights, "temperature": self.temperature,
-            "num_samples": self.num_samples, "seed": self.seed, "sizes": self.sizes,
+            "epoch": self.epoch,
+            "weights": self.weights,
+            "temperature": self.temperature,
+            "num_samples": self.num_samples,
+            "seed": self.seed,
+            "sizes": self.sizes,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

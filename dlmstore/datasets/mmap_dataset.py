@@ -127,13 +127,13 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         """The raw ``seq_len`` tokens of item ``index`` (a read-only view)."""
         which, start = self._locate(index)
         self.budget.note(self.seq_len * self.files[which].dtype.itemsize)
-        return self.files[which].array[start:start + self.seq_len]
+        return self.files[which].array[start : start + self.seq_len]
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         which, start = self._locate(index)
         token_file = self.files[which]
         self.budget.note(self.seq_len * token_file.dtype.itemsize)
-        window = token_file.array[start:start + self.seq_len]
+        window = token_file.array[start : start + self.seq_len]
         if not self.pack_sequences:
             window = window.astype(np.int64)
             return {

@@ -71,7 +71,7 @@ class WindowStarts:
 
     def boundaries(self, k: int) -> Array:
         """Window-relative positions in window ``k`` where a new document starts."""
-        return self.offsets[self.lo[k]:self.hi[k]]
+        return self.offsets[self.lo[k] : self.hi[k]]
 
 
 def boundaries_from_eos(window: Array, eos_token_id: int) -> Array:
@@ -133,7 +133,7 @@ def loss_mask_from_tokens(tokens: Array, assistant_start: Sequence[int], eot_id:
         return mask
     hits = np.ones(n - k + 1, dtype=bool)
     for j, token in enumerate(assistant_start):
-        hits &= tokens[j:n - k + 1 + j] == token
+        hits &= tokens[j : n - k + 1 + j] == token
     span_starts = np.flatnonzero(hits) + k
     span_starts = span_starts[span_starts < n]
     if len(span_starts) == 0:

@@ -37,8 +37,15 @@ import numpy as np
 
 from dlmstore import __version__
 from dlmstore.datasets.build import (
-    BuildResult, Clock, ProgressFn, UniformDraws, batched, buffer_shuffle, prepare_out_dir,
-    split_totals, text_of,
+    BuildResult,
+    Clock,
+    ProgressFn,
+    UniformDraws,
+    batched,
+    buffer_shuffle,
+    prepare_out_dir,
+    split_totals,
+    text_of,
 )
 from dlmstore.datasets.encoding import as_encoder
 from dlmstore.datasets.errors import DatasetError
@@ -167,18 +174,29 @@ def build_pretrain_cache(
     clock.tick(seen, sum(w.tokens for w in writers.values()), final=True)
     totals = {f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")}
     meta = {
-        "format": FORMAT, "kind": "pretrain", "built": True,
-        "dataset_name": name, "dataset_config": config, "source": source or {},
-        "streaming": streaming, "split_rule": split_rule, "seed": seed,
-        "shuffle_buffer": shuffle_buffer, "val_frac": val_frac,
-        "token_dtype": dtype_name, "byte_order": "little",
+        "format": FORMAT,
+        "kind": "pretrain",
+        "built": True,
+        "dataset_name": name,
+        "dataset_config": config,
+        "source": source or {},
+        "streaming": streaming,
+        "split_rule": split_rule,
+        "seed": seed,
+        "shuffle_buffer": shuffle_buffer,
+        "val_frac": val_frac,
+        "token_dtype": dtype_name,
+        "byte_order": "little",
         "tokenizer_name": tokenizer_name or encoder.name,
-        "tokenizer_sha256": encoder.tokenizer_sha256, "vocab_size": encoder.vocab_size,
+        "tokenizer_sha256": encoder.tokenizer_sha256,
+        "vocab_size": encoder.vocab_size,
         "special_token_ids": {**encoder.special_token_ids(), "eos": eos_id},
-        "eos_token": eos_text, "eos_token_id": eos_id,
+        "eos_token": eos_text,
+        "eos_token_id": eos_id,
         "doc_boundaries": "every document is followed by eos_token_id; "
         "shard_NNNNN.docs.npy lists (int64) the positions in the shard where a document starts",
-        "shard_bytes": shard_bytes, "shard_tokens": shard_tokens,
+        "shard_bytes": shard_bytes,
+        "shard_tokens": shard_tokens,
         "budgets": {"train_tokens": train_tokens, "val_tokens": val_tokens},
         "totals": {**totals, **counts},
         "files": [dataclasses.asdict(e) for e in entries],
@@ -186,9 +204,16 @@ def build_pretrain_cache(
     }
     write_meta(out, meta)
     return BuildResult(
-        path=str(out.resolve()), kind="pretrain", name=name, token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size, tokenizer_sha256=encoder.tokenizer_sha256, seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS}, skipped=counts, seconds=clock.seconds,
+        path=str(out.resolve()),
+        kind="pretrain",
+        name=name,
+        token_dtype=dtype_name,
+        vocab_size=encoder.vocab_size,
+        tokenizer_sha256=encoder.tokenizer_sha256,
+        seed=seed,
+        splits={s: split_totals(entries, s) for s in SPLITS},
+        skipped=counts,
+        seconds=clock.seconds,
     )
 
 
@@ -207,7 +232,10 @@ def _val_frac(val_frac: float | None, train_tokens: int | None, val_tokens: int 
 
 
 def _labelled(
-    texts: Iterable[str], val_texts: Iterable[str] | None, shuffle_buffer: int | None, seed: int,
+    texts: Iterable[str],
+    val_texts: Iterable[str] | None,
+    shuffle_buffer: int | None,
+    seed: int,
     stop: dict[str, bool],
 ) -> Iterator[tuple[str, str | None]]:
     """``(text, split)`` pairs; ``split`` is ``None`` when the draw decides.
@@ -233,7 +261,9 @@ def _full(tokens: int, budget: int | None) -> bool:
     return budget is not None and tokens >= budget
 
 
-def _concat(docs: list[list[int]], eos_id: int, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _concat(
+    docs: list[list[int]], eos_id: int, dtype: np.dtype[Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The documents back to back, each followed by EOS, and where each starts."""
     lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
     ends = np.cumsum(lengths + 1) - 1

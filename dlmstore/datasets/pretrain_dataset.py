@@ -88,7 +88,7 @@ class PretrainTokenStreamDataset:
         width = self.T + 1
         buffer = np.empty((B, width), dtype=np.int64)
         for row, (shard, offset) in enumerate(zip(shards.tolist(), offsets)):
-            buffer[row] = arrays[shard][offset:offset + width]
+            buffer[row] = arrays[shard][offset : offset + width]
         self.budget.note(B * width * self._itemsize)
         batch = torch.from_numpy(buffer)
         if self.device.type != "cpu":

@@ -113,10 +113,17 @@ def encoder_for_base(base: str) -> TextEncoder:
 
 
 def build_pretrain_from(
-    source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, base: str = DEFAULT_BASE,
-    store_dir: str | os.PathLike[str] | None = None, text_field: str = "text",
-    val_frac: float | None = None, train_tokens: int | None = None, val_tokens: int | None = None,
-    progress: ProgressFn | None = None, **options: Any,
+    source: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    base: str = DEFAULT_BASE,
+    store_dir: str | os.PathLike[str] | None = None,
+    text_field: str = "text",
+    val_frac: float | None = None,
+    train_tokens: int | None = None,
+    val_tokens: int | None = None,
+    progress: ProgressFn | None = None,
+    **options: Any,
 ) -> DatasetBuild:
     """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
 
@@ -127,17 +134,28 @@ def build_pretrain_from(
         val_frac = DEFAULT_PRETRAIN_VAL_FRAC
     data_files(source)  # a missing path fails before the output directory is touched
     result = build_pretrain_cache(
-        iter_local_texts(source, text_field=text_field), out_dir, tokenizer=encoder,
-        val_frac=val_frac, train_tokens=train_tokens, val_tokens=val_tokens,
-        source={"type": "local", "path": str(Path(source).resolve())}, tokenizer_name=base,
-        progress=progress, **options,
+        iter_local_texts(source, text_field=text_field),
+        out_dir,
+        tokenizer=encoder,
+        val_frac=val_frac,
+        train_tokens=train_tokens,
+        val_tokens=val_tokens,
+        source={"type": "local", "path": str(Path(source).resolve())},
+        tokenizer_name=base,
+        progress=progress,
+        **options,
     )
     return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def build_sft_from(
-    source: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, base: str = DEFAULT_BASE,
-    store_dir: str | os.PathLike[str] | None = None, progress: ProgressFn | None = None, **options: Any,
+    source: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    base: str = DEFAULT_BASE,
+    store_dir: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    **options: Any,
 ) -> DatasetBuild:
     """Build an SFT dataset from local JSONL/Parquet conversations and register it.
 
@@ -148,16 +166,26 @@ def build_sft_from(
     data_files(source)
     examples = (src.dolly_messages(r) for r in iter_local_records(source))
     result = build_sft_cache(
-        examples, out_dir, tokenizer=encoder, tokenizer_name=base,
-        source={"type": "local", "path": str(Path(source).resolve())}, progress=progress, **options,
+        examples,
+        out_dir,
+        tokenizer=encoder,
+        tokenizer_name=base,
+        source={"type": "local", "path": str(Path(source).resolve())},
+        progress=progress,
+        **options,
     )
     return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def build_all(
-    cache_dir: str | os.PathLike[str], *, seed: int = 42, base: str = DEFAULT_BASE,
-    options: BuildAllOptions = BuildAllOptions(), local: dict[str, str] | None = None,
-    only: Sequence[str] | None = None, progress: ProgressFn | None = None,
+    cache_dir: str | os.PathLike[str],
+    *,
+    seed: int = 42,
+    base: str = DEFAULT_BASE,
+    options: BuildAllOptions = BuildAllOptions(),
+    local: dict[str, str] | None = None,
+    only: Sequence[str] | None = None,
+    progress: ProgressFn | None = None,
 ) -> BuildAllResult:
     """Build every source of the spec into ``cache_dir`` and register each there.
 
@@ -179,7 +207,9 @@ def build_all(
         "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress),
         "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress),
         "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress),
-        "gutenberg": lambda out, path: _local_folder("gutenberg", out, path, encoder, seed, options, progress),
+        "gutenberg": lambda out, path: _local_folder(
+            "gutenberg", out, path, encoder, seed, options, progress
+        ),
         "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress),
         "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress),
     }
@@ -199,37 +229,72 @@ def build_all(
             except DatasetError as exc:
                 outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
                 continue
-            outcomes.append(SourceOutcome(
-                name, spec.kind, "built", result.path,
-                tokens={s: t.tokens for s, t in result.splits.items()},
-                docs={s: t.docs for s, t in result.splits.items()}, seconds=round(result.seconds, 3),
-            ))
+            outcomes.append(
+                SourceOutcome(
+                    name,
+                    spec.kind,
+                    "built",
+                    result.path,
+                    tokens={s: t.tokens for s, t in result.splits.items()},
+                    docs={s: t.docs for s, t in result.splits.items()},
+                    seconds=round(result.seconds, 3),
+                )
+            )
         db_path = str(store.db_path)
     return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
 
 
-def _fineweb(out: Path, path: str | None, encoder: TextEncoder, seed: int,
-             o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+def _fineweb(
+    out: Path,
+    path: str | None,
+    encoder: TextEncoder,
+    seed: int,
+    o: BuildAllOptions,
+    progress: ProgressFn | None,
+) -> BuildResult:
     common: dict[str, Any] = dict(
-        tokenizer=encoder, train_tokens=o.fineweb_train_tokens, val_tokens=o.fineweb_val_tokens,
-        shard_bytes=o.shard_bytes, seed=seed, name="fineweb-edu", config=o.fineweb_config,
-        tokenizer_name=encoder.name, progress=progress,
+        tokenizer=encoder,
+        train_tokens=o.fineweb_train_tokens,
+        val_tokens=o.fineweb_val_tokens,
+        shard_bytes=o.shard_bytes,
+        seed=seed,
+        name="fineweb-edu",
+        config=o.fineweb_config,
+        tokenizer_name=encoder.name,
+        progress=progress,
     )
     if path is not None:
         return build_pretrain_cache(
-            iter_local_texts(path), out, shuffle_buffer=o.shuffle_buffer, streaming=False,
-            source={"type": "local", "path": str(Path(path).resolve())}, **common,
+            iter_local_texts(path),
+            out,
+            shuffle_buffer=o.shuffle_buffer,
+            streaming=False,
+            source={"type": "local", "path": str(Path(path).resolve())},
+            **common,
         )
     rows = src.hf_rows("fineweb-edu", o.fineweb_dataset, o.fineweb_config, "train")
     rows = rows.shuffle(seed=seed, buffer_size=o.shuffle_buffer)
-    texts = src.field(src.guarded("fineweb-edu", o.fineweb_dataset, o.fineweb_config, rows), "text", "fineweb-edu")
-    source = {"type": "huggingface", "id": o.fineweb_dataset, "config": o.fineweb_config, "split": "train",
-              "shuffle": {"by": "datasets.IterableDataset.shuffle", "seed": seed, "buffer_size": o.shuffle_buffer}}
+    texts = src.field(
+        src.guarded("fineweb-edu", o.fineweb_dataset, o.fineweb_config, rows), "text", "fineweb-edu"
+    )
+    source = {
+        "type": "huggingface",
+        "id": o.fineweb_dataset,
+        "config": o.fineweb_config,
+        "split": "train",
+        "shuffle": {"by": "datasets.IterableDataset.shuffle", "seed": seed, "buffer_size": o.shuffle_buffer},
+    }
     return build_pretrain_cache(texts, out, streaming=True, source=source, **common)
 
 
-def _wikitext(out: Path, path: str | None, encoder: TextEncoder, seed: int,
-              o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+def _wikitext(
+    out: Path,
+    path: str | None,
+    encoder: TextEncoder,
+    seed: int,
+    o: BuildAllOptions,
+    progress: ProgressFn | None,
+) -> BuildResult:
     name, config = "wikitext", o.wikitext_config
     train: Iterable[str]
     val: Iterable[str]
@@ -241,19 +306,42 @@ def _wikitext(out: Path, path: str | None, encoder: TextEncoder, seed: int,
     else:
         splits = {s: src.hf_rows(name, o.wikitext_dataset, config, s) for s in ("train", "validation")}
         train, val = (
-            src.wikitext_articles(src.field(src.guarded(name, o.wikitext_dataset, config, splits[s]), "text", name))
+            src.wikitext_articles(
+                src.field(src.guarded(name, o.wikitext_dataset, config, splits[s]), "text", name)
+            )
             for s in ("train", "validation")
         )
-        source = {"type": "huggingface", "id": o.wikitext_dataset, "config": config,
-                  "splits": {"train": "train", "val": "validation"}}
+        source = {
+            "type": "huggingface",
+            "id": o.wikitext_dataset,
+            "config": config,
+            "splits": {"train": "train", "val": "validation"},
+        }
     return build_pretrain_cache(
-        train, out, val_texts=val, tokenizer=encoder, shard_bytes=o.shard_bytes, seed=seed, name=name,
-        config=config, streaming=path is None, source=source, tokenizer_name=encoder.name, progress=progress,
+        train,
+        out,
+        val_texts=val,
+        tokenizer=encoder,
+        shard_bytes=o.shard_bytes,
+        seed=seed,
+        name=name,
+        config=config,
+        streaming=path is None,
+        source=source,
+        tokenizer_name=encoder.name,
+        progress=progress,
     )
 
 
-def _local_folder(name: str, out: Path, path: str | None, encoder: TextEncoder, seed: int,
-                  o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+def _local_folder(
+    name: str,
+    out: Path,
+    path: str | None,
+    encoder: TextEncoder,
+    seed: int,
+    o: BuildAllOptions,
+    progress: ProgressFn | None,
+) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
     import torch
 
@@ -265,25 +353,44 @@ def _local_folder(name: str, out: Path, path: str | None, encoder: TextEncoder, 
     val_files = [f for i, f in enumerate(files) if i in val_set]
     train_files = [f for i, f in enumerate(files) if i not in val_set]
     result = build_pretrain_cache(
-        (read_text_file(f) for f in train_files), out, val_texts=(read_text_file(f) for f in val_files),
-        tokenizer=encoder, shard_bytes=o.shard_bytes, seed=seed, name=name, tokenizer_name=encoder.name,
-        source={"type": "local", "path": str(Path(path).resolve()), "files": len(files),
-                "split": f"by file list: seeded torch permutation, {n_val} of {len(files)} files to val"},
+        (read_text_file(f) for f in train_files),
+        out,
+        val_texts=(read_text_file(f) for f in val_files),
+        tokenizer=encoder,
+        shard_bytes=o.shard_bytes,
+        seed=seed,
+        name=name,
+        tokenizer_name=encoder.name,
+        source={
+            "type": "local",
+            "path": str(Path(path).resolve()),
+            "files": len(files),
+            "split": f"by file list: seeded torch permutation, {n_val} of {len(files)} files to val",
+        },
         progress=progress,
     )
     return result
 
 
-def _sft(name: str, out: Path, path: str | None, encoder: TextEncoder, seed: int,
-         o: BuildAllOptions, progress: ProgressFn | None) -> BuildResult:
+def _sft(
+    name: str,
+    out: Path,
+    path: str | None,
+    encoder: TextEncoder,
+    seed: int,
+    o: BuildAllOptions,
+    progress: ProgressFn | None,
+) -> BuildResult:
     dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
     source: dict[str, Any]
     if path is not None:
         rows: Iterable[dict[str, Any]] = iter_local_records(path)
         source = {"type": "local", "path": str(Path(path).resolve())}
     else:
-        split_rows = [src.guarded(name, dataset_id, None, src.hf_rows(name, dataset_id, None, s))
-                      for s in (("train",) if name == "dolly-15k" else ("train", "validation"))]
+        split_rows = [
+            src.guarded(name, dataset_id, None, src.hf_rows(name, dataset_id, None, s))
+            for s in (("train",) if name == "dolly-15k" else ("train", "validation"))
+        ]
         rows = (row for part in split_rows for row in part)
         source = {"type": "huggingface", "id": dataset_id}
     examples: Iterable[Any]
@@ -291,28 +398,52 @@ def _sft(name: str, out: Path, path: str | None, encoder: TextEncoder, seed: int
         examples = (src.dolly_messages(r) for r in rows)
     else:
         examples = src.oasst_threads(rows, lang=o.oasst_lang)
-        source["thread"] = "top-ranked reply at each turn" + (f", lang={o.oasst_lang}" if o.oasst_lang else "")
+        source["thread"] = "top-ranked reply at each turn" + (
+            f", lang={o.oasst_lang}" if o.oasst_lang else ""
+        )
     return build_sft_cache(
-        examples, out, tokenizer=encoder, val_frac=o.sft_val_frac, seed=seed, chat_format=o.chat_format,
-        name=name, streaming=path is None, source=source, tokenizer_name=encoder.name, progress=progress,
+        examples,
+        out,
+        tokenizer=encoder,
+        val_frac=o.sft_val_frac,
+        seed=seed,
+        chat_format=o.chat_format,
+        name=name,
+        streaming=path is None,
+        source=source,
+        tokenizer_name=encoder.name,
+        progress=progress,
     )
 
 
 def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> SourceOutcome:
     if name == "roam":
-        return SourceOutcome(name, "pretrain", "skipped", str(out),
-                             f"roam: no folder given; {src.local_hint('roam')}")
+        return SourceOutcome(
+            name, "pretrain", "skipped", str(out), f"roam: no folder given; {src.local_hint('roam')}"
+        )
     for split in ("train", "val"):
         (out / split).mkdir(parents=True, exist_ok=True)
     stub: dict[str, Any] = {key: None for key in REQUIRED}
-    stub.update({
-        "format": FORMAT, "kind": "pretrain", "built": False, "dataset_name": name, "seed": seed,
-        "files": [], "totals": {}, "special_token_ids": {}, "streaming": False,
-        "tokenizer_sha256": encoder.tokenizer_sha256, "vocab_size": encoder.vocab_size,
-        "note": "stub: not built; build it from local text files with --local gutenberg=PATH",
-    })
+    stub.update(
+        {
+            "format": FORMAT,
+            "kind": "pretrain",
+            "built": False,
+            "dataset_name": name,
+            "seed": seed,
+            "files": [],
+            "totals": {},
+            "special_token_ids": {},
+            "streaming": False,
+            "tokenizer_sha256": encoder.tokenizer_sha256,
+            "vocab_size": encoder.vocab_size,
+            "note": "stub: not built; build it from local text files with --local gutenberg=PATH",
+        }
+    )
     write_meta(out, stub)
-    return SourceOutcome(name, "pretrain", "not built", str(out), "stub written (meta.json says built: false)")
+    return SourceOutcome(
+        name, "pretrain", "not built", str(out), "stub written (meta.json says built: false)"
+    )
 
 
 def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:
@@ -321,14 +452,18 @@ def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
     try:
         encoder.tokenizer.save_pretrained(staging)
-        write_meta(staging, {
-            "base": encoder.name, "tokenizer_sha256": encoder.tokenizer_sha256,
-            "vocab_size": encoder.vocab_size, "special_token_ids": encoder.special_token_ids(),
-        })
+        write_meta(
+            staging,
+            {
+                "base": encoder.name,
+                "tokenizer_sha256": encoder.tokenizer_sha256,
+                "vocab_size": encoder.vocab_size,
+                "special_token_ids": encoder.special_token_ids(),
+            },
+        )
         staging.chmod(0o755)
         if target.exists():
             shutil.rmtree(target)
         os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-

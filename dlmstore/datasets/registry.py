@@ -103,8 +103,13 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
         if entry.role == "tokens":
             tokens[entry.split] = tokens.get(entry.split, 0) + entry.token_count
     return RegisteredDataset(
-        dataset_id=dataset_id, name=meta.name, kind=meta.kind, path=str(directory),
-        db_path=str(store.db_path), files=len(meta.files), tokens=tokens,
+        dataset_id=dataset_id,
+        name=meta.name,
+        kind=meta.kind,
+        path=str(directory),
+        db_path=str(store.db_path),
+        files=len(meta.files),
+        tokens=tokens,
     )
 
 

@@ -51,7 +51,9 @@ class RankPartitionSampler(Sampler[int]):
         if num_replicas < 1:
             raise DatasetError(f"num_replicas must be at least 1, not {num_replicas}")
         if not 0 <= rank < num_replicas:
-            raise DatasetError(f"rank {rank} is outside the world size {num_replicas} (0..{num_replicas - 1})")
+            raise DatasetError(
+                f"rank {rank} is outside the world size {num_replicas} (0..{num_replicas - 1})"
+            )
         if self.total == 0:
             raise DatasetError("cannot sample from an empty dataset")
         self.num_replicas = num_replicas
@@ -86,10 +88,10 @@ class RankPartitionSampler(Sampler[int]):
             repeats = -(-wanted // self.total)
             order = order.repeat(repeats)
         order = order[:wanted]
-        return order[self.rank::self.num_replicas]
+        return order[self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.indices()[self.start:].tolist())
+        return iter(self.indices()[self.start :].tolist())
 
     def __len__(self) -> int:
         return self.per_rank - self.start

@@ -31,13 +31,24 @@ import numpy as np
 
 from dlmstore import __version__
 from dlmstore.datasets.build import (
-    BuildResult, Clock, ProgressFn, UniformDraws, batched, prepare_out_dir, split_totals,
+    BuildResult,
+    Clock,
+    ProgressFn,
+    UniformDraws,
+    batched,
+    prepare_out_dir,
+    split_totals,
 )
 from dlmstore.datasets.chat import ChatEncoding, ChatFormat, check_messages, chat_format_for
 from dlmstore.datasets.encoding import as_encoder
 from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import (
-    OFFSET_DTYPE, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype, sft_names,
+    OFFSET_DTYPE,
+    SPLITS,
+    TOKEN_DTYPES,
+    check_dtype_fits,
+    choose_token_dtype,
+    sft_names,
 )
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
 from dlmstore.datasets.writers import StreamingFile, write_npy
@@ -84,7 +95,11 @@ def build_sft_cache(
     if not 0.0 <= val_frac < 1.0:
         raise DatasetError(f"val_frac must be in [0, 1), not {val_frac}")
     encoder = as_encoder(tokenizer, tokenizer_sha256)
-    fmt = chat_format if isinstance(chat_format, ChatFormat) else chat_format_for(encoder.tokenizer, chat_format)
+    fmt = (
+        chat_format
+        if isinstance(chat_format, ChatFormat)
+        else chat_format_for(encoder.tokenizer, chat_format)
+    )
     chat = ChatEncoding.build(fmt, encoder)
     dtype_name = token_dtype or choose_token_dtype(encoder.vocab_size)
     check_dtype_fits(dtype_name, encoder.vocab_size, where=f"token dtype for {Path(out_dir)}")
@@ -92,7 +107,9 @@ def build_sft_cache(
     name = name or Path(out_dir).name
     out = prepare_out_dir(out_dir)
     names = {s: sft_names(s) for s in SPLITS}
-    files = {s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")} for s in SPLITS}
+    files = {
+        s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")} for s in SPLITS
+    }
     offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
     filled = {s: 0 for s in SPLITS}
     counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
@@ -133,17 +150,28 @@ def build_sft_cache(
         raise
     clock.tick(seen, sum(filled.values()), final=True)
     totals = {
-        "train_examples": len(offsets["train"]), "val_examples": len(offsets["val"]),
-        "train_tokens": filled["train"], "val_tokens": filled["val"], **counts,
+        "train_examples": len(offsets["train"]),
+        "val_examples": len(offsets["val"]),
+        "train_tokens": filled["train"],
+        "val_tokens": filled["val"],
+        **counts,
     }
     meta = {
-        "format": FORMAT, "kind": "sft", "built": True,
-        "dataset_name": name, "dataset_config": config, "source": source or {},
-        "streaming": streaming, "seed": seed, "val_frac": val_frac,
+        "format": FORMAT,
+        "kind": "sft",
+        "built": True,
+        "dataset_name": name,
+        "dataset_config": config,
+        "source": source or {},
+        "streaming": streaming,
+        "seed": seed,
+        "val_frac": val_frac,
         "split_rule": f"per example: val when a seeded torch draw is below {val_frac:.6g}, else train",
-        "token_dtype": dtype_name, "byte_order": "little",
+        "token_dtype": dtype_name,
+        "byte_order": "little",
         "tokenizer_name": tokenizer_name or encoder.name,
-        "tokenizer_sha256": encoder.tokenizer_sha256, "vocab_size": encoder.vocab_size,
+        "tokenizer_sha256": encoder.tokenizer_sha256,
+        "vocab_size": encoder.vocab_size,
         "chat_format": dataclasses.asdict(fmt),
         "special_token_ids": {**encoder.special_token_ids(), **chat.special_token_ids()},
         "eot_id": chat.eot_id,
@@ -154,9 +182,16 @@ def build_sft_cache(
     }
     write_meta(out, meta)
     return BuildResult(
-        path=str(out.resolve()), kind="sft", name=name, token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size, tokenizer_sha256=encoder.tokenizer_sha256, seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS}, skipped=counts, seconds=clock.seconds,
+        path=str(out.resolve()),
+        kind="sft",
+        name=name,
+        token_dtype=dtype_name,
+        vocab_size=encoder.vocab_size,
+        tokenizer_sha256=encoder.tokenizer_sha256,
+        seed=seed,
+        splits={s: split_totals(entries, s) for s in SPLITS},
+        skipped=counts,
+        seconds=clock.seconds,
     )
 
 
@@ -169,13 +204,31 @@ def _commit_split(
     for role in ("tokens", "loss_mask"):
         handle = files[role]
         sha = handle.commit()
-        entries.append(FileEntry(
-            split=split, role=role, path=names[role], shard_index=0, token_offset=0,
-            token_count=tokens, doc_count=examples, bytes=handle.bytes, sha256=sha,
-        ))
+        entries.append(
+            FileEntry(
+                split=split,
+                role=role,
+                path=names[role],
+                shard_index=0,
+                token_offset=0,
+                token_count=tokens,
+                doc_count=examples,
+                bytes=handle.bytes,
+                sha256=sha,
+            )
+        )
     size, sha = write_npy(out / names["offsets"], np.asarray(offsets, dtype=OFFSET_DTYPE))
-    entries.append(FileEntry(
-        split=split, role="offsets", path=names["offsets"], shard_index=0, token_offset=0,
-        token_count=0, doc_count=examples, bytes=size, sha256=sha,
-    ))
+    entries.append(
+        FileEntry(
+            split=split,
+            role="offsets",
+            path=names["offsets"],
+            shard_index=0,
+            token_offset=0,
+            token_count=0,
+            doc_count=examples,
+            bytes=size,
+            sha256=sha,
+        )
+    )
     return entries

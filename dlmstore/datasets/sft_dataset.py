@@ -104,7 +104,9 @@ class SFTExampleDataset:
         rows = torch.randint(0, len(self.offsets), (B,), generator=generator).numpy()
         return self.batch_of(rows)
 
-    def batch_of(self, rows: Sequence[int] | np.ndarray[Any, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def batch_of(
+        self, rows: Sequence[int] | np.ndarray[Any, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch made of examples ``rows`` (for evaluation passes in order)."""
         rows = np.asarray(rows, dtype=np.int64)
         width = self.T + 1
@@ -116,9 +118,10 @@ class SFTExampleDataset:
             trained = self.mask.array[positions].astype(bool) & valid
         else:
             assert self.assistant_start is not None  # checked in __init__
-            trained = np.stack(
-                [loss_mask_from_tokens(row, self.assistant_start, self.eot_id) for row in seq]
-            ) & valid
+            trained = (
+                np.stack([loss_mask_from_tokens(row, self.assistant_start, self.eot_id) for row in seq])
+                & valid
+            )
         y = seq[:, 1:]
         y_masked = np.where(trained[:, 1:], y, IGNORE_INDEX)
         out = [torch.from_numpy(np.ascontiguousarray(a)) for a in (seq[:, :-1], y, y_masked)]

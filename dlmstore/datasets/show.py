@@ -93,12 +93,19 @@ def summarize_dataset(directory: Path) -> DatasetSummary:
             bytes=sum(f.bytes for f in mine),
         )
     return DatasetSummary(
-        path=meta.path, name=meta.name, kind=meta.kind, built=meta.built,
+        path=meta.path,
+        name=meta.name,
+        kind=meta.kind,
+        built=meta.built,
         token_dtype=meta.token_dtype if meta.built else None,
         vocab_size=meta.vocab_size if meta.built else None,
         tokenizer_sha256=meta.tokenizer_sha256 if meta.built else None,
-        tokenizer_name=raw.get("tokenizer_name"), seed=meta.seed, streaming=bool(raw.get("streaming")),
-        split_rule=raw.get("split_rule"), special_token_ids=dict(raw.get("special_token_ids") or {}),
-        splits=splits, source=dict(raw.get("source") or {}),
+        tokenizer_name=raw.get("tokenizer_name"),
+        seed=meta.seed,
+        streaming=bool(raw.get("streaming")),
+        split_rule=raw.get("split_rule"),
+        special_token_ids=dict(raw.get("special_token_ids") or {}),
+        splits=splits,
+        source=dict(raw.get("source") or {}),
         skipped={k: v for k, v in totals.items() if k.startswith(("skipped", "over_budget"))},
     )

@@ -30,7 +30,12 @@ import numpy as np
 
 from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import (
-    MASK_DTYPE, OFFSET_DTYPE, SPLITS, TokenFile, sft_names, token_dtype,
+    MASK_DTYPE,
+    OFFSET_DTYPE,
+    SPLITS,
+    TokenFile,
+    sft_names,
+    token_dtype,
 )
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta, sha256_file
 
@@ -99,13 +104,17 @@ def _report(
 ) -> ValidationReport:
     built = meta if meta is not None and meta.built else None
     return ValidationReport(
-        path=str(root), ok=not problems, problems=problems,
-        kind=meta.kind if meta else None, name=meta.name if meta else None,
+        path=str(root),
+        ok=not problems,
+        problems=problems,
+        kind=meta.kind if meta else None,
+        name=meta.name if meta else None,
         token_dtype=built.token_dtype if built else None,
         vocab_size=built.vocab_size if built else None,
         tokenizer_sha256=built.tokenizer_sha256 if built else None,
         totals=dict(meta.raw.get("totals") or {}) if meta else {},
-        files_checked=checked, deep=deep,
+        files_checked=checked,
+        deep=deep,
         reader=reader_config(root, built) if built and not problems else None,
     )
 
@@ -152,8 +161,10 @@ def _check_pretrain(
         for position, entry in enumerate(shards):
             where = root / entry.path
             if entry.shard_index != position or entry.token_offset != offset:
-                problems.append(f"{where}: shard index/offset {entry.shard_index}/{entry.token_offset}, "
-                                f"expected {position}/{offset}")
+                problems.append(
+                    f"{where}: shard index/offset {entry.shard_index}/{entry.token_offset}, "
+                    f"expected {position}/{offset}"
+                )
             offset += entry.token_count
             tokens += entry.token_count
             docs += entry.doc_count
@@ -167,11 +178,15 @@ def _check_pretrain(
                 continue
             starts = index.array
             if index.dtype != OFFSET_DTYPE or len(starts) != entry.doc_count:
-                problems.append(f"{index.path}: expected {entry.doc_count} int64 document starts, "
-                                f"found {len(starts)} {index.dtype}")
+                problems.append(
+                    f"{index.path}: expected {entry.doc_count} int64 document starts, "
+                    f"found {len(starts)} {index.dtype}"
+                )
                 continue
             if len(starts) and (np.any(np.diff(starts) <= 0) or starts[0] < 0 or starts[-1] >= len(shard)):
-                problems.append(f"{index.path}: document starts are not increasing positions inside the shard")
+                problems.append(
+                    f"{index.path}: document starts are not increasing positions inside the shard"
+                )
                 continue
             if deep:
                 _check_ids(shard, meta.vocab_size, problems)
@@ -185,8 +200,10 @@ def _check_pretrain(
                 shard.release()
         totals = meta.raw.get("totals", {})
         if totals.get(f"{split}_tokens") != tokens or totals.get(f"{split}_docs") != docs:
-            problems.append(f"{root / META_NAME}: {split} totals {totals.get(f'{split}_tokens')} tokens / "
-                            f"{totals.get(f'{split}_docs')} docs, but its shards hold {tokens} / {docs}")
+            problems.append(
+                f"{root / META_NAME}: {split} totals {totals.get(f'{split}_tokens')} tokens / "
+                f"{totals.get(f'{split}_docs')} docs, but its shards hold {tokens} / {docs}"
+            )
 
 
 def _check_sft(
@@ -210,8 +227,10 @@ def _check_sft(
         if len(starts) == 0 and len(tokens):
             problems.append(f"{offsets.path} lists no example but {tokens.path.name} holds tokens")
         if meta.raw.get("totals", {}).get(f"{split}_examples") != len(starts):
-            problems.append(f"{root / META_NAME}: {split}_examples disagrees with {offsets.path.name} "
-                            f"({len(starts)} offsets)")
+            problems.append(
+                f"{root / META_NAME}: {split}_examples disagrees with {offsets.path.name} "
+                f"({len(starts)} offsets)"
+            )
         if deep and len(tokens):
             _check_ids(tokens, meta.vocab_size, problems)
             values = np.unique(mask.array)
@@ -228,9 +247,11 @@ def _check_sft(
 def _check_ids(token_file: TokenFile, vocab_size: int, problems: list[str]) -> None:
     array = token_file.array
     for start in range(0, len(array), CHUNK):
-        top = int(array[start:start + CHUNK].max())
+        top = int(array[start : start + CHUNK].max())
         if top >= vocab_size:
-            problems.append(f"{token_file.path}: token id {top} is not below the vocabulary size {vocab_size}")
+            problems.append(
+                f"{token_file.path}: token id {top} is not below the vocabulary size {vocab_size}"
+            )
             return
         token_file.release()
 
@@ -238,12 +259,16 @@ def _check_ids(token_file: TokenFile, vocab_size: int, problems: list[str]) -> N
 def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
     """The flags and the Python snippet that read this dataset correctly."""
     raw = meta.raw
-    common = f"--data.token_dtype={meta.token_dtype} --data.vocab_size={meta.vocab_size} " \
-             f"--data.tokenizer_sha256={meta.tokenizer_sha256}"
+    common = (
+        f"--data.token_dtype={meta.token_dtype} --data.vocab_size={meta.vocab_size} "
+        f"--data.tokenizer_sha256={meta.tokenizer_sha256}"
+    )
     if meta.kind == "pretrain":
         train = root / "train"
-        flags = (f"--data.dataset_path={train} --data.file_pattern='shard_*.bin' "
-                 f"--data.eos_token_id={raw['eos_token_id']} {common}")
+        flags = (
+            f"--data.dataset_path={train} --data.file_pattern='shard_*.bin' "
+            f"--data.eos_token_id={raw['eos_token_id']} {common}"
+        )
         python = (
             "from dlmstore.datasets import MemoryMappedDataset, PretrainTokenStreamDataset\n"
             f"train = PretrainTokenStreamDataset({str(train)!r}, T=T, device=device,\n"
@@ -253,8 +278,10 @@ def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
         )
     else:
         names = sft_names("train")
-        flags = (f"--data.tokens_path={root / names['tokens']} --data.idx_path={root / names['offsets']} "
-                 f"--data.mask_path={root / names['loss_mask']} --data.eot_id={raw['eot_id']} {common}")
+        flags = (
+            f"--data.tokens_path={root / names['tokens']} --data.idx_path={root / names['offsets']} "
+            f"--data.mask_path={root / names['loss_mask']} --data.eot_id={raw['eot_id']} {common}"
+        )
         python = (
             "from dlmstore.datasets import SFTExampleDataset\n"
             f"train = SFTExampleDataset({str(root / names['tokens'])!r}, {str(root / names['offsets'])!r},\n"
@@ -262,4 +289,3 @@ def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
             "# x, y, y_masked = train.get_batch(B=B, generator=g)\n"
         )
     return ReaderConfig(flags=flags, python=python)
-

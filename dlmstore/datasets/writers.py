@@ -159,7 +159,12 @@ class ShardedSplitWriter:
     """
 
     def __init__(
-        self, directory: Path, split: str, dtype: np.dtype[Any], shard_tokens: int, prefix: str,
+        self,
+        directory: Path,
+        split: str,
+        dtype: np.dtype[Any],
+        shard_tokens: int,
+        prefix: str,
         commits: BackgroundCommits | None = None,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -191,7 +196,7 @@ class ShardedSplitWriter:
                 self._shard = StreamingFile(self.directory / shard_name(index))
                 self._shard_fill = 0
             take = min(self.shard_tokens - self._shard_fill, len(tokens) - position)
-            self._shard.write(tokens[position:position + take])
+            self._shard.write(tokens[position : position + take])
             lo, hi = np.searchsorted(starts, [position, position + take])
             if hi > lo:
                 self._starts.append(starts[lo:hi] - position + self._shard_fill)
@@ -206,18 +211,37 @@ class ShardedSplitWriter:
         index = len(self.entries) // 2
         starts = (
             np.concatenate(self._starts).astype(OFFSET_DTYPE)
-            if self._starts else np.zeros(0, dtype=OFFSET_DTYPE)
+            if self._starts
+            else np.zeros(0, dtype=OFFSET_DTYPE)
         )
         index_data = npy_bytes(starts)
         index_path = self.directory / doc_index_name(index)
-        self.entries.append(FileEntry(
-            self.split, "tokens", f"{self.prefix}/{shard.path.name}", index, self._committed,
-            self._shard_fill, len(starts), shard.bytes, shard.finish(),
-        ))
-        self.entries.append(FileEntry(
-            self.split, "doc_index", f"{self.prefix}/{index_path.name}", index, self._committed,
-            0, len(starts), len(index_data), "sha256:" + hashlib.sha256(index_data).hexdigest(),
-        ))
+        self.entries.append(
+            FileEntry(
+                self.split,
+                "tokens",
+                f"{self.prefix}/{shard.path.name}",
+                index,
+                self._committed,
+                self._shard_fill,
+                len(starts),
+                shard.bytes,
+                shard.finish(),
+            )
+        )
+        self.entries.append(
+            FileEntry(
+                self.split,
+                "doc_index",
+                f"{self.prefix}/{index_path.name}",
+                index,
+                self._committed,
+                0,
+                len(starts),
+                len(index_data),
+                "sha256:" + hashlib.sha256(index_data).hexdigest(),
+            )
+        )
 
         def publish() -> None:
             shard.publish()

@@ -54,9 +54,7 @@ class _Strict(BaseModel):
 class SourceDirective(_Strict):
     """One ``training.sources`` entry: a folder (or file) of training text."""
 
-    path: str = Field(
-        description="Folder or file to train on, relative to the .dlm file (`~` expands)."
-    )
+    path: str = Field(description="Folder or file to train on, relative to the .dlm file (`~` expands).")
     include: list[str] = Field(
         default_factory=lambda: ["**/*"],
         description="Glob patterns of the files to read, relative to `path`.",
@@ -109,29 +107,19 @@ class TrainingSettings(_Strict):
         strict=True,
         description="Maximum length of one training example, in tokens.",
     )
-    seed: int = Field(
-        default=42, strict=True, description="Random seed, for reproducible training runs."
-    )
+    seed: int = Field(default=42, strict=True, description="Random seed, for reproducible training runs.")
     r: int = Field(default=8, gt=0, strict=True, description="LoRA rank of the adapter matrices.")
-    alpha: int = Field(
-        default=16, gt=0, strict=True, description="LoRA alpha: scales the adapter's update."
-    )
-    dropout: float = Field(
-        default=0.05, strict=True, ge=0.0, lt=1.0, description="LoRA dropout probability."
-    )
+    alpha: int = Field(default=16, gt=0, strict=True, description="LoRA alpha: scales the adapter's update.")
+    dropout: float = Field(default=0.05, strict=True, ge=0.0, lt=1.0, description="LoRA dropout probability.")
     learning_rate: float = Field(default=2e-4, strict=True, gt=0.0, description="Optimizer learning rate.")
-    epochs: int = Field(
-        default=1, gt=0, strict=True, description="Number of passes over the training rows."
-    )
+    epochs: int = Field(default=1, gt=0, strict=True, description="Number of passes over the training rows.")
     max_steps: int | None = Field(
         default=None,
         gt=0,
         strict=True,
         description="Stop after this many optimizer steps, even before the last epoch ends.",
     )
-    batch_size: int = Field(
-        default=2, gt=0, strict=True, description="Training examples per optimizer step."
-    )
+    batch_size: int = Field(default=2, gt=0, strict=True, description="Training examples per optimizer step.")
     sources: list[SourceDirective] = Field(
         default_factory=list,
         description="Folders or files whose text is trained on as prose, one section per file.",
@@ -175,9 +163,7 @@ class Frontmatter(_Strict):
     @classmethod
     def _ulid(cls, value: str) -> str:
         if not is_valid_ulid(value):
-            raise ValueError(
-                "must be a 26-character Crockford base32 ULID (run `dlm init` to mint one)"
-            )
+            raise ValueError("must be a 26-character Crockford base32 ULID (run `dlm init` to mint one)")
         return value
 
 
@@ -399,9 +385,7 @@ def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
     return DocumentError(shown, f"unknown key '{_dotted(path)}'", line=line, hint=hint)
 
 
-def _frontmatter_error(
-    exc: ValidationError, key_lines: dict[KeyPath, int], shown: str
-) -> DocumentError:
+def _frontmatter_error(exc: ValidationError, key_lines: dict[KeyPath, int], shown: str) -> DocumentError:
     """The earliest (by line) of pydantic's errors, as one DocumentError."""
     errors = exc.errors()
     first = min(errors, key=lambda e: _line_of(tuple(e["loc"]), key_lines))

@@ -91,7 +91,8 @@ def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> Init
         write_bytes_atomic(target, text.encode("utf-8"), overwrite=False)
     except FileExistsError:
         raise DocumentError(
-            path, "already exists; dlm init never overwrites a document",
+            path,
+            "already exists; dlm init never overwrites a document",
             hint="pick another path, or edit the existing file",
         ) from None
     except OSError as exc:

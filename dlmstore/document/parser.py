@@ -71,8 +71,7 @@ _PART_NOUN = {
 }
 
 _STRUCTURE_HINT = {
-    "instruction": "each pair is a `### Q` line and its question, "
-    "then a `### A` line and its answer",
+    "instruction": "each pair is a `### Q` line and its question, then a `### A` line and its answer",
     "preference": "each triple is a `### Prompt`, a `### Chosen` and a `### Rejected` line, "
     "each followed by its text",
 }
@@ -130,9 +129,7 @@ def parse_document(path: str | os.PathLike[str]) -> Document:
     try:
         data = Path(shown).read_bytes()
     except FileNotFoundError:
-        raise DocumentError(
-            shown, "no such file", hint=f"run `dlm init {shown}` to create one"
-        ) from None
+        raise DocumentError(shown, "no such file", hint=f"run `dlm init {shown}` to create one") from None
     except IsADirectoryError:
         raise DocumentError(shown, "is a directory, not a .dlm file") from None
     except OSError as exc:
@@ -319,9 +316,7 @@ def _finish(
     try:
         _split_groups(type, body, content_line)
     except _StructureError as exc:
-        raise DocumentError(
-            shown, exc.message, line=exc.line, hint=_STRUCTURE_HINT[type]
-        ) from None
+        raise DocumentError(shown, exc.message, line=exc.line, hint=_STRUCTURE_HINT[type]) from None
     return Section(type, "\n".join(body), line=fence_line)
 
 
@@ -363,9 +358,7 @@ def _split_groups(type: str, lines: list[str], first_line: int) -> list[tuple[st
         found = None if in_code else line.rstrip(" \t")
         if found not in cycle:
             if not heading and line.strip():
-                raise _StructureError(
-                    f"text at line {line_no} comes before the first `{cycle[0]}`", line_no
-                )
+                raise _StructureError(f"text at line {line_no} comes before the first `{cycle[0]}`", line_no)
             text.append(line)
             continue
         if heading:
@@ -378,9 +371,7 @@ def _split_groups(type: str, lines: list[str], first_line: int) -> list[tuple[st
                     group_line,
                 )
             if expected == cycle[0]:
-                raise _StructureError(
-                    f"`{found}` at line {line_no} has no `{cycle[0]}` before it", line_no
-                )
+                raise _StructureError(f"`{found}` at line {line_no} has no `{cycle[0]}` before it", line_no)
             raise _StructureError(
                 f"`{found}` at line {line_no} is out of order: expected `{expected}`", line_no
             )

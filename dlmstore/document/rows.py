@@ -118,9 +118,7 @@ def row_key(section: Section, kind: str, index: int, occurrence: int, data: dict
     return "sha256:" + sha256(material.encode("utf-8")).hexdigest()
 
 
-def section_rows(
-    section: Section, *, system_prompt: str | None, occurrence: int = 0
-) -> list[Row]:
+def section_rows(section: Section, *, system_prompt: str | None, occurrence: int = 0) -> list[Row]:
     """The training rows of one section, in order.
 
     Args:

@@ -43,7 +43,6 @@ IDENTITY_NAME = "identity.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
 
-
 def base_model_identity(ref: BaseModelRef) -> tuple[str | None, str | None]:
     """``(base_model_revision, base_model_sha256)`` of ``ref`` (see the module docstring).
 
@@ -72,7 +71,9 @@ def gguf_sha256(name: str, path: Path) -> str:
     digest = file_sha256(path)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(cache, (json.dumps({**key, "sha256": digest}, indent=2, sort_keys=True) + "\n").encode())
+        write_bytes_atomic(
+            cache, (json.dumps({**key, "sha256": digest}, indent=2, sort_keys=True) + "\n").encode()
+        )
     except OSError:
         pass  # a read-only home only costs a recomputation next time
     return digest

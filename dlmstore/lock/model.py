@@ -201,18 +201,34 @@ def _check_field(name: str, value: Any) -> str | None:
     if name in ("lock_version", "seed"):
         return None if _is_int(value) else f"must be an integer, not {_json_type(value)}"
     if name == "last_run_id":
-        return None if value is None or _is_int(value) else f"must be an integer or null, not {_json_type(value)}"
+        return (
+            None
+            if value is None or _is_int(value)
+            else f"must be an integer or null, not {_json_type(value)}"
+        )
     if name in ("created_at", "dlm_id", "dlm_sha256"):
         return None if isinstance(value, str) else f"must be a string, not {_json_type(value)}"
     if name in ("base_model_revision", "base_model_sha256", "cuda_version", "rocm_version"):
-        return None if value is None or isinstance(value, str) else f"must be a string or null, not {_json_type(value)}"
+        return (
+            None
+            if value is None or isinstance(value, str)
+            else f"must be a string or null, not {_json_type(value)}"
+        )
     if name == "hardware_tier":
-        return None if value in HARDWARE_TIERS else f"must be one of {', '.join(HARDWARE_TIERS)}, not {value!r}"
+        return (
+            None if value in HARDWARE_TIERS else f"must be one of {', '.join(HARDWARE_TIERS)}, not {value!r}"
+        )
     if name == "determinism_class":
-        return None if value in DETERMINISM_CLASSES else f"must be one of {', '.join(DETERMINISM_CLASSES)}, not {value!r}"
+        return (
+            None
+            if value in DETERMINISM_CLASSES
+            else f"must be one of {', '.join(DETERMINISM_CLASSES)}, not {value!r}"
+        )
     if name == "pinned_versions":
-        if not isinstance(value, dict) or sorted(value) != sorted(PINNED_PACKAGES) or not all(
-            v is None or isinstance(v, str) for v in value.values()
+        if (
+            not isinstance(value, dict)
+            or sorted(value) != sorted(PINNED_PACKAGES)
+            or not all(v is None or isinstance(v, str) for v in value.values())
         ):
             return f"must map each of {', '.join(PINNED_PACKAGES)} to a version string or null"
         return None
@@ -221,7 +237,11 @@ def _check_field(name: str, value: Any) -> str | None:
             return "must map flag names to true, false or a string"
         return None
     if name == "license_acceptance":
-        return None if value is None or isinstance(value, dict) else f"must be an object or null, not {_json_type(value)}"
+        return (
+            None
+            if value is None or isinstance(value, dict)
+            else f"must be an object or null, not {_json_type(value)}"
+        )
     raise AssertionError(f"no check for lock field {name!r}")  # every field above; a new one needs a check
 
 

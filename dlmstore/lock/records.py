@@ -165,7 +165,13 @@ def lock_diff(store: Store, against_run_id: int | None = None) -> LockDiff:
         return LockDiff(store.dlm_id, None, None, None, new.id, new.run_id, new.created_at)
     old = _record(old_row)
     return LockDiff(
-        store.dlm_id, old.id, old.run_id, old.created_at, new.id, new.run_id, new.created_at,
+        store.dlm_id,
+        old.id,
+        old.run_id,
+        old.created_at,
+        new.id,
+        new.run_id,
+        new.created_at,
         compare(old.lock, new.lock),
     )
 

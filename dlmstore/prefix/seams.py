@@ -58,8 +58,29 @@ EncodeMany = Callable[[Sequence[str], bool], list[list[int]]]
 # NFC would compose with a preceding ">" (U+0338) or letter (U+0301), the
 # SentencePiece space marker, digits, punctuation, contractions, CJK.
 _RIGHT = (
-    "", " ", "  ", "\n", "\n\n", "\t", " \n", "a", " a", "A b", "Hello world",
-    " hello", "\u0301x", "\u0338", "\u2581x", "é", "中文", "12", "'s", "!!", ".", "<", ">",
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    "\t",
+    " \n",
+    "a",
+    " a",
+    "A b",
+    "Hello world",
+    " hello",
+    "\u0301x",
+    "\u0338",
+    "\u2581x",
+    "é",
+    "中文",
+    "12",
+    "'s",
+    "!!",
+    ".",
+    "<",
+    ">",
 )
 # Text put before the boundary token.
 _LEFT = ("", "Hi", "a ", "x\n", " ")
@@ -129,7 +150,9 @@ def plan_seams(
                 "can merge across it; pass only added tokens as special_tokens"
             )
     if getattr(tokenizer, "split_special_tokens", False):
-        return _off("split_special_tokens=True: special tokens are tokenized as plain text, so they are no seams")
+        return _off(
+            "split_special_tokens=True: special tokens are tokenized as plain text, so they are no seams"
+        )
     reason = _pre_tokenizer_reason(backend.get("pre_tokenizer"))
     if reason is not None:
         return _off(reason)

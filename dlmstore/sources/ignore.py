@@ -351,9 +351,7 @@ class IgnoreRules:
         return not negated[found.lastindex or 0]
 
 
-def is_ignored(
-    chain: Sequence[IgnoreRules], path: str, name: str, is_dir: bool
-) -> bool:
+def is_ignored(chain: Sequence[IgnoreRules], path: str, name: str, is_dir: bool) -> bool:
     """Whether ``path`` (relative to the walk root) is ignored by ``chain``.
 
     ``chain`` runs from the shallowest rule set to the deepest; deeper ones

@@ -230,8 +230,7 @@ def _expand_one(
     if not os.path.exists(given):
         raise SourceError(
             f"{label}: no such file or directory (resolved to {os.path.abspath(given)})",
-            hint="relative source paths start at the .dlm file's directory; "
-            "fix the path or remove the entry",
+            hint="relative source paths start at the .dlm file's directory; fix the path or remove the entry",
         )
     root = os.path.realpath(given)
     if policy == "strict" and not _inside(root, doc_root):
@@ -417,13 +416,10 @@ class _Walk:
             return
         if not any(_inside(target, boundary) for boundary in self.boundaries):
             if self.policy == "strict":
-                raise SourceError(
-                    _outside_message(self.label, f"symlink {rel}", target, self.doc_root)
-                )
+                raise SourceError(_outside_message(self.label, f"symlink {rel}", target, self.doc_root))
             self.skipped_outside += 1
             self.warnings.append(
-                f"{self.label}: skipping {rel}: symlink to {target}, "
-                "outside the document's directory"
+                f"{self.label}: skipping {rel}: symlink to {target}, outside the document's directory"
             )
             return
         items.append((rel, target, False))
@@ -544,7 +540,9 @@ def _load_checked(label: str, path: str, rel: str, digest: str | None) -> str:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SourceError(f"{label}: {rel} changed while dlm was running ({exc})", hint="run the command again") from None
+        raise SourceError(
+            f"{label}: {rel} changed while dlm was running ({exc})", hint="run the command again"
+        ) from None
     content = normalise_newlines(f"# source: {rel}\n\n{text}")
     if section_digest("prose", content) != digest:
         raise SourceError(f"{label}: {rel} changed while dlm was running", hint="run the command again")

@@ -279,9 +279,7 @@ def _upgrade(db_path: Path) -> None:
 
     config = Config()
     config.set_main_option("script_location", str(Path(dlmstore.migrations.__file__).parent))
-    engine = create_engine(
-        f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S}
-    )
+    engine = create_engine(f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S})
     try:
         with engine.connect() as conn:
             # Batch migrations copy tables; foreign keys must be off meanwhile.
@@ -305,8 +303,7 @@ def _stamp_store_info(db_path: Path, dlm_id: str) -> None:
         row = conn.execute("SELECT dlm_id FROM store_info WHERE id = 1").fetchone()
         if row is None:
             conn.execute(
-                "INSERT INTO store_info (id, dlm_id, created_at, dlmstore_version) "
-                "VALUES (1, ?, ?, ?)",
+                "INSERT INTO store_info (id, dlm_id, created_at, dlmstore_version) VALUES (1, ?, ?, ?)",
                 (dlm_id, utc_now(), __version__),
             )
         elif row[0] == dlm_id:

@@ -20,9 +20,7 @@ from dlmstore import __version__
 from dlmstore.clock import utc_now
 from dlmstore.store.database import Store
 
-_COLUMNS = (
-    "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
-)
+_COLUMNS = "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
 
 RUN_COMMANDS = ("tokenize", "train")
 
@@ -92,9 +90,7 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def recorded_run(
-    store: Store, *, command: str, dlm_path: Path, dlm_sha256: str
-) -> Iterator[int]:
+def recorded_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) -> Iterator[int]:
     """Record a run around a block: completed on success, failed on any exception."""
     run_id = start_run(store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256)
     try:

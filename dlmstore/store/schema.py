@@ -123,7 +123,9 @@ cache_entries = Table(
         comment="Identity of the tokenizer that produced the tokens (sha256:...).",
     ),
     Column("sequence_len", Integer, nullable=False, comment="training.sequence_len of the run."),
-    Column("pack_id", Integer, ForeignKey("token_packs.id"), nullable=False, comment="Pack holding the tokens."),
+    Column(
+        "pack_id", Integer, ForeignKey("token_packs.id"), nullable=False, comment="Pack holding the tokens."
+    ),
     Column("byte_offset", Integer, nullable=False, comment="Where the tokens start in the pack."),
     Column("token_count", Integer, nullable=False, comment="Number of tokens (input_ids length)."),
     Column("dtype", Text, nullable=False, comment="uint16 or uint32, never inferred from sizes."),
@@ -131,7 +133,12 @@ cache_entries = Table(
     Column("checksum", Text, nullable=False, comment="crc32 of the token bytes, e.g. crc32:1a2b3c4d."),
     Column("created_at", Text, nullable=False, comment="When the entry was stored."),
     Column("last_access_at", Text, nullable=False, comment="Last run that read or wrote it (LRU order)."),
-    Column("last_run_id", Integer, ForeignKey("runs.id"), comment="Id of that run; its entries are never evicted by it."),
+    Column(
+        "last_run_id",
+        Integer,
+        ForeignKey("runs.id"),
+        comment="Id of that run; its entries are never evicted by it.",
+    ),
     UniqueConstraint("row_key", "tokenizer_sha256", "sequence_len", name="cache_entries_key"),
     Index("cache_entries_lru", "last_access_at", "last_run_id"),
     Index("cache_entries_pack_id", "pack_id"),
@@ -161,12 +168,19 @@ tokenization_events = Table(
         comment="The run this pass belonged to.",
     ),
     Column("total_sections", Integer, nullable=False, comment="Sections in the document, sources included."),
-    Column("total_rows", Integer, nullable=False, comment="Rows tokenized or fetched (preference rows excluded)."),
+    Column(
+        "total_rows", Integer, nullable=False, comment="Rows tokenized or fetched (preference rows excluded)."
+    ),
     Column("cache_hits", Integer, nullable=False, comment="Rows whose tokens came from the cache."),
     Column("cache_misses", Integer, nullable=False, comment="Rows that went through the tokenizer."),
     Column("total_tokenize_seconds", Float, nullable=False, comment="Wall time of the whole pass."),
     Column("cache_bytes_after", Integer, nullable=False, comment="Cache size after the pass and eviction."),
-    Column("cache_mode", Text, nullable=False, comment="on, off (training.cache.enabled: false) or bypassed (--no-cache)."),
+    Column(
+        "cache_mode",
+        Text,
+        nullable=False,
+        comment="on, off (training.cache.enabled: false) or bypassed (--no-cache).",
+    ),
     Column("tokenizer_sha256", Text, nullable=False, comment="Tokenizer identity used by the pass."),
     Column("sequence_len", Integer, nullable=False, comment="sequence_len used by the pass."),
     Column("created_at", Text, nullable=False, comment="When the event was recorded."),
@@ -179,7 +193,9 @@ datasets = Table(
     metadata,
     Column("id", Integer, primary_key=True, comment="Dataset id."),
     Column("name", Text, nullable=False, comment="Dataset name, e.g. fineweb-edu or dolly-15k."),
-    Column("kind", Text, nullable=False, comment="pretrain (token shards) or sft (tokens, offsets, loss mask)."),
+    Column(
+        "kind", Text, nullable=False, comment="pretrain (token shards) or sft (tokens, offsets, loss mask)."
+    ),
     Column("path", Text, nullable=False, unique=True, comment="Absolute path of the dataset directory."),
     Column("tokenizer_sha256", Text, nullable=False, comment="Identity of the tokenizer that built it."),
     Column("token_dtype", Text, nullable=False, comment="uint16 or uint32, as in meta.json."),
@@ -207,7 +223,9 @@ dataset_files = Table(
     Column("split", Text, nullable=False, comment="train or val."),
     Column("role", Text, nullable=False, comment="tokens, doc_index, offsets or loss_mask."),
     Column("path", Text, nullable=False, comment="File path relative to the dataset directory."),
-    Column("shard_index", Integer, nullable=False, comment="Position of the shard within its split (0-based)."),
+    Column(
+        "shard_index", Integer, nullable=False, comment="Position of the shard within its split (0-based)."
+    ),
     Column("token_offset", Integer, nullable=False, comment="Tokens in earlier shards of the split."),
     Column("token_count", Integer, nullable=False, comment="Tokens in this file (0 for index files)."),
     Column("doc_count", Integer, nullable=False, comment="Documents or examples covered by this file."),
@@ -228,7 +246,12 @@ source_stats = Table(
     Column("inode", Integer, nullable=False, comment="st_ino when it was read."),
     Column("status", Text, nullable=False, comment="ok, binary or encoding (skipped kinds)."),
     Column("digest", Text, comment="Section digest (sha256 hex) when status is ok."),
-    Column("checked_ns", Integer, nullable=False, comment="When it was read (ns since the epoch), for the racy check."),
+    Column(
+        "checked_ns",
+        Integer,
+        nullable=False,
+        comment="When it was read (ns since the epoch), for the racy check.",
+    ),
     PrimaryKeyConstraint("path", "relpath", name="source_stats_pk"),
     CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
     comment="What each source file looked like when last read, so unchanged files are not read again.",
@@ -239,7 +262,14 @@ adapters = Table(
     metadata,
     Column("id", Integer, primary_key=True, comment="Adapter row id."),
     Column("version", Integer, nullable=False, unique=True, comment="N of adapter/versions/vNNNN."),
-    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, unique=True, comment="The train run that wrote it."),
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id"),
+        nullable=False,
+        unique=True,
+        comment="The train run that wrote it.",
+    ),
     Column("path", Text, nullable=False, comment="Folder relative to the store directory."),
     Column("sha256", Text, nullable=False, comment="sha256 of adapter_model.safetensors (sha256:...)."),
     Column("bytes", Integer, nullable=False, comment="Size of adapter_model.safetensors."),
@@ -253,7 +283,9 @@ adapters = Table(
 train_steps = Table(
     "train_steps",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."),
+    Column(
+        "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
+    ),
     Column("step", Integer, nullable=False, comment="Optimizer step."),
     Column("epoch", Float, comment="Fractional epoch at that step."),
     Column("loss", Float, comment="Training loss logged at that step."),
@@ -270,7 +302,12 @@ lock_records = Table(
     Column("id", Integer, primary_key=True, comment="Lock record id."),
     Column("run_id", Integer, ForeignKey("runs.id"), comment="The train run it was captured for."),
     Column("created_at", Text, nullable=False, comment="When it was recorded."),
-    Column("decision", Text, nullable=False, comment="written (validated), updated (--update-lock) or ignored (--ignore-lock)."),
+    Column(
+        "decision",
+        Text,
+        nullable=False,
+        comment="written (validated), updated (--update-lock) or ignored (--ignore-lock).",
+    ),
     Column("lock_version", Integer, nullable=False, comment="Format version of the lock."),
     Column("dlm_sha256", Text, nullable=False, comment="sha256 of the .dlm document."),
     Column("base_model_revision", Text, comment="Revision of the base model (hub commit or content hash)."),

@@ -40,9 +40,7 @@ def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> P
         adapter = latest(store)
         folder = store.path / adapter.path if adapter else None
     if adapter is None or folder is None:
-        raise StoreError(
-            f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first"
-        )
+        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
     import warnings
 
     import torch

@@ -130,7 +130,9 @@ def train_document(
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
     with open_store(document.dlm_id) as store:
         sweep_temporary(store)
-        with recorded_run(store, command="train", dlm_path=document.path, dlm_sha256=document.sha256) as run_id:
+        with recorded_run(
+            store, command="train", dlm_path=document.path, dlm_sha256=document.sha256
+        ) as run_id:
             t0 = time.perf_counter()
             _import_frameworks()
             marks = {"framework_import": time.perf_counter() - t0}
@@ -190,10 +192,14 @@ def train_document(
         lock_decision=decision,
         lock_warnings=list(lock.warnings),
         timings=TrainTimings(
-            startup=round(marks["startup"], 3), framework_import=round(marks["framework_import"], 3),
-            tokenize=round(marks["tokenize"], 3), dataset=round(marks["dataset"], 3),
-            model_load=round(outcome.model_load, 3), trainer_setup=round(outcome.trainer_setup, 3),
-            first_step=round(outcome.first_step, 3), train=round(outcome.train, 3),
+            startup=round(marks["startup"], 3),
+            framework_import=round(marks["framework_import"], 3),
+            tokenize=round(marks["tokenize"], 3),
+            dataset=round(marks["dataset"], 3),
+            model_load=round(outcome.model_load, 3),
+            trainer_setup=round(outcome.trainer_setup, 3),
+            first_step=round(outcome.first_step, 3),
+            train=round(outcome.train, 3),
             save=round(marks["save"], 3),
         ),  # fmt: skip
         warnings=[*corpus.expansion.warnings, *result.warnings],
@@ -330,7 +336,9 @@ class _StepRecorder:
         if self.first_step_s is None:
             self.first_step_s = time.perf_counter() - self.started
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         from dlmstore.clock import utc_now
 
         logs = logs or {}
@@ -338,7 +346,9 @@ class _StepRecorder:
             return
         now = time.perf_counter()
         tokens = float(logs.get("num_tokens", 0.0))
-        rate = (tokens - self.last_tokens) / (now - self.last_time) if now > self.last_time and tokens else None
+        rate = (
+            (tokens - self.last_tokens) / (now - self.last_time) if now > self.last_time and tokens else None
+        )
         self.last_tokens, self.last_time = tokens, now
         self.last_loss = float(logs["loss"])
         self.pending.append(

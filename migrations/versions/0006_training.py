@@ -58,9 +58,7 @@ def upgrade() -> None:
         sa.Column("determinism_class", sa.Text(), nullable=False),
         sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("lock_json", sa.Text(), nullable=False),
-        sa.CheckConstraint(
-            "decision IN ('written', 'updated', 'ignored')", name="lock_records_decision"
-        ),
+        sa.CheckConstraint("decision IN ('written', 'updated', 'ignored')", name="lock_records_decision"),
         sqlite_autoincrement=True,
     )
     op.execute(
