@@ -45,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from dlmstore.datasets.formats import MIB, doc_index_name, shard_name  # noqa: E402
-from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta  # noqa: E402
-from dlmstore.datasets.writers import StreamingFile, write_npy  # noqa: E402
+from dlmstore.datasets.formats import MIB, doc_index_name, shard_name
+from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
+from dlmstore.datasets.writers import StreamingFile, write_npy
 
 TARGETS = {"build": 0.10, "read": 0.80, "pack": 50.0, "rss_mib": 500.0}
 
@@ -193,7 +193,7 @@ def bench_read(tmp: Path, repeat: int, batches: int) -> float:
     for _ in range(batches):  # the same kind of windows, drawn outside the timed loop
         positions = torch.randint(0, dataset.windows, (B,), generator=generator).numpy()
         shards = np.searchsorted(dataset._cumulative, positions, side="right")
-        windows.append(list(zip(shards.tolist(), (positions - dataset._first[shards]).tolist())))
+        windows.append(list(zip(shards.tolist(), (positions - dataset._first[shards]).tolist(), strict=True)))
     out = np.empty((B, T + 1), dtype=np.int64)
 
     def baseline() -> None:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlmstore.document.frontmatter import SourceDirective  # noqa: E402
-from dlmstore.document.sections import Section, normalise_newlines  # noqa: E402
-from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources  # noqa: E402
+from dlmstore.document.frontmatter import SourceDirective
+from dlmstore.document.sections import Section, normalise_newlines
+from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
 
 TARGET_US = 30.0
 INCLUDE = ["**/*.py"]

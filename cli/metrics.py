@@ -19,8 +19,8 @@ from dlmstore.cli.render import emit_json, human_bytes
 def metrics_command(path: str, run_id: int | None, since: object, limit: int, as_json: bool) -> None:
     """List the runs recorded for the document at PATH, newest first."""
     from dlmstore.document.parser import parse_document
-    from dlmstore.store.metrics import run_metrics
     from dlmstore.store.database import open_store
+    from dlmstore.store.metrics import run_metrics
 
     document = parse_document(path)
     with open_store(document.dlm_id, create=False) as store:

@@ -18,8 +18,8 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     through the tokenizer; the rest come from the cache. The run and its
     hit/miss numbers are recorded in the store (see `dlm metrics`).
     """
-    from dlmstore.cli.progress import ProgressBar
     from dlmstore.cache.tokenize import tokenize_document
+    from dlmstore.cli.progress import ProgressBar
 
     bar = ProgressBar("tokenizing", enabled=not as_json)
     try:

@@ -241,7 +241,7 @@ def _quiet_transformers() -> Iterator[Any]:
     gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
     bar = getattr(gguf_utils, "tqdm", None)
     if bar is not None:
-        setattr(gguf_utils, "tqdm", functools.partial(bar, disable=True))
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -251,4 +251,4 @@ def _quiet_transformers() -> Iterator[Any]:
         if bars:
             hf_logging.enable_progress_bar()
         if bar is not None:
-            setattr(gguf_utils, "tqdm", bar)
+            gguf_utils.tqdm = bar

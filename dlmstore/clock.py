@@ -6,17 +6,17 @@ date in ``sqlite3``, so every timestamp column uses this one format.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 
 def utc_now() -> str:
     """The current time in the stored format."""
-    return _format(datetime.now(timezone.utc))
+    return _format(datetime.now(UTC))
 
 
 def iso_before(delta: timedelta) -> str:
     """The stored-format timestamp ``delta`` ago (for ``>=`` / ``<`` comparisons)."""
-    return _format(datetime.now(timezone.utc) - delta)
+    return _format(datetime.now(UTC) - delta)
 
 
 def _format(moment: datetime) -> str:

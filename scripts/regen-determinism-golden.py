@@ -18,7 +18,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dlmstore.train.golden import golden_tuple, read_golden, train_golden_once, tuple_hash, write_golden  # noqa: E402
+from dlmstore.train.golden import golden_tuple, read_golden, train_golden_once, tuple_hash, write_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.admin import cache_summary, clear, prune, verify
+from dlmstore.cache.entries import TokenCache, cache_bytes, evict
+from dlmstore.cache.packs import as_array
+from dlmstore.cache.tokenize import tokenize_document
 from dlmstore.errors import StoreError
 from dlmstore.home import store_dir
-from dlmstore.cache.packs import as_array
-from dlmstore.store.runs import start_run
 from dlmstore.store.database import Store, open_store
-from dlmstore.cache.tokenize import tokenize_document
+from dlmstore.store.runs import start_run
 
 from .conftest import VALID_ID, write_doc
 

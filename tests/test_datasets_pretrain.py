@@ -63,7 +63,7 @@ def test_every_document_is_followed_by_eos_and_indexed_and_lands_whole_in_one_sp
 ) -> None:
     build(tmp_path, encoder)
     out = tmp_path / "ds"
-    expected = [ids for ids in encoder.encode_texts(DOCS)]
+    expected = list(encoder.encode_texts(DOCS))
     found: list[list[int]] = []
     for split in ("train", "val"):
         tokens = split_tokens(out, split)

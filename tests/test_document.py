@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlmstore.document.frontmatter import DEFAULT_BASE_MODEL
 from dlmstore.document.parser import (
     Document,
     instruction_pairs,
@@ -16,9 +17,8 @@ from dlmstore.document.parser import (
     parse_text,
     preference_triples,
 )
-from dlmstore.errors import DocumentError
-from dlmstore.document.frontmatter import DEFAULT_BASE_MODEL
 from dlmstore.document.sections import Section
+from dlmstore.errors import DocumentError
 
 ULID = "01J9ZK3M4N5P6Q7R8S9T0VWXYZ"
 HEAD = f"---\ndlm_id: {ULID}\n---\n"

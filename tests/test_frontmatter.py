@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from dlmstore.document.parser import parse_text
-from dlmstore.errors import DocumentError
 from dlmstore.document.frontmatter import (
     CURRENT_DLM_VERSION,
     DEFAULT_BASE_MODEL,
@@ -20,6 +18,8 @@ from dlmstore.document.frontmatter import (
     TrainingSettings,
     load_frontmatter,
 )
+from dlmstore.document.parser import parse_text
+from dlmstore.errors import DocumentError
 
 ULID = "01J9ZK3M4N5P6Q7R8S9T0VWXYZ"
 HEAD = f"---\ndlm_id: {ULID}\n---\n"

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.train.determinism import DeterminismInfo
 from dlmstore.document.parser import parse_document
 from dlmstore.lock import (
     LOCK_NAME,
@@ -30,8 +29,9 @@ from dlmstore.lock import (
     write_lock,
 )
 from dlmstore.lock.policy import Mismatch
-from dlmstore.store.runs import start_run
 from dlmstore.store.database import Store, open_store
+from dlmstore.store.runs import start_run
+from dlmstore.train.determinism import DeterminismInfo
 
 from .conftest import VALID_ID, write_doc
 

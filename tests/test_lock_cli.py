@@ -16,8 +16,8 @@ from dlmstore.cli.lock import lock_mode_options
 from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
 from dlmstore.lock import LOCK_NAME, write_lock
-from dlmstore.store.runs import start_run
 from dlmstore.store.database import open_store
+from dlmstore.store.runs import start_run
 
 from .conftest import REPO, VALID_ID, write_doc
 from .test_lock import make_lock

@@ -15,8 +15,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
 import dlmstore.migrations
-from dlmstore.store.schema import HEAD_REVISION, REVISIONS, metadata
 from dlmstore.store.database import current_revision, migrate
+from dlmstore.store.schema import HEAD_REVISION, REVISIONS, metadata
 
 from .conftest import VALID_ID
 

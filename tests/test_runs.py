@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dlmstore.store.runs import get_run, list_runs, recorded_run, start_run
 from dlmstore.store.database import open_store
+from dlmstore.store.runs import get_run, list_runs, recorded_run, start_run
 
 from .conftest import VALID_ID
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dlmstore.errors import SourceError
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section, section_digest
+from dlmstore.errors import SourceError
 from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
 
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from dlmstore.cache.tokenize import tokenize_document
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
-from dlmstore.errors import SourceError
 from dlmstore.document.sections import section_digest
-from dlmstore.sources.walk import _load_checked
+from dlmstore.errors import SourceError
 from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache
+from dlmstore.sources.walk import _load_checked
 from dlmstore.store.database import open_store
-from dlmstore.cache.tokenize import tokenize_document
 
 from .conftest import VALID_ID, write_doc
 

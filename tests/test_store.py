@@ -10,8 +10,8 @@ import pytest
 
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.store.schema import HEAD_REVISION
 from dlmstore.store.database import current_revision, open_store, store_exists
+from dlmstore.store.schema import HEAD_REVISION
 
 from .conftest import VALID_ID
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlmstore.cache.tokenize import encode_rows, tokenize_document
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
 from dlmstore.home import store_dir
-from dlmstore.cache.tokenize import encode_rows, tokenize_document
 
 from .conftest import VALID_ID, write_doc
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dlmstore.train.adapters import file_sha256
 from dlmstore.cli.main import cli
 from dlmstore.errors import BaseModelError, StoreError, TrainingError
 from dlmstore.home import store_dir
+from dlmstore.train.adapters import file_sha256
 from dlmstore.train.trainer import train_document
 
 from .conftest import VALID_ID, write_doc

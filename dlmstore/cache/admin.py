@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from dlmstore.cache.entries import drop_dead_packs, unlink_packs
-from dlmstore.home import store_dir
-from dlmstore.clock import iso_before
 from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
-from dlmstore.clock import utc_now
+from dlmstore.clock import iso_before, utc_now
+from dlmstore.home import store_dir
 from dlmstore.store.database import DB_NAME, Store
 
 #: Unregistered files younger than this may belong to a writer that has not
@@ -248,7 +247,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
             )
     reader = PackReader(store.path)
     bad: list[int] = []
-    for entry_id, row_key, relpath, offset, nbytes, dtype, expected in entries:
+    for entry_id, row_key, relpath, offset, nbytes, _dtype, expected in entries:
         if reader.read(relpath, offset, nbytes, expected) is None:
             bad.append(entry_id)
             problems.append(

@@ -31,12 +31,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
-from dlmstore.errors import StoreError
 from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.clock import utc_now
+from dlmstore.errors import StoreError
 from dlmstore.store.database import Store
 
 if TYPE_CHECKING:

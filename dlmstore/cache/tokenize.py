@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
-from dlmstore.document.corpus import Corpus
-from dlmstore.store.metrics import TokenizationEvent
 from dlmstore.cache.packs import as_array, token_dtype
+from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import Row
 from dlmstore.store.database import Store
+from dlmstore.store.metrics import TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -312,13 +312,13 @@ def tokenize_document(
         StoreError: the store cannot be created or written.
     """
     from dlmstore.bases import load_tokenizer, resolve_base
+    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
-    from dlmstore.cache.fingerprint import tokenizer_sha256
-    from dlmstore.store.metrics import record_tokenization_event
-    from dlmstore.store.runs import recorded_run
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
+    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.runs import recorded_run
 
     document = parse_document(path)
     ref = resolve_base(document.base_model, relative_to=document.directory)

@@ -183,7 +183,7 @@ def _fitted(tokenizer: Any, preset: ChatFormat) -> ChatFormat:
     for placement in placements:
         for trim in (False, True):
             fmt = replace(preset, preamble=preamble, system=placement, trim=trim)
-            if all(fmt.render(probe) == text for probe, text in zip(probes, expected)):
+            if all(fmt.render(probe) == text for probe, text in zip(probes, expected, strict=True)):
                 return fmt
     raise DatasetError(
         f"chat format {preset.name!r} does not reproduce the chat template of tokenizer "

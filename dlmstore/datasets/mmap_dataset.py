@@ -40,7 +40,6 @@ from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget, TokenFile,
 from dlmstore.datasets.opening import glob_token_files, open_token_files
 from dlmstore.datasets.packing import WindowStarts, boundaries_from_eos, boundaries_from_starts, packed_arrays
 
-
 STARTS_BYTES = 64 * 1024 * 1024  # heap for precomputed window starts before searching per item
 
 
@@ -88,7 +87,7 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         self.budget.files.extend(self.files)
         counts = [len(f) // seq_len for f in self.files]
         self._cumulative = list(itertools.accumulate(counts))
-        self._first = [total - count for total, count in zip(self._cumulative, counts)]
+        self._first = [total - count for total, count in zip(self._cumulative, counts, strict=True)]
         self.epoch = 0
         self.doc_indexes: tuple[TokenFile, ...] | None = None
         self.eos_token_id = eos_token_id
@@ -99,7 +98,9 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
             if all(p.is_file() for p in indexes):
                 self.doc_indexes = tuple(TokenFile(p) for p in indexes)
                 self.budget.files.extend(self.doc_indexes)
-                heap = sum(8 * len(index) + 16 * count for index, count in zip(self.doc_indexes, counts))
+                heap = sum(
+                    8 * len(index) + 16 * count for index, count in zip(self.doc_indexes, counts, strict=True)
+                )
                 self._precompute_starts = heap <= starts_bytes
             else:
                 if eos_token_id is None and opened.meta is not None:

@@ -131,13 +131,13 @@ def build_pretrain_cache(
     clock = Clock(name, progress)
     seen = 0
     route_frac = val_frac if val_frac is not None else 0.0
-    stop = {s: False for s in SPLITS}
+    stop = dict.fromkeys(SPLITS, False)
     try:
         for batch in batched(_labelled(texts, val_texts, shuffle_buffer, seed, stop), batch_docs):
             ids_list = encoder.encode_texts([text for text, _ in batch])
             pending: dict[str, list[list[int]]] = {s: [] for s in SPLITS}
             held = {s: writers[s].tokens for s in SPLITS}
-            for (_, fixed_split), ids in zip(batch, ids_list):
+            for (_, fixed_split), ids in zip(batch, ids_list, strict=True):
                 seen += 1
                 if not ids:
                     counts["skipped_empty_docs"] += 1

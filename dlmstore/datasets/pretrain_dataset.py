@@ -87,7 +87,7 @@ class PretrainTokenStreamDataset:
         arrays = self._arrays
         width = self.T + 1
         buffer = np.empty((B, width), dtype=np.int64)
-        for row, (shard, offset) in enumerate(zip(shards.tolist(), offsets)):
+        for row, (shard, offset) in enumerate(zip(shards.tolist(), offsets, strict=True)):
             buffer[row] = arrays[shard][offset : offset + width]
         self.budget.note(B * width * self._itemsize)
         batch = torch.from_numpy(buffer)

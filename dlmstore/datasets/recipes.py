@@ -19,7 +19,6 @@ and a meta.json with ``"built": false``) unless given a local folder.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -252,17 +251,17 @@ def _fineweb(
     o: BuildAllOptions,
     progress: ProgressFn | None,
 ) -> BuildResult:
-    common: dict[str, Any] = dict(
-        tokenizer=encoder,
-        train_tokens=o.fineweb_train_tokens,
-        val_tokens=o.fineweb_val_tokens,
-        shard_bytes=o.shard_bytes,
-        seed=seed,
-        name="fineweb-edu",
-        config=o.fineweb_config,
-        tokenizer_name=encoder.name,
-        progress=progress,
-    )
+    common: dict[str, Any] = {
+        "tokenizer": encoder,
+        "train_tokens": o.fineweb_train_tokens,
+        "val_tokens": o.fineweb_val_tokens,
+        "shard_bytes": o.shard_bytes,
+        "seed": seed,
+        "name": "fineweb-edu",
+        "config": o.fineweb_config,
+        "tokenizer_name": encoder.name,
+        "progress": progress,
+    }
     if path is not None:
         return build_pretrain_cache(
             iter_local_texts(path),
@@ -423,7 +422,7 @@ def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> Sour
         )
     for split in ("train", "val"):
         (out / split).mkdir(parents=True, exist_ok=True)
-    stub: dict[str, Any] = {key: None for key in REQUIRED}
+    stub: dict[str, Any] = dict.fromkeys(REQUIRED)
     stub.update(
         {
             "format": FORMAT,

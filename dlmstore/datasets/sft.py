@@ -39,7 +39,7 @@ from dlmstore.datasets.build import (
     prepare_out_dir,
     split_totals,
 )
-from dlmstore.datasets.chat import ChatEncoding, ChatFormat, check_messages, chat_format_for
+from dlmstore.datasets.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
 from dlmstore.datasets.encoding import as_encoder
 from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import (
@@ -111,7 +111,7 @@ def build_sft_cache(
         s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")} for s in SPLITS
     }
     offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
-    filled = {s: 0 for s in SPLITS}
+    filled = dict.fromkeys(SPLITS, 0)
     counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
     draws = UniformDraws(seed)
     clock = Clock(name, progress)

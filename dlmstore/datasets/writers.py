@@ -28,17 +28,17 @@ import hashlib
 import io
 import os
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from dlmstore.store.atomic import fsync_dir, write_bytes_atomic
 from dlmstore.datasets.formats import OFFSET_DTYPE, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
+from dlmstore.store.atomic import fsync_dir, write_bytes_atomic
 
 
 class StreamingFile:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from dlmstore.document.parser import Document
 from dlmstore.document.rows import Row, document_rows
 from dlmstore.document.sections import Section
-from dlmstore.sources.walk import SourceExpansion, expand_sources
 from dlmstore.sources.statcache import StatCache
+from dlmstore.sources.walk import SourceExpansion, expand_sources
 
 
 @dataclass(frozen=True)

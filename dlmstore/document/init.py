@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.bases import resolve_base
-from dlmstore.errors import DocumentError
 from dlmstore.document.frontmatter import CURRENT_DLM_VERSION
+from dlmstore.errors import DocumentError
+from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import open_store
 from dlmstore.ulid import new_ulid
 

@@ -44,9 +44,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlmstore.errors import DocumentError
 from dlmstore.document.frontmatter import Frontmatter, load_frontmatter
 from dlmstore.document.sections import SECTION_TYPES, Section, normalise_newlines
+from dlmstore.errors import DocumentError
 
 FRONTMATTER_FENCE = "---"
 
@@ -277,7 +277,7 @@ def _strip_blank(lines: list[str], first_line: int) -> tuple[list[str], int]:
 def _body_sections(lines: list[str], first_line: int, shown: str) -> Iterator[Section]:
     """Split the body (starting at file line ``first_line``) into sections."""
     type, fence_line, start, chunk = "prose", None, first_line, []
-    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines))):
+    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines), strict=True)):
         fence = None if in_code else FENCES.get(line.strip())
         if fence is None:
             chunk.append(line)
@@ -353,7 +353,7 @@ def _split_groups(type: str, lines: list[str], first_line: int) -> list[tuple[st
             groups.append(tuple(parts))
             parts.clear()
 
-    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines))):
+    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines), strict=True)):
         line_no = first_line + offset
         found = None if in_code else line.rstrip(" \t")
         if found not in cycle:

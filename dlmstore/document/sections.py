@@ -29,7 +29,7 @@ def normalise_newlines(text: str) -> str:
 
 def section_digest(type: str, content: str) -> str:
     """Full sha256 hex of ``type + "\\n" + content`` (content already normalised)."""
-    return hashlib.sha256(f"{type}\n{content}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{type}\n{content}".encode()).hexdigest()
 
 
 class Section:

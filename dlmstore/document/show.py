@@ -16,9 +16,9 @@ from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
+from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
-from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.store.database import DB_NAME
 
 

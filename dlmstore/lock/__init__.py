@@ -40,8 +40,6 @@ from dlmstore.lock.model import (
     parse_lock,
     read_lock,
 )
-from dlmstore.lock.run import PendingLock, begin_lock, finish_lock
-from dlmstore.lock.records import LockDiff, LockRecord, current_lock, lock_diff, lock_history, write_lock
 from dlmstore.lock.policy import (
     LOCK_MODES,
     LockDecision,
@@ -53,6 +51,8 @@ from dlmstore.lock.policy import (
     compare,
     decide,
 )
+from dlmstore.lock.records import LockDiff, LockRecord, current_lock, lock_diff, lock_history, write_lock
+from dlmstore.lock.run import PendingLock, begin_lock, finish_lock
 
 __all__ = [
     "LOCK_MODES",

@@ -26,12 +26,11 @@ import json
 import os
 from importlib import metadata
 from pathlib import Path
-
-from dlmstore.store import digests
 from typing import TYPE_CHECKING
 
-from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.home import bases_dir
+from dlmstore.store import digests
+from dlmstore.store.atomic import write_bytes_atomic
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef

@@ -22,8 +22,8 @@ from dlmstore.errors import DlmError
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
-    from dlmstore.train.determinism import DeterminismInfo
     from dlmstore.document.parser import Document
+    from dlmstore.train.determinism import DeterminismInfo
 
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
 LOCK_VERSION = 1

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.clock import utc_now
 from dlmstore.lock.model import LOCK_NAME, Lock, LockError, parse_lock, read_lock
 from dlmstore.lock.policy import Mismatch, compare
+from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
 
 DECISIONS = ("written", "updated", "ignored")

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from dlmstore.lock.identity import base_model_identity
 from dlmstore.lock.model import Lock, capture_lock
-from dlmstore.lock.records import write_lock
 from dlmstore.lock.policy import LockDecision, check_lock
+from dlmstore.lock.records import write_lock
 from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
-    from dlmstore.train.determinism import DeterminismInfo
     from dlmstore.document.parser import Document
+    from dlmstore.train.determinism import DeterminismInfo
 
 
 @dataclass(frozen=True)

@@ -407,7 +407,7 @@ def _stock_encoding(tokenizer: Any) -> bool:
     return (
         isinstance(tokenizer, TokenizersBackend)
         and getattr(cls, "_encode_plus", None) is TokenizersBackend._encode_plus
-        and getattr(cls, "__call__", None) is PreTrainedTokenizerBase.__call__
+        and getattr(cls, "__call__", None) is PreTrainedTokenizerBase.__call__  # noqa: B004 - identity, not callability
     )
 
 

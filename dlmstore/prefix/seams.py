@@ -259,7 +259,7 @@ def _wrap(tokenizer: Any, boundary: str) -> tuple[tuple[int, ...], tuple[int, ..
     around = full[0]
     for cut in range(len(around) + 1):
         head, tail = around[:cut], around[cut:]
-        if all(f == head + b + tail for f, b in zip(full, bare)):
+        if all(f == head + b + tail for f, b in zip(full, bare, strict=True)):
             return tuple(head), tuple(tail)
     return "add_special_tokens=True does more than put fixed tokens around the text"
 
@@ -287,7 +287,7 @@ def _probe_cuts(
     piece_ids = encode_many(pieces, False)
     whole_ids = encode_many(["".join(case) for case in cases], False)
     at = 0
-    for case, whole in zip(cases, whole_ids):
+    for case, whole in zip(cases, whole_ids, strict=True):
         joined = [i for ids in piece_ids[at : at + len(case)] for i in ids]
         at += len(case)
         if joined != whole:

@@ -80,10 +80,10 @@ from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from dlmstore.errors import SourceError
 from dlmstore.document.frontmatter import SourceDirective
-from dlmstore.sources.ignore import GlobSet, IgnoreRules, is_ignored
 from dlmstore.document.sections import Section, normalise_newlines, section_digest
+from dlmstore.errors import SourceError
+from dlmstore.sources.ignore import GlobSet, IgnoreRules, is_ignored
 from dlmstore.sources.statcache import StatCache
 
 #: Ignore rules applied below every directive root unless the directive sets

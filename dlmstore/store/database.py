@@ -23,17 +23,16 @@ untouched.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from dlmstore import __version__
-from dlmstore.errors import StoreError, StoreVersionError
-from dlmstore.home import store_dir
 from dlmstore.clock import utc_now
 from dlmstore.connection import Connection
+from dlmstore.errors import StoreError, StoreVersionError
+from dlmstore.home import store_dir
 from dlmstore.migrations import HEAD_REVISION, REVISIONS
 from dlmstore.ulid import new_ulid
 

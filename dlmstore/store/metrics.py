@@ -13,8 +13,8 @@ import re
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
-from dlmstore.errors import DlmError
 from dlmstore.clock import iso_before, utc_now
+from dlmstore.errors import DlmError
 from dlmstore.store.database import Store
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")

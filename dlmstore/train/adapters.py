@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlmstore.store.atomic import fsync_dir
 from dlmstore.clock import utc_now
-from dlmstore.store.digests import file_sha256
 from dlmstore.errors import StoreError
+from dlmstore.store.atomic import fsync_dir
 from dlmstore.store.database import Store
+from dlmstore.store.digests import file_sha256
 
 VERSIONS_DIR = "adapter/versions"
 WEIGHTS = "adapter_model.safetensors"

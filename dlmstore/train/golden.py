@@ -20,8 +20,8 @@ import os
 import platform
 import sys
 import tempfile
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 GOLDEN_DIR = Path("tests/golden/determinism")

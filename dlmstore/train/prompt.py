@@ -29,11 +29,11 @@ def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> P
         StoreError: the document has no store or no adapter yet.
         BaseModelError: the base model cannot be loaded.
     """
-    from dlmstore.train.adapters import latest
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.document.parser import parse_document
     from dlmstore.errors import StoreError
     from dlmstore.store.database import open_store
+    from dlmstore.train.adapters import latest
 
     document = parse_document(path)
     with open_store(document.dlm_id, create=False) as store:

@@ -106,17 +106,17 @@ def train_document(
         StoreError: the store or the adapter cannot be written.
         TrainingError: the document has nothing to train on.
     """
-    from dlmstore.train.adapters import save_version, sweep_temporary
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
+    from dlmstore.cache.fingerprint import tokenizer_sha256
+    from dlmstore.cache.tokenize import tokenize_pass
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
-    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.lock import begin_lock, finish_lock
-    from dlmstore.store.metrics import record_tokenization_event
-    from dlmstore.store.runs import recorded_run
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
-    from dlmstore.cache.tokenize import tokenize_pass
+    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.runs import recorded_run
+    from dlmstore.train.adapters import save_version, sweep_temporary
 
     started = time.perf_counter()
     document = parse_document(path)
