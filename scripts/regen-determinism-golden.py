@@ -1,4 +1,4 @@
-"""Refresh the determinism golden for this runtime (see dlmstore/golden.py).
+"""Refresh the determinism golden for this runtime (see dlmstore/train/golden.py).
 
     python scripts/regen-determinism-golden.py            # report old vs new, write nothing
     python scripts/regen-determinism-golden.py --approve  # write the tuple file and the index

@@ -58,9 +58,13 @@ def golden_tuple() -> dict[str, object]:
 
     Pinned versions, Python and platform, plus what changes CPU float results
     on the same platform: the instruction set torch dispatches to (AVX2 vs
-    AVX-512 kernels) and its thread count (how reductions are split). A
-    machine that differs in any of them gets its own golden instead of a
-    false failure.
+    AVX-512 kernels), the processor model (two AVX-512 generations pick
+    different oneDNN/MKL kernels, which round differently, while torch
+    reports both as ``AVX512``), its thread count (how reductions are split),
+    and the versions of the libraries that shape the bytes without being
+    pinned in the lock (the tokenizer backend, numpy, safetensors, the GGUF
+    reader that converts the built-in base). A machine that differs in any of
+    them gets its own golden instead of a false failure.
     """
     import torch
 
@@ -71,9 +75,42 @@ def golden_tuple() -> dict[str, object]:
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_model": cpu_model(),
+        "byte_versions": {name: _version(name) for name in BYTE_PACKAGES},
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
     }
+
+
+#: Libraries outside the lock's pinned set whose versions can change the
+#: adapter's bytes: token ids (tokenizers), the converted base weights
+#: (gguf, numpy) and the serialised file (safetensors).
+BYTE_PACKAGES = ("tokenizers", "numpy", "safetensors", "gguf")
+
+
+def cpu_model() -> str:
+    """``vendor family/model/stepping`` of the first CPU (Linux), else the platform's processor name."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keys = ("vendor_id", "cpu family", "model", "stepping")
+    return " ".join(fields.get(k, "?") for k in keys)
+
+
+def _version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def tuple_hash(runtime: dict[str, object]) -> str:
