@@ -14,7 +14,7 @@ medians much less so):
   functions alone vs a per-token Python loop (target >= 50x). The loop
   reads numpy scalars, the fastest of the three loops tried: one over
   ``tolist()`` pays more converting its lists back to tensors, one over a
-  tensor's elements is ~10x slower;
+  tensor's elements is slower still;
 * rss    -- iterating every window of a > 2 GiB dataset keeps the process
   RSS under 500 MiB (and, for contrast, the same pass without page release).
 

@@ -47,8 +47,9 @@ MASK_DTYPE = np.dtype("u1")
 SPLITS = ("train", "val")
 MIB = 1 << 20
 #: Readers release mapped pages after reading this much: small next to the
-#: ~220 MiB a process with torch imported starts at, large enough that the
-#: madvise calls cost nothing measurable.
+#: resident size of a process that has imported torch, large enough that the
+#: madvise calls are rare (``bench/bench_datasets.py --only rss`` prints the
+#: resulting peak RSS).
 RELEASE_BYTES = 64 * MIB
 
 

