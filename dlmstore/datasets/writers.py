@@ -2,9 +2,10 @@
 
 :class:`StreamingFile` writes a file of any size in pieces: into a temp
 file in the destination directory (an :class:`~dlmstore.store.atomic.AtomicFile`),
-hashing as it goes, then fsync and rename, so a reader or a crash sees either no file or the whole one and
-the sha256 costs no second read. Each worker of a parallel build writes
-its own files this way; nothing is shared until registration.
+hashing as it goes, then fsync and rename, so a reader or a crash sees
+either no file or the whole one and the sha256 costs no second read.
+Each worker of a parallel build writes its own files this way; nothing is
+shared until registration.
 
 :class:`ShardedSplitWriter` is the pretrain layout on top of it: fixed-size
 shards of ``shard_tokens`` tokens (the last one shorter), each with a
