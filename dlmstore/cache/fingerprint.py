@@ -64,12 +64,15 @@ def files_sha256(directory: str | os.PathLike[str]) -> str | None:
     for name in TOKENIZER_FILES:
         path = Path(directory) / name
         try:
-            data = path.read_bytes()
+            f = open(path, "rb")
         except (FileNotFoundError, NotADirectoryError):
             continue
-        found = True
-        digest.update(f"{name}\n{len(data)}\n".encode())
-        digest.update(data)
+        with f:
+            found = True
+            digest.update(f"{name}\n{os.fstat(f.fileno()).st_size}\n".encode())
+            # file_digest takes a constructor; handing it the running digest
+            # appends the file's bytes to it instead of starting a new one.
+            hashlib.file_digest(f, lambda: digest)
     return "sha256:" + digest.hexdigest() if found else None
 
 

@@ -22,7 +22,6 @@ row key, not the checksum, is the content address.
 from __future__ import annotations
 
 import mmap
-import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from dlmstore.store.atomic import fsync_dir
+from dlmstore.store.atomic import atomic_file
 from dlmstore.ulid import new_ulid
 
 PACK_DIR = "tokens"
@@ -92,24 +91,15 @@ def write_pack(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) 
     directory = store_path / PACK_DIR
     directory.mkdir(exist_ok=True)
     name = f"pack-{new_ulid()}{PACK_SUFFIX}"
-    tmp = directory / f".{name}.tmp"
     entries: list[PackedEntry] = []
     offset = 0
-    try:
-        with open(tmp, "wb") as f:
-            for array in arrays:
-                data = np.ascontiguousarray(array, dtype=dtype)
-                view = memoryview(data.data).cast("B")
-                f.write(view)
-                entries.append(PackedEntry(offset, len(data), view.nbytes, checksum(view)))
-                offset += view.nbytes
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / name)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(directory)
+    with atomic_file(directory / name) as f:
+        for array in arrays:
+            data = np.ascontiguousarray(array, dtype=dtype)
+            view = memoryview(data.data).cast("B")
+            f.write(view)
+            entries.append(PackedEntry(offset, len(data), view.nbytes, checksum(view)))
+            offset += view.nbytes
     return WrittenPack(f"{PACK_DIR}/{name}", dtype_name(dtype), offset, tuple(entries))
 
 

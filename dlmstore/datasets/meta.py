@@ -93,7 +93,8 @@ class DatasetMeta:
         )
 
 
-#: ``sha256:<hex>`` of a file (the project-wide helper, under this module's name).
+#: ``sha256:<hex>`` of a file: :func:`dlmstore.store.digests.file_sha256` under the name
+#: ``dlmstore.datasets`` exports (public API; the library itself calls ``file_sha256``).
 sha256_file = file_sha256
 
 

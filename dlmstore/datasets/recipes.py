@@ -20,8 +20,6 @@ and a meta.json with ``"built": false``) unless given a local folder.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
 from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
 from dlmstore.datasets.sft import DEFAULT_VAL_FRAC, build_sft_cache
+from dlmstore.store.atomic import publish_dir
 
 DEFAULT_BASE = "smollm2-135m"
 DEFAULT_PRETRAIN_VAL_FRAC = 0.01
@@ -448,8 +447,7 @@ def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> Sour
 def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:
     """``<cache-dir>/tokenizer``: the tokenizer's files and its identity, replaced whole."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-    try:
+    with publish_dir(target, existing="replace") as staging:
         encoder.tokenizer.save_pretrained(staging)
         write_meta(
             staging,
@@ -460,9 +458,3 @@ def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:
                 "special_token_ids": encoder.special_token_ids(),
             },
         )
-        staging.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -37,7 +37,8 @@ from dlmstore.datasets.formats import (
     sft_names,
     token_dtype,
 )
-from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta, sha256_file
+from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
+from dlmstore.store.digests import file_sha256
 
 CHUNK = 1 << 24
 
@@ -89,7 +90,7 @@ def check_dataset(
         token_file = _open_entry(root, meta, entry, problems)
         if token_file is not None:
             files[entry.path] = token_file
-            if deep and sha256_file(token_file.path) != entry.sha256:
+            if deep and file_sha256(token_file.path) != entry.sha256:
                 problems.append(f"{token_file.path}: sha256 differs from {META_NAME} (the file changed)")
     _check_strays(root, meta, problems)
     if meta.kind == "pretrain":

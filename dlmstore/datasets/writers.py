@@ -1,10 +1,11 @@
 """Streaming, atomic writers for token files.
 
 :class:`StreamingFile` writes a file of any size in pieces: into a temp
-file in the destination directory, hashing as it goes, then fsync and
-rename, so a reader or a crash sees either no file or the whole one and
-the sha256 costs no second read. Each worker of a parallel build writes
-its own files this way; nothing is shared until registration.
+file in the destination directory (an :class:`~dlmstore.store.atomic.AtomicFile`),
+hashing as it goes, then fsync and rename, so a reader or a crash sees
+either no file or the whole one and the sha256 costs no second read.
+Each worker of a parallel build writes its own files this way; nothing is
+shared until registration.
 
 :class:`ShardedSplitWriter` is the pretrain layout on top of it: fixed-size
 shards of ``shard_tokens`` tokens (the last one shorter), each with a
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 
 from dlmstore.datasets.formats import OFFSET_DTYPE, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
-from dlmstore.store.atomic import fsync_dir, write_bytes_atomic
+from dlmstore.store.atomic import AtomicFile, write_bytes_atomic
 
 
 class StreamingFile:
@@ -46,31 +45,25 @@ class StreamingFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self._tmp = tmp
-        self._handle = os.fdopen(fd, "wb", buffering=1 << 20)
+        self._file = AtomicFile(path, buffering=1 << 20)
         self._digest = hashlib.sha256()
         self.bytes = 0
 
     def write(self, array: np.ndarray[Any, Any]) -> None:
         """Append a contiguous array's bytes."""
         view = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
-        self._handle.write(view)
+        self._file.file.write(view)
         self._digest.update(view)
         self.bytes += len(view)
 
     def finish(self) -> str:
         """Stop writing; returns ``sha256:<hex>`` of the contents (known before any fsync)."""
-        self._handle.flush()
+        self._file.file.flush()
         return "sha256:" + self._digest.hexdigest()
 
     def publish(self) -> None:
         """fsync, close and rename into place (may run on another thread)."""
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        os.chmod(self._tmp, 0o644)
-        os.replace(self._tmp, self.path)
-        fsync_dir(self.path.parent)
+        self._file.commit()
 
     def commit(self) -> str:
         """:meth:`finish` then :meth:`publish`; returns the sha256."""
@@ -80,12 +73,7 @@ class StreamingFile:
 
     def abort(self) -> None:
         """Close and delete the temp file; the destination is untouched."""
-        if not self._handle.closed:
-            self._handle.close()
-        try:
-            os.unlink(self._tmp)
-        except FileNotFoundError:
-            pass
+        self._file.abort()
 
     def __enter__(self) -> StreamingFile:
         return self

@@ -1,45 +1,254 @@
-"""Atomic file writes: temp file in the same directory, fsync, rename.
+"""Atomic writes of files and directories: temp beside the target, fsync, rename.
 
 A reader (or a crash) sees either the old file or the whole new one, never
 a partial write. Callers that record a file in store.db commit the row only
-after these functions return, so no row ever points at a partial blob.
+after the write is published, so no row ever points at a partial blob.
+
+There is one implementation of each dance, and everything else is built
+on it:
+
+* :class:`AtomicFile` — a temp file ``.<name>.<random>.tmp`` beside the
+  target, published by :meth:`~AtomicFile.commit` (flush, fsync, chmod
+  0644, rename, fsync the directory) or dropped by
+  :meth:`~AtomicFile.abort`. Streaming writers that outlive a ``with``
+  block (dataset shards published on a background thread) hold one
+  directly; :func:`atomic_file` is the ``with`` form, and
+  :func:`write_bytes_atomic` the one-call form. The ``.tmp`` suffix is
+  what the sweepers look for (``dlm cache prune`` counts any ``*.tmp`` in
+  ``tokens/`` as a leftover temp file).
+* :class:`StagingDir` — a fresh directory beside the target, published by
+  :meth:`~StagingDir.publish` (fsync every file and directory in it,
+  chmod 0755, rename, fsync the parent). :func:`publish_dir` is the
+  ``with`` form; adapter versions hold one directly because the version
+  number they publish under is only settled at the rename.
+
+A directory rename cannot replace a non-empty directory, so ``replace``
+removes the old one first: a reader may briefly see no directory, never a
+partial one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, BinaryIO, Literal, TextIO, overload
+
+Existing = Literal["refuse", "replace", "keep"]
 
 
-def write_bytes_atomic(path: Path, data: bytes, *, overwrite: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically.
+class AtomicFile:
+    """A file written under a temp name beside ``path`` and renamed onto it by :meth:`commit`.
 
     Args:
         path: destination; its directory must exist.
-        data: the full contents.
-        overwrite: when false, raise ``FileExistsError`` if ``path`` exists
-            (checked atomically with a hard link, not a racy ``exists()``).
+        mode: ``"wb"`` (bytes) or ``"w"`` (text, UTF-8).
+        overwrite: when false, :meth:`commit` raises ``FileExistsError`` if
+            ``path`` exists (checked atomically with a hard link, not a
+            racy ``exists()``).
+        buffering: passed to ``open`` (streaming writers use large buffers).
+
+    Raises:
+        OSError: the temp file cannot be created (missing or read-only
+            directory).
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails with FileExistsError instead of clobbering
-            os.unlink(tmp)
-    except BaseException:
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: Literal["wb", "w"] = "wb",
+        *,
+        overwrite: bool = True,
+        buffering: int = -1,
+    ) -> None:
+        if mode not in ("wb", "w"):
+            raise ValueError(f"unsupported mode {mode!r}; expected 'wb' or 'w'")
+        self.path = Path(path)
+        self.overwrite = overwrite
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self.tmp = Path(tmp)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+            self.file: IO[Any] = os.fdopen(
+                fd, mode, buffering=buffering, encoding=None if mode == "wb" else "utf-8"
+            )
+        except BaseException:
+            os.close(fd)
+            self.tmp.unlink(missing_ok=True)
+            raise
+
+    def commit(self) -> None:
+        """Flush, fsync, close and rename into place; then fsync the directory.
+
+        May run on another thread than the writes. On any failure the temp
+        file is removed and the destination is untouched.
+        """
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            os.chmod(self.tmp, 0o644)  # mkstemp makes it private; published files are not
+            if self.overwrite:
+                os.replace(self.tmp, self.path)
+            else:
+                os.link(self.tmp, self.path)  # fails with FileExistsError instead of clobbering
+                os.unlink(self.tmp)
+        except BaseException:
+            self.abort()
+            raise
+        fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        """Close and delete the temp file; the destination is untouched."""
+        if not self.file.closed:
+            self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+@overload
+def atomic_file(
+    path: str | os.PathLike[str], mode: Literal["wb"] = ..., *, overwrite: bool = ...
+) -> AbstractContextManager[BinaryIO]: ...
+@overload
+def atomic_file(
+    path: str | os.PathLike[str], mode: Literal["w"], *, overwrite: bool = ...
+) -> AbstractContextManager[TextIO]: ...
+@contextmanager
+def atomic_file(
+    path: str | os.PathLike[str], mode: Literal["wb", "w"] = "wb", *, overwrite: bool = True
+) -> Iterator[Any]:  # the overloads say BinaryIO or TextIO
+    """Write ``path`` atomically through the file object this yields.
+
+    On a clean exit the file is published (see :meth:`AtomicFile.commit`);
+    on an exception the temp file is removed, the old ``path`` (if any) is
+    left as it was, and the exception propagates.
+
+    Args:
+        path: destination; its directory must exist.
+        mode: ``"wb"`` (bytes) or ``"w"`` (text, UTF-8).
+        overwrite: when false, raise ``FileExistsError`` on exit if ``path``
+            exists, leaving it untouched.
+    """
+    pending = AtomicFile(path, mode, overwrite=overwrite)
+    try:
+        yield pending.file
+    except BaseException:
+        pending.abort()
         raise
-    fsync_dir(path.parent)
+    pending.commit()
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_file` in one call)."""
+    with atomic_file(path, overwrite=overwrite) as f:
+        f.write(data)
+
+
+class StagingDir:
+    """A fresh directory in ``parent``, filled by the caller and renamed by :meth:`publish`.
+
+    Also a context manager that removes the directory on the way out unless
+    it was published.
+
+    Args:
+        parent: the directory the target will live in (must exist).
+        prefix: name prefix of a fresh ``mkdtemp`` directory (default ``.dir-``).
+        name: a fixed name instead, for staging that a sweeper must be able
+            to attribute (e.g. ``.incoming-run7``); a leftover of that name
+            is removed first.
+
+    Raises:
+        OSError: the directory cannot be created.
+    """
+
+    def __init__(self, parent: Path, *, prefix: str = ".dir-", name: str | None = None) -> None:
+        if name is None:
+            self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        else:
+            self.path = parent / name
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path.mkdir()
+        self._synced = False
+        self._published = False
+
+    def publish(self, target: Path, *, existing: Existing = "refuse") -> bool:
+        """fsync the contents, rename to ``target`` and fsync its parent.
+
+        Args:
+            target: the final path, in the same filesystem (normally the
+                same parent).
+            existing: what to do when ``target`` is already there:
+                ``refuse`` raises ``FileExistsError`` (the staging directory
+                stays, so the caller may try another name); ``replace``
+                removes it first; ``keep`` keeps it (another process won a
+                race to make the same thing) and returns false.
+
+        Returns:
+            True if this directory is now ``target``.
+        """
+        if not self._synced:
+            _fsync_tree(self.path)
+            self.path.chmod(0o755)  # mkdtemp makes it private; what we publish is not
+            self._synced = True
+        if existing == "replace" and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.rename(self.path, target)  # fails if target exists and is not empty
+        except OSError:
+            if existing == "keep" and target.is_dir():
+                return False
+            if not target.exists():
+                raise
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+        self._published = True
+        fsync_dir(target.parent)
+        return True
+
+    def abort(self) -> None:
+        """Remove the staging directory (nothing, once published)."""
+        if not self._published:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> StagingDir:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+
+@contextmanager
+def publish_dir(path: Path, *, existing: Existing = "refuse") -> Iterator[Path]:
+    """Build the directory ``path`` atomically in the fresh directory this yields.
+
+    The staging directory (``.<name>-<random>`` beside ``path``) is
+    published on a clean exit (see :meth:`StagingDir.publish` for
+    ``existing``) and removed on an exception, or when ``keep`` found
+    ``path`` already there.
+    """
+    with StagingDir(path.parent, prefix=f".{path.name}-") as staging:
+        yield staging.path
+        staging.publish(path, existing=existing)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root``, children before parents."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue  # its target is not ours to sync
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(directory))
 
 
 def fsync_dir(path: Path) -> None:

@@ -7,9 +7,6 @@ import os
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    """``sha256:<hex>`` of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
+    """``sha256:<hex>`` of a file's bytes, read in chunks (never whole into memory)."""
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()

@@ -11,7 +11,6 @@ earlier one; its temporary folder is removed on the way out, or by
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,12 +18,14 @@ from pathlib import Path
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
-from dlmstore.store.atomic import fsync_dir
+from dlmstore.store.atomic import StagingDir
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
 
 VERSIONS_DIR = "adapter/versions"
 WEIGHTS = "adapter_model.safetensors"
+#: Staging folders are named after their run, so a sweep can tell a live one from a leftover.
+STAGING_PREFIX = ".incoming-run"
 
 
 @dataclass(frozen=True)
@@ -58,29 +59,23 @@ def save_version(
             store); nothing is registered and earlier versions are untouched.
     """
     versions = store.path / VERSIONS_DIR
-    staging = versions / f".incoming-run{run_id}"
+    staging: StagingDir | None = None
     try:
         versions.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        write(staging)
-        for entry in os.scandir(staging):
-            if entry.is_file():
-                with open(entry.path, "rb") as f:
-                    os.fsync(f.fileno())
-        weights = staging / WEIGHTS
+        staging = StagingDir(versions, name=f"{STAGING_PREFIX}{run_id}")
+        write(staging.path)
+        weights = staging.path / WEIGHTS
         sha256 = file_sha256(weights)
         size = weights.stat().st_size
         version = _publish(staging, versions)
     except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
         raise StoreError(
             f"cannot write the adapter under {versions}: {exc.strerror or exc}",
             hint="free some disk space (earlier adapter versions are untouched) and run again",
         ) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    finally:
+        if staging is not None:
+            staging.abort()  # nothing once published
     relpath = f"{VERSIONS_DIR}/v{version:04d}"
     now = utc_now()
     with store.write() as conn:
@@ -92,20 +87,16 @@ def save_version(
     return AdapterVersion(version, run_id, relpath, sha256, size, base_model, steps, final_loss, now)
 
 
-def _publish(staging: Path, versions: Path) -> int:
+def _publish(staging: StagingDir, versions: Path) -> int:
     """Rename ``staging`` to the first free ``vNNNN`` (atomic; never over an existing one)."""
     taken = [int(p.name[1:]) for p in versions.glob("v[0-9][0-9][0-9][0-9]") if p.name[1:].isdigit()]
     version = max(taken, default=0) + 1
     while True:
-        target = versions / f"v{version:04d}"
         try:
-            os.rename(staging, target)  # fails if target exists and is not empty
-        except OSError:
-            if not target.exists():
-                raise
+            staging.publish(versions / f"v{version:04d}")
+        except FileExistsError:  # another run took it first
             version += 1
             continue
-        fsync_dir(versions)
         return version
 
 
@@ -127,8 +118,8 @@ def sweep_temporary(store: Store) -> int:
     with store.read() as conn:
         running = {row[0] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")}
     removed = 0
-    for entry in versions.glob(".incoming-run*"):
-        run_id = entry.name.removeprefix(".incoming-run")
+    for entry in versions.glob(f"{STAGING_PREFIX}*"):
+        run_id = entry.name.removeprefix(STAGING_PREFIX)
         if not (run_id.isdigit() and int(run_id) in running):
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
