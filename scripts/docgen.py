@@ -31,6 +31,7 @@ def render_schema() -> str:
         db_path = Path(tmp) / "store.db"
         migrate(db_path, "0" * 26)
         conn = sqlite3.connect(db_path)
+        conn.row_factory = sqlite3.Row
         try:
             objects = conn.execute(
                 "SELECT type, name, sql FROM sqlite_master "
@@ -58,7 +59,8 @@ def render_schema() -> str:
         if table is not None and table.comment:
             out.append(f"{table.comment}\n\n")
         out.append("| column | type | not null | description |\n|---|---|---|---|\n")
-        for _cid, col, col_type, notnull, _default, _pk in columns[name]:
+        for column in columns[name]:
+            col, col_type, notnull = column["name"], column["type"], column["notnull"]
             comment = ""
             if table is not None and col in table.c and table.c[col].comment:
                 comment = str(table.c[col].comment)

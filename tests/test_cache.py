@@ -99,8 +99,8 @@ def test_eviction_reads_only_the_entries_it_evicts(store: Store) -> None:
             "ORDER BY last_access_at, last_run_id LIMIT ?",
             (new, 512),
         ).fetchall()
-    assert any("cache_entries_lru" in str(row) for row in plan)
-    assert not any("TEMP B-TREE" in str(row) for row in plan)  # no sort of the whole table
+    assert any("cache_entries_lru" in row["detail"] for row in plan)
+    assert not any("TEMP B-TREE" in row["detail"] for row in plan)  # no sort of the whole table
     assert evict(store, max_bytes=3998, protect_run_id=new).entries == 2
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.store.database import current_revision, open_store, store_exists
+from dlmstore.store.database import current_revision, first_value, open_store, store_exists
 from dlmstore.store.schema import HEAD_REVISION
 
 from .conftest import VALID_ID
@@ -47,8 +47,8 @@ def test_opening_a_new_store_creates_a_migrated_database(dlm_home: Path) -> None
 
 def test_store_connections_enable_foreign_keys_and_a_busy_timeout() -> None:
     with open_store(VALID_ID) as store, store.read() as conn:
-        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+        assert first_value(conn, "PRAGMA foreign_keys") == 1
+        assert first_value(conn, "PRAGMA busy_timeout") == 30000
 
 
 def test_opening_without_create_does_not_create_anything(dlm_home: Path) -> None:

@@ -96,11 +96,11 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
     """Drop entries not used within ``older_than`` and reclaim their disk space."""
     cutoff = iso_before(older_than)
     with store.write() as conn:
-        removed, removed_bytes = conn.exec_driver_sql(
+        removed, removed_bytes = conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries WHERE last_access_at < ?",
             (cutoff,),
-        ).one()
-        conn.exec_driver_sql("DELETE FROM cache_entries WHERE last_access_at < ?", (cutoff,))
+        ).fetchone()
+        conn.execute("DELETE FROM cache_entries WHERE last_access_at < ?", (cutoff,))
         dead = drop_dead_packs(conn)
     unlink_packs(store, dead)
     compacted = _compact(store)
@@ -111,7 +111,7 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
 def _compact(store: Store) -> int:
     """Rewrite packs that are mostly dead space; return how many."""
     with store.read() as conn:
-        sparse = conn.exec_driver_sql(
+        sparse = conn.execute(
             "SELECT id, path, dtype FROM token_packs WHERE live_bytes > 0 AND live_bytes < bytes * ?",
             (COMPACT_BELOW,),
         ).fetchall()
@@ -119,25 +119,25 @@ def _compact(store: Store) -> int:
     done = 0
     for pack_id, relpath, dtype in sparse:
         with store.read() as conn:
-            entries = conn.exec_driver_sql(
+            entries = conn.execute(
                 "SELECT id, byte_offset, bytes, checksum FROM cache_entries WHERE pack_id = ? ORDER BY byte_offset",
                 (pack_id,),
             ).fetchall()
         arrays, ids = [], []
-        for entry_id, offset, nbytes, expected in entries:
-            data = reader.read(relpath, offset, nbytes, expected)
+        for entry in entries:
+            data = reader.read(relpath, entry["byte_offset"], entry["bytes"], entry["checksum"])
             if data is not None:  # damaged entries are verify's business; skip them here
                 arrays.append(as_array(data, dtype))
-                ids.append(entry_id)
+                ids.append(entry["id"])
         if not arrays:
             continue
         new = write_pack(store.path, arrays, arrays[0].dtype)
         with store.write() as conn:
-            new_id = conn.exec_driver_sql(
+            new_id = conn.execute(
                 "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at) VALUES (?, ?, ?, 0, ?)",
                 (new.relpath, new.dtype, new.bytes, utc_now()),
             ).lastrowid
-            conn.exec_driver_sql(
+            conn.execute(
                 "UPDATE cache_entries SET pack_id = ?, byte_offset = j.value ->> 1 "
                 "FROM json_each(?) AS j WHERE cache_entries.id = j.value ->> 0 AND cache_entries.pack_id = ?",
                 (
@@ -159,7 +159,7 @@ def _sweep_files(store: Store, *, grace_s: float, remove: bool) -> tuple[list[st
     if not directory.is_dir():
         return [], []
     with store.read() as conn:
-        known = {row[0] for row in conn.exec_driver_sql("SELECT path FROM token_packs")}
+        known = {row["path"] for row in conn.execute("SELECT path FROM token_packs")}
     now = time.time()
     orphans: list[str] = []
     temps: list[str] = []
@@ -188,9 +188,9 @@ class ClearResult:
 def clear(store: Store) -> ClearResult:
     """Drop every cache entry and every pack file of the store."""
     with store.write() as conn:
-        count, size = conn.exec_driver_sql("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").one()
-        conn.exec_driver_sql("DELETE FROM cache_entries")
-        conn.exec_driver_sql("DELETE FROM token_packs")
+        count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
+        conn.execute("DELETE FROM cache_entries")
+        conn.execute("DELETE FROM token_packs")
     files = 0
     directory = store.path / PACK_DIR
     if directory.is_dir():
@@ -228,14 +228,15 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
     """Check every entry against its bytes and every file against the rows."""
     problems: list[Problem] = []
     with store.read() as conn:
-        packs = conn.exec_driver_sql("SELECT id, path, bytes FROM token_packs").fetchall()
-        entries = conn.exec_driver_sql(
-            "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum "
+        packs = conn.execute("SELECT id, path, bytes FROM token_packs").fetchall()
+        entries = conn.execute(
+            "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.checksum "
             "FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id"
         ).fetchall()
-        totals = conn.exec_driver_sql("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").one()
-        actual = conn.exec_driver_sql("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries").one()
-    for _pack_id, relpath, nbytes in packs:
+        totals = tuple(conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone())
+        actual = tuple(conn.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries").fetchone())
+    for pack in packs:
+        relpath, nbytes = pack["path"], pack["bytes"]
         path = store.path / relpath
         if not path.is_file():
             problems.append(Problem("missing_pack", relpath, "registered pack file is missing", repair))
@@ -247,24 +248,24 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
             )
     reader = PackReader(store.path)
     bad: list[int] = []
-    for entry_id, row_key, relpath, offset, nbytes, _dtype, expected in entries:
-        if reader.read(relpath, offset, nbytes, expected) is None:
-            bad.append(entry_id)
+    for entry in entries:
+        if reader.read(entry["path"], entry["byte_offset"], entry["bytes"], entry["checksum"]) is None:
+            bad.append(entry["id"])
             problems.append(
                 Problem(
                     "bad_entry",
-                    relpath,
-                    f"entry {entry_id} ({row_key[:19]}...) is missing or fails its checksum",
+                    entry["path"],
+                    f"entry {entry['id']} ({entry['row_key'][:19]}...) is missing or fails its checksum",
                     repair,
                 )
             )
     reader.close()
-    if tuple(totals) != tuple(actual):
+    if totals != actual:
         problems.append(
             Problem(
                 "wrong_totals",
                 "cache_totals",
-                f"records {tuple(totals)}, entries add up to {tuple(actual)}",
+                f"records {totals}, entries add up to {actual}",
                 repair,
             )
         )
@@ -272,24 +273,24 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
     problems += [Problem("orphan_file", p, "pack file not registered in store.db", repair) for p in orphans]
     problems += [Problem("temp_file", p, "leftover temporary file", repair) for p in temps]
     if repair:
-        missing = [relpath for _, relpath, _ in packs if not (store.path / relpath).is_file()]
+        missing = [pack["path"] for pack in packs if not (store.path / pack["path"]).is_file()]
         with store.write() as conn:
             if bad:
-                conn.exec_driver_sql(
+                conn.execute(
                     "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                     (json.dumps(bad),),
                 )
             if missing:
-                conn.exec_driver_sql(
+                conn.execute(
                     "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?)) "
                     "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)",
                     (json.dumps(missing),),
                 )
-            conn.exec_driver_sql(
+            conn.execute(
                 "UPDATE cache_totals SET entry_count = (SELECT COUNT(*) FROM cache_entries), "
                 "bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries) WHERE id = 1"
             )
-            conn.exec_driver_sql(
+            conn.execute(
                 "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
                 "WHERE pack_id = token_packs.id)"
             )

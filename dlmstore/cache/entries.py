@@ -29,6 +29,7 @@ Its cost is proportional to the entries evicted, not to the cache size.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
-from dlmstore.store.database import Store
+from dlmstore.store.database import Store, first_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,7 +84,12 @@ class TokenCache:
         if not row_keys:
             return Lookup({})
         with self.store.read() as conn:
-            rows = conn.exec_driver_sql(
+            # Plain tuples, unpacked below in SELECT order: a warm run looks up
+            # every row of the corpus here, and sqlite3.Row with reads by name
+            # adds ~10 ms on 13K rows, a tenth of this lookup.
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
                 "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum "
                 "FROM json_each(?) AS k "
                 "JOIN cache_entries AS e ON e.row_key = k.value "
@@ -107,13 +113,13 @@ class TokenCache:
         if good or bad:
             with self.store.write() as conn:
                 if good:
-                    conn.exec_driver_sql(
+                    conn.execute(
                         "UPDATE cache_entries SET last_access_at = ?, last_run_id = ? "
                         "WHERE id IN (SELECT value FROM json_each(?))",
                         (utc_now(), run_id, json.dumps(good)),
                     )
                 if bad:
-                    conn.exec_driver_sql(
+                    conn.execute(
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(bad),),
                     )
@@ -143,12 +149,12 @@ class TokenCache:
             ]
         )
         with self.store.write() as conn:
-            pack_id = conn.exec_driver_sql(
+            pack_id = conn.execute(
                 "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
                 "VALUES (?, ?, ?, 0, ?, ?)",
                 (pack.relpath, pack.dtype, pack.bytes, now, run_id),
             ).lastrowid
-            conn.exec_driver_sql(
+            conn.execute(
                 "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
                 "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, "
                 "last_run_id) "
@@ -169,7 +175,7 @@ class TokenCache:
 def cache_bytes(store: Store) -> int:
     """Total bytes of all cache entries (O(1): a trigger-kept total)."""
     with store.read() as conn:
-        return int(conn.exec_driver_sql("SELECT bytes FROM cache_totals WHERE id = 1").scalar() or 0)
+        return int(first_value(conn, "SELECT bytes FROM cache_totals WHERE id = 1") or 0)
 
 
 def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Eviction:
@@ -181,9 +187,9 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
     """
     removed = removed_bytes = 0
     with store.write() as conn:
-        total = int(conn.exec_driver_sql("SELECT bytes FROM cache_totals WHERE id = 1").scalar() or 0)
+        total = int(first_value(conn, "SELECT bytes FROM cache_totals WHERE id = 1") or 0)
         while total > max_bytes:
-            batch = conn.exec_driver_sql(
+            batch = conn.execute(
                 "SELECT id, bytes FROM cache_entries "
                 "WHERE last_run_id IS NOT ? ORDER BY last_access_at, last_run_id LIMIT ?",
                 (protect_run_id, EVICT_BATCH),
@@ -197,7 +203,7 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
                 removed_bytes += nbytes
                 if total <= max_bytes:
                     break
-            conn.exec_driver_sql(
+            conn.execute(
                 "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                 (json.dumps(chosen),),
             )
@@ -207,17 +213,17 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
     return Eviction(removed, removed_bytes, dead)
 
 
-def drop_dead_packs(conn) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+def drop_dead_packs(conn: sqlite3.Connection) -> tuple[str, ...]:
     """Delete pack rows no entry points into; return their paths (files go after commit)."""
     dead = tuple(
-        row[0]
-        for row in conn.exec_driver_sql(
+        row["path"]
+        for row in conn.execute(
             "SELECT path FROM token_packs WHERE live_bytes = 0 "
             "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)"
         )
     )
     if dead:
-        conn.exec_driver_sql(
+        conn.execute(
             "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?))", (json.dumps(dead),)
         )
     return dead

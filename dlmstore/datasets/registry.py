@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from dlmstore.clock import utc_now
 from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.meta import META_NAME, load_meta, meta_bytes
 
@@ -53,10 +54,6 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
         DatasetFileError: meta.json is missing or malformed, or a file it
             lists is missing or has another size.
     """
-    from sqlalchemy import delete, insert
-
-    from dlmstore.store.schema import dataset_files, datasets, utc_now
-
     directory = Path(dataset_dir).resolve()
     meta = load_meta(directory)
     if not meta.built:
@@ -78,26 +75,32 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
                 f"{path} has {size} bytes but {META_NAME} records {entry.bytes}",
                 hint="rebuild the dataset; the file was cut short or replaced",
             )
-    row = {
-        "name": meta.name,
-        "kind": meta.kind,
-        "path": str(directory),
-        "tokenizer_sha256": meta.tokenizer_sha256,
-        "token_dtype": meta.token_dtype,
-        "vocab_size": meta.vocab_size,
-        "seed": meta.seed,
-        "meta_json": meta_bytes(meta.raw).decode("utf-8"),
-        "registered_at": utc_now(),
-    }
     with store.write() as conn:
-        conn.execute(delete(datasets).where(datasets.c.path == str(directory)))
+        conn.execute("DELETE FROM datasets WHERE path = ?", (str(directory),))
+        cursor = conn.execute(
+            "INSERT INTO datasets (name, kind, path, tokenizer_sha256, token_dtype, vocab_size, seed, "
+            "meta_json, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                meta.name,
+                meta.kind,
+                str(directory),
+                meta.tokenizer_sha256,
+                meta.token_dtype,
+                meta.vocab_size,
+                meta.seed,
+                meta_bytes(meta.raw).decode("utf-8"),
+                utc_now(),
+            ),
+        )
         # sqlite always reports the AUTOINCREMENT id of a single-row insert
-        dataset_id = cast(int, conn.execute(insert(datasets).values(**row)).lastrowid)
-        if meta.files:
-            conn.execute(
-                insert(dataset_files),
-                [{"dataset_id": dataset_id, **dataclasses.asdict(entry)} for entry in meta.files],
-            )
+        dataset_id = cast(int, cursor.lastrowid)
+        conn.executemany(
+            "INSERT INTO dataset_files (dataset_id, split, role, path, shard_index, token_offset, "
+            "token_count, doc_count, bytes, sha256) "
+            "VALUES (:dataset_id, :split, :role, :path, :shard_index, :token_offset, "
+            ":token_count, :doc_count, :bytes, :sha256)",
+            [{"dataset_id": dataset_id, **dataclasses.asdict(entry)} for entry in meta.files],
+        )
     tokens: dict[str, int] = {}
     for entry in meta.files:
         if entry.role == "tokens":
@@ -123,12 +126,10 @@ def register_in(store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLik
 
 def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[str, object] | None:
     """The meta.json a store recorded for ``dataset_dir``; ``None`` when it is not registered."""
-    from sqlalchemy import select
-
-    from dlmstore.store.schema import datasets
+    from dlmstore.store.database import first_value
 
     with store.read() as conn:
-        value = conn.execute(
-            select(datasets.c.meta_json).where(datasets.c.path == str(Path(dataset_dir).resolve()))
-        ).scalar()
+        value = first_value(
+            conn, "SELECT meta_json FROM datasets WHERE path = ?", (str(Path(dataset_dir).resolve()),)
+        )
     return None if value is None else dict(json.loads(value))

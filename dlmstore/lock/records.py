@@ -13,8 +13,8 @@ them; the latest ``written``/``updated`` row is what ``dlm.lock`` holds.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
 
 from dlmstore.clock import utc_now
 from dlmstore.lock.model import LOCK_NAME, Lock, LockError, parse_lock, read_lock
@@ -82,7 +82,7 @@ def write_lock(store: Store, lock: Lock, *, decision: str) -> LockRecord:
         write_bytes_atomic(store.path / LOCK_NAME, text.encode("utf-8"))
     created_at = utc_now()
     with store.write() as conn:
-        result = conn.execute(
+        cursor = conn.execute(
             "INSERT INTO lock_records (run_id, created_at, decision, lock_version, dlm_sha256, "
             "base_model_revision, base_model_sha256, hardware_tier, determinism_class, seed, lock_json) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -100,7 +100,7 @@ def write_lock(store: Store, lock: Lock, *, decision: str) -> LockRecord:
                 text,
             ),
         )
-        record_id = int(result.lastrowid or 0)
+        record_id = int(cursor.lastrowid or 0)
     return LockRecord(record_id, lock.last_run_id, created_at, decision, lock)
 
 
@@ -142,7 +142,7 @@ def lock_diff(store: Store, against_run_id: int | None = None) -> LockDiff:
         if against_run_id is None:
             old_row = conn.execute(
                 f"SELECT {_COLUMNS} FROM lock_records WHERE {_ON_DISK} AND id < ? ORDER BY id DESC LIMIT 1",
-                (new_row[0],),
+                (new_row["id"],),
             ).fetchone()
         else:
             old_row = conn.execute(
@@ -151,7 +151,7 @@ def lock_diff(store: Store, against_run_id: int | None = None) -> LockDiff:
             ).fetchone()
             if old_row is None:
                 runs = [
-                    str(r[0])
+                    str(r["run_id"])
                     for r in conn.execute(
                         "SELECT DISTINCT run_id FROM lock_records WHERE run_id IS NOT NULL ORDER BY run_id"
                     ).fetchall()
@@ -176,7 +176,6 @@ def lock_diff(store: Store, against_run_id: int | None = None) -> LockDiff:
     )
 
 
-def _record(row: tuple[Any, ...]) -> LockRecord:
-    record_id, run_id, created_at, decision, lock_json = row
-    lock = parse_lock(str(lock_json), source=f"lock record {record_id}")
-    return LockRecord(record_id, run_id, created_at, decision, lock)
+def _record(row: sqlite3.Row) -> LockRecord:
+    lock = parse_lock(str(row["lock_json"]), source=f"lock record {row['id']}")
+    return LockRecord(row["id"], row["run_id"], row["created_at"], row["decision"], lock)

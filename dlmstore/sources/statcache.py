@@ -82,11 +82,16 @@ class StatCache:
     def load(cls, store: Store) -> StatCache:
         """All records of ``store`` (one query)."""
         with store.read() as conn:
-            rows = conn.execute(
+            # Plain tuples, the stamp columns in FileStamp's field order: this
+            # reads one row per source file on every run, and sqlite3.Row with
+            # reads by name adds ~10 ms on 13K files, a fifth of this load.
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
                 "SELECT path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, checked_ns "
                 "FROM source_stats"
             ).fetchall()
-        return cls({(r[0], r[1]): FileStamp(*r[2:]) for r in rows})
+        return cls({(path, relpath): FileStamp(*stamp) for path, relpath, *stamp in rows})
 
     def save(self, store: Store) -> None:
         """Write new and changed records; drop records of files no run saw this time."""
@@ -94,7 +99,7 @@ class StatCache:
         if not self.changed and not gone:
             return
         with store.write() as conn:
-            conn.raw.executemany(
+            conn.executemany(
                 "INSERT INTO source_stats (path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, "
                 "checked_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path, relpath) DO UPDATE SET "
                 "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
@@ -105,4 +110,4 @@ class StatCache:
                     for (path, rel), s in self.changed.items()
                 ],
             )
-            conn.raw.executemany("DELETE FROM source_stats WHERE path = ? AND relpath = ?", gone)
+            conn.executemany("DELETE FROM source_stats WHERE path = ? AND relpath = ?", gone)

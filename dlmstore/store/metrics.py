@@ -63,7 +63,7 @@ def record_tokenization_event(store: Store, run_id: int, event: TokenizationEven
     fields = asdict(event)
     fields.pop("hit_rate")
     with store.write() as conn:
-        conn.exec_driver_sql(
+        conn.execute(
             "INSERT INTO tokenization_events (run_id, total_sections, total_rows, cache_hits, "
             "cache_misses, total_tokenize_seconds, cache_bytes_after, cache_mode, tokenizer_sha256, "
             "sequence_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -134,10 +134,11 @@ def run_metrics(
         where.append("r.started_at >= ?")
         params.append(iso_before(since))
     sql = (
-        "SELECT r.id, r.command, r.status, r.started_at, r.finished_at, r.error, "
+        "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, "
         "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
-        "e.cache_bytes_after, e.cache_mode, a.version, a.sha256, a.steps, "
-        "(SELECT loss FROM train_steps s WHERE s.run_id = r.id ORDER BY step DESC LIMIT 1) "
+        "e.cache_bytes_after, e.cache_mode, a.version AS adapter_version, a.sha256 AS adapter_sha256, "
+        "a.steps AS steps_taken, "
+        "(SELECT loss FROM train_steps s WHERE s.run_id = r.id ORDER BY step DESC LIMIT 1) AS final_loss "
         "FROM runs AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
         "LEFT JOIN adapters AS a ON a.run_id = r.id "
         + (f"WHERE {' AND '.join(where)} " if where else "")
@@ -148,7 +149,7 @@ def run_metrics(
         per_step: list[TrainStep] | None = None
         if run_id is not None:
             per_step = [
-                TrainStep(*step)
+                TrainStep(**step)
                 for step in conn.execute(
                     "SELECT step, epoch, loss, learning_rate, tokens_per_second FROM train_steps "
                     "WHERE run_id = ? ORDER BY step",
@@ -158,14 +159,33 @@ def run_metrics(
     runs = []
     for row in rows:
         event = None
-        if row[6] is not None:
+        if row["total_sections"] is not None:
             event = TokenizationEvent(
-                total_sections=row[6], total_rows=row[7], cache_hits=row[8], cache_misses=row[9],
-                total_tokenize_seconds=row[10], cache_bytes_after=row[11], cache_mode=row[12],
-                hit_rate=TokenizationEvent.rate(row[8], row[9]),
+                total_sections=row["total_sections"], total_rows=row["total_rows"],
+                cache_hits=row["cache_hits"], cache_misses=row["cache_misses"],
+                total_tokenize_seconds=row["total_tokenize_seconds"],
+                cache_bytes_after=row["cache_bytes_after"], cache_mode=row["cache_mode"],
+                hit_rate=TokenizationEvent.rate(row["cache_hits"], row["cache_misses"]),
             )  # fmt: skip
         training = None
-        if row[1] == "train":
-            training = TrainingInfo(row[13], row[14], row[15], row[16], per_step)
-        runs.append(RunMetrics(row[0], row[1], row[2], row[3], row[4], row[5], event, training))
+        if row["command"] == "train":
+            training = TrainingInfo(
+                adapter_version=row["adapter_version"],
+                adapter_sha256=row["adapter_sha256"],
+                steps_taken=row["steps_taken"],
+                final_loss=row["final_loss"],
+                steps=per_step,
+            )
+        runs.append(
+            RunMetrics(
+                run_id=row["run_id"],
+                command=row["command"],
+                status=row["status"],
+                started_at=row["started_at"],
+                finished_at=row["finished_at"],
+                error=row["error"],
+                tokenization=event,
+                training=training,
+            )
+        )
     return MetricsReport(store.dlm_id, str(store.path), runs)

@@ -53,17 +53,17 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) ->
         running = conn.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
         dead = [run_id for run_id, pid in running if pid is not None and not _alive(pid)]
         if dead:
-            conn.raw.executemany(
+            conn.executemany(
                 "UPDATE runs SET status = 'failed', finished_at = ?, "
                 "error = 'the process ended without finishing the run' WHERE id = ?",
                 [(utc_now(), run_id) for run_id in dead],
             )
-        result = conn.execute(
+        cursor = conn.execute(
             "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid) "
             "VALUES (?, 'running', ?, ?, ?, ?, ?)",
             (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid()),
         )
-        return int(result.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
+        return int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
 
 
 def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:
@@ -106,7 +106,7 @@ def get_run(store: Store, run_id: int) -> Run | None:
     """The run with id ``run_id``, or ``None``."""
     with store.read() as conn:
         row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    return Run(*row) if row else None
+    return Run(**row) if row else None
 
 
 def list_runs(store: Store, *, limit: int = 20, since: str | None = None) -> list[Run]:
@@ -116,4 +116,4 @@ def list_runs(store: Store, *, limit: int = 20, since: str | None = None) -> lis
             f"SELECT {_COLUMNS} FROM runs WHERE started_at >= ? ORDER BY id DESC LIMIT ?",
             (since or "", limit),
         ).fetchall()
-    return [Run(*row) for row in rows]
+    return [Run(**row) for row in rows]

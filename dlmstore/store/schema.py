@@ -2,8 +2,10 @@
 
 The database itself is only ever created or changed by the numbered Alembic
 revisions in ``dlmstore.migrations.versions``; these tables describe the
-head of that chain so library code can build queries, and a test checks
-that models and migrations agree (``compare_metadata`` is empty).
+head of that chain, and a test checks that models and migrations agree
+(``compare_metadata`` is empty). Library code does not build queries from
+them: it writes plain SQL over ``sqlite3`` (``dlmstore.store.database``
+says why), so SQLAlchemy is imported only by migrations and schema tests.
 
 Conventions, so ``sqlite3 store.db`` is pleasant to use:
 
@@ -32,10 +34,9 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dlmstore.clock import utc_now
 from dlmstore.migrations import HEAD_REVISION, REVISIONS
 
-__all__ = ["HEAD_REVISION", "REVISIONS", "metadata", "utc_now"]
+__all__ = ["HEAD_REVISION", "REVISIONS", "metadata"]
 
 metadata = MetaData()
 

@@ -107,7 +107,7 @@ def latest(store: Store) -> AdapterVersion | None:
             "SELECT version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at "
             "FROM adapters ORDER BY version DESC LIMIT 1"
         ).fetchone()
-    return AdapterVersion(*row) if row else None
+    return AdapterVersion(**row) if row else None
 
 
 def sweep_temporary(store: Store) -> int:
@@ -116,7 +116,7 @@ def sweep_temporary(store: Store) -> int:
     if not versions.is_dir():
         return 0
     with store.read() as conn:
-        running = {row[0] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")}
+        running = {row["id"] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")}
     removed = 0
     for entry in versions.glob(f"{STAGING_PREFIX}*"):
         run_id = entry.name.removeprefix(STAGING_PREFIX)

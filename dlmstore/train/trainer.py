@@ -364,7 +364,7 @@ class _StepRecorder:
         if not self.pending:
             return
         with self.store.write() as conn:
-            conn.raw.executemany(
+            conn.executemany(
                 "INSERT OR REPLACE INTO train_steps (run_id, step, epoch, loss, learning_rate, "
                 "tokens_per_second, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 self.pending,
