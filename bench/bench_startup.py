@@ -44,6 +44,8 @@ def main() -> None:
         cases = {
             "python -c pass (floor)": [sys.executable, "-c", "pass"],
             "python -c 'import click'": [sys.executable, "-c", "import click"],
+            # why store connections are plain sqlite3 (dlmstore/store/database.py)
+            "python -c 'import sqlalchemy'": [sys.executable, "-c", "import sqlalchemy"],
             "dlm --version": [dlm, "--version"],
             "dlm --help": [dlm, "--help"],
             "dlm show doc.dlm": [dlm, "show", str(doc)],

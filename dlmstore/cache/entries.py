@@ -85,8 +85,9 @@ class TokenCache:
             return Lookup({})
         with self.store.read() as conn:
             # Plain tuples, unpacked below in SELECT order: a warm run looks up
-            # every row of the corpus here, and sqlite3.Row with reads by name
-            # adds ~10 ms on 13K rows, a tenth of this lookup.
+            # every row of the corpus here, and building a sqlite3.Row per row
+            # and reading it by name is a measurable share of the lookup
+            # (bench/bench_tokenize.py times the warm pass).
             cursor = conn.cursor()
             cursor.row_factory = None
             rows = cursor.execute(

@@ -83,8 +83,9 @@ class StatCache:
         """All records of ``store`` (one query)."""
         with store.read() as conn:
             # Plain tuples, the stamp columns in FileStamp's field order: this
-            # reads one row per source file on every run, and sqlite3.Row with
-            # reads by name adds ~10 ms on 13K files, a fifth of this load.
+            # reads one row per source file on every run, and building a
+            # sqlite3.Row per row and reading it by name is a measurable share
+            # of this load (bench/bench_tokenize.py times the warm pass).
             cursor = conn.cursor()
             cursor.row_factory = None
             rows = cursor.execute(

@@ -7,8 +7,8 @@ pays for Alembic. Migration runs under an exclusive file lock so two ``dlm``
 processes opening a brand-new store do not race each other.
 
 Connections are plain ``sqlite3``, not a SQLAlchemy engine: importing
-SQLAlchemy costs ~140 ms, more than everything else a warm ``dlm tokenize``
-does on a 1K-file corpus. SQLAlchemy stays the source of truth for the
+SQLAlchemy costs more than everything else a warm ``dlm tokenize`` does on
+a small corpus (``bench/bench_startup.py``). SQLAlchemy stays the source of truth for the
 schema (``dlmstore.store.schema``) and runs the migrations (Alembic), and is
 imported only when a database needs migrating. All SQL is plain text with
 ``?`` placeholders; rows are ``sqlite3.Row``, read by column name
@@ -16,7 +16,7 @@ imported only when a database needs migrating. All SQL is plain text with
 that returns rows, compares them or prints them as JSON converts them
 (``tuple(row)``, ``dict(row)``, or a dataclass built from named columns).
 The two bulk reads of a warm run (the cache lookup and the stat cache) use
-a plain-tuple cursor instead, with the measured reason beside them.
+a plain-tuple cursor instead, with the reason beside them.
 
 The connection is set up for several processes sharing one database:
 
