@@ -226,14 +226,16 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
 def _quiet_transformers() -> Iterator[Any]:
     """Import transformers with its progress bars and info logging off."""
     import transformers
-    from transformers.utils import logging as hf_logging
+
+    # transformers' logging helpers and the GGUF module are untyped; Any says so once.
+    hf_logging: Any = importlib.import_module("transformers.utils.logging")
 
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     # The GGUF converter draws its own tqdm bar, outside transformers' switch.
-    gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    gguf_utils: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
     bar = getattr(gguf_utils, "tqdm", None)
     if bar is not None:
         gguf_utils.tqdm = functools.partial(bar, disable=True)

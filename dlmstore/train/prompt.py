@@ -8,6 +8,7 @@ and answered greedily, so the same adapter gives the same answer every time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> P
 
     ref = resolve_base(document.base_model, relative_to=document.directory)
     tokenizer = load_tokenizer(ref)
-    model = PeftModel.from_pretrained(load_model(ref), str(folder))
+    model: Any = PeftModel.from_pretrained(load_model(ref), str(folder))  # generate() is untyped
     model.eval()
     messages = []
     if document.frontmatter.system_prompt is not None:

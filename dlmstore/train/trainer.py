@@ -244,7 +244,8 @@ def _fit(
     import torch
     from peft import LoraConfig
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
 
     from dlmstore.bases import load_model
     from dlmstore.train.determinism import apply_determinism, seed_everything
