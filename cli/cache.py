@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from dlmstore.cli.render import emit_json, human_bytes
+from .params import DURATION
+from .render import emit_json, human_bytes
 
 
 @click.group("cache")
@@ -44,29 +45,11 @@ def show_command(path: str, as_json: bool) -> None:
         )
 
 
-class Duration(click.ParamType):
-    """A click type for 30d / 12h / 45m / 10s."""
-
-    name = "duration"
-
-    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
-        from datetime import timedelta
-
-        if isinstance(value, timedelta):
-            return value
-        from dlmstore.store.metrics import DurationError, parse_duration
-
-        try:
-            return parse_duration(value)
-        except DurationError as exc:
-            self.fail(exc.message, param, ctx)
-
-
 @cache_group.command("prune")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option(
     "--older-than",
-    type=Duration(),
+    type=DURATION,
     help="Drop entries not used for this long (30d, 12h, 45m, 10s). "
     "Default: training.cache.prune_older_than_days (90).",
 )

@@ -9,34 +9,13 @@ terminal and never with ``--json``.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
 import click
 
-from dlmstore.cli.render import emit_json, human_bytes
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
-
-
-class Size(click.ParamType):
-    """A count with an optional suffix: ``200M`` tokens, ``128MiB`` bytes (K/M/G/T, Ki/Mi/...)."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        match = _SIZE.match(str(value))
-        if not match:
-            self.fail(f"{value!r} is not a size such as 5000000, 5M or 128MiB", param, ctx)
-        number, unit, binary, _ = match.groups()
-        power = "kmgt".index(unit.lower()) + 1 if unit else 0
-        return int(float(number) * ((1024 if binary else 1000) ** power))
-
-
-SIZE = Size()
+from .params import SIZE
+from .render import emit_json, human_bytes
 
 
 class Progress:
@@ -128,8 +107,8 @@ def build_all_command(
     cannot be reached fails with one line saying how to point it at local
     files (--local NAME=PATH); the others still build. Exit 1 if any failed.
     """
-    from dlmstore.datasets.errors import DatasetError
     from dlmstore.datasets.recipes import BuildAllOptions, build_all
+    from dlmstore.errors import DatasetError
 
     pairs = {}
     for item in local:
@@ -292,8 +271,8 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
     masks (and, unless --quick, every sha256 and token id). Exit 1 when
     there is a problem.
     """
-    from dlmstore.datasets.errors import DatasetError
     from dlmstore.datasets.validate import check_dataset
+    from dlmstore.errors import DatasetError
 
     expected = None
     if base is not None:

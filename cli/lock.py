@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dlmstore.cli.render import emit_json
+from .render import emit_json
 
 if TYPE_CHECKING:
     from dlmstore.lock import Lock

@@ -48,7 +48,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from dlmstore.cli import cache, data, init, lock, metrics, prompt, show, tokenize, train
+    from . import cache, data, init, lock, metrics, prompt, show, tokenize, train
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)

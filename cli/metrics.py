@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from dlmstore.cli.cache import Duration
-from dlmstore.cli.render import emit_json, human_bytes
+from .params import DURATION
+from .render import emit_json, human_bytes
 
 
 @click.command("metrics")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--run-id", type=int, help="Only this run.")
-@click.option("--since", type=Duration(), help="Only runs started within this long (7d, 12h, ...).")
+@click.option("--since", type=DURATION, help="Only runs started within this long (7d, 12h, ...).")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."
 )

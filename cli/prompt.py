@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dlmstore.cli.render import emit_json
+from .render import emit_json
 
 
 @click.command("prompt")

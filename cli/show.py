@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dlmstore.cli.render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, warn
 
 
 @click.command("show")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dlmstore.cli.render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, warn
 
 
 @click.command("tokenize")
@@ -19,7 +19,8 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     hit/miss numbers are recorded in the store (see `dlm metrics`).
     """
     from dlmstore.cache.tokenize import tokenize_document
-    from dlmstore.cli.progress import ProgressBar
+
+    from .progress import ProgressBar
 
     bar = ProgressBar("tokenizing", enabled=not as_json)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dlmstore.cli.lock import lock_mode_options
-from dlmstore.cli.render import emit_json, human_bytes, warn
+from .lock import lock_mode_options
+from .render import emit_json, human_bytes, warn
 
 
 @click.command("train")
@@ -26,8 +26,9 @@ def train_command(
     adapter/versions/vNNNN beside store.db, and the run, its per-step loss
     and its reproducibility lock (dlm.lock) are recorded in the store.
     """
-    from dlmstore.cli.progress import TrainBar
     from dlmstore.train.trainer import train_document
+
+    from .progress import TrainBar
 
     bar = TrainBar(enabled=not as_json)
     try:

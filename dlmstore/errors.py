@@ -5,6 +5,11 @@ what is wrong (naming the file, line or field) and, where there is one, a
 ``hint`` saying what to do next. The CLI turns these into ``error: ...`` +
 ``hint: ...`` on stderr and exit code 1, in exactly one place
 (``dlmstore.cli.main``). Anything else escaping is a bug.
+
+Every subclass lives in this module, so the whole hierarchy reads in one
+place. Dataset errors also cover programming mistakes against the readers'
+API (a rank outside the world size, a negative batch size): in a training
+script those are configuration errors a person fixes.
 """
 
 from __future__ import annotations
@@ -52,3 +57,31 @@ class BaseModelError(DlmError):
 
 class TrainingError(DlmError):
     """A document cannot be trained as written."""
+
+
+class DurationError(DlmError):
+    """A duration such as ``30d`` or ``12h`` could not be read."""
+
+
+class LockError(DlmError):
+    """A ``dlm.lock`` file or lock record cannot be read or used."""
+
+
+class LockValidationError(DlmError):
+    """This run's lock differs from ``dlm.lock`` in a way the mode does not accept."""
+
+
+class DatasetError(DlmError):
+    """A token dataset, its input or its reader configuration cannot be used."""
+
+
+class DatasetFileError(DatasetError):
+    """A file of a built dataset is missing, truncated or disagrees with meta.json."""
+
+
+class SourceUnavailableError(DatasetError):
+    """A data source of ``dlm data build-all`` cannot be reached or read."""
+
+
+class ResumeError(DatasetError):
+    """A loader checkpoint does not match the loader it is being loaded into."""

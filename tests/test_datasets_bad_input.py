@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
 from dlmstore.datasets.sft_dataset import SFTExampleDataset
 from dlmstore.datasets.validate import check_dataset
+from dlmstore.errors import DatasetError, DatasetFileError
 
 from .test_datasets_support import WORD_SHA, WordTokenizer, words
 

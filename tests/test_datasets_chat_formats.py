@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from dlmstore.datasets.chat import chat_format_for
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sft import build_sft_cache
+from dlmstore.errors import DatasetError
 
 from .test_datasets_support import split_tokens
 

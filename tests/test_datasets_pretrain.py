@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.pretrain import build_pretrain_cache
+from dlmstore.errors import DatasetError
 
 from .test_datasets_support import (  # noqa: F401 - fixtures
     WORD_SHA,

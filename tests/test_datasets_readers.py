@@ -12,7 +12,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.formats import ResidencyBudget, TokenFile
 from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.packing import (
@@ -26,6 +25,7 @@ from dlmstore.datasets.packing import (
 )
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
+from dlmstore.errors import DatasetError, ResumeError
 
 from .test_datasets_support import WORD_SHA, WordTokenizer, encoder, tokenizer, words  # noqa: F401
 

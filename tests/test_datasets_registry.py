@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from dlmstore.datasets.errors import DatasetFileError
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.registry import register_in
 from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.datasets.validate import check_dataset
+from dlmstore.errors import DatasetFileError
 
 from .test_datasets_support import WORD_SHA, WordTokenizer, encoder, tokenizer, words  # noqa: F401
 

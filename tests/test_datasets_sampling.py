@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.loader import ResumableLoader, collate_stack
 from dlmstore.datasets.mixture import MixtureDataset
 from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.errors import DatasetError, ResumeError
 
 from .test_datasets_support import WORD_SHA, WordTokenizer, words
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from dlmstore.datasets.chat import ChatEncoding, chat_format_for
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.packing import IGNORE_INDEX, loss_mask_from_tokens
 from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.datasets.sft_dataset import SFTExampleDataset
+from dlmstore.errors import DatasetError
 
 from .test_datasets_support import encoder, tokenizer  # noqa: F401 - fixtures
 

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlmstore.datasets import catalog as src
-from dlmstore.datasets.errors import DatasetError, SourceUnavailableError
 from dlmstore.datasets.local import iter_local_records, iter_local_texts
+from dlmstore.errors import DatasetError, SourceUnavailableError
 
 
 def test_a_folder_of_text_files_is_read_in_sorted_order_skipping_hidden_files(tmp_path: Path) -> None:

@@ -27,7 +27,9 @@ def test_no_two_library_modules_share_a_name_that_means_different_things() -> No
     by_name: dict[str, list[str]] = defaultdict(list)
     for module in _library_modules():
         by_name[module.rsplit("/", 1)[-1]].append(module)
-    repeated = {name: paths for name, paths in by_name.items() if len(paths) > 1 and name not in SHARED_MEANING}
+    repeated = {
+        name: paths for name, paths in by_name.items() if len(paths) > 1 and name not in SHARED_MEANING
+    }
     assert repeated == {}
 
 

@@ -38,7 +38,7 @@ _EXPORTS = {
     "RankPartitionSampler": "sampler",
     "ResumableLoader": "loader",
     "MixtureDataset": "mixture",
-    "DatasetError": "errors",
+    "DatasetError": "dlmstore.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -48,4 +48,5 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'dlmstore.datasets' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"dlmstore.datasets.{module}"), name)
+    path = module if module.startswith("dlmstore.") else f"dlmstore.datasets.{module}"
+    return getattr(importlib.import_module(path), name)

@@ -22,8 +22,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.meta import META_NAME, FileEntry
+from dlmstore.errors import DatasetError
 
 DRAW_CHUNK = 4096
 T = TypeVar("T")

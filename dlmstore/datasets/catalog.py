@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dlmstore.datasets.chat import Message
-from dlmstore.datasets.errors import DatasetError, SourceUnavailableError
+from dlmstore.errors import DatasetError, SourceUnavailableError
 
 T = TypeVar("T")
 

@@ -39,7 +39,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.errors import DatasetError
+from dlmstore.errors import DatasetError
 
 ROLES = ("system", "user", "assistant")
 SystemPlacement = Literal["turn", "first_user", "none"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dlmstore.datasets.errors import DatasetError
+from dlmstore.errors import DatasetError
 
 
 class TextEncoder:

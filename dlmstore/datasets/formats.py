@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
+from dlmstore.errors import DatasetError, DatasetFileError
 
 #: Token dtypes a dataset may record, as little-endian numpy dtypes.
 TOKEN_DTYPES: dict[str, np.dtype[Any]] = {

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dlmstore.datasets.errors import DatasetError, ResumeError
 from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.errors import DatasetError, ResumeError
 
 STATE_VERSION = 1
 #: Settings a checkpoint must share with the loader it is loaded into.

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets.errors import DatasetError
+from dlmstore.errors import DatasetError
 
 RECORD_SUFFIXES = (".parquet", ".jsonl", ".json")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.formats import check_dtype_fits, token_dtype
+from dlmstore.errors import DatasetError, DatasetFileError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.digests import file_sha256
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from dlmstore.datasets.errors import DatasetError, ResumeError
+from dlmstore.errors import DatasetError, ResumeError
 
 
 class MixtureDataset(Dataset[Any]):

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.formats import TokenFile, token_dtype
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, check_tokenizer, find_meta_dir, load_meta
+from dlmstore.errors import DatasetError, DatasetFileError
 
 
 @dataclass(frozen=True)

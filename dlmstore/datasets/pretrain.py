@@ -48,10 +48,10 @@ from dlmstore.datasets.build import (
     text_of,
 )
 from dlmstore.datasets.encoding import as_encoder
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import MIB, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype
 from dlmstore.datasets.meta import FORMAT, write_meta
 from dlmstore.datasets.writers import BackgroundCommits, ShardedSplitWriter, remove_stale
+from dlmstore.errors import DatasetError
 
 DEFAULT_SHARD_BYTES = 128 * MIB
 DEFAULT_BATCH_DOCS = 512

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget
 from dlmstore.datasets.opening import glob_token_files, open_token_files
+from dlmstore.errors import DatasetError, DatasetFileError
 
 
 class PretrainTokenStreamDataset:

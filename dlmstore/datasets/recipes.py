@@ -28,12 +28,12 @@ from typing import Any
 from dlmstore.datasets import catalog as src
 from dlmstore.datasets.build import BuildResult, ProgressFn
 from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
 from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
 from dlmstore.datasets.sft import DEFAULT_VAL_FRAC, build_sft_cache
+from dlmstore.errors import DatasetError
 from dlmstore.store.atomic import publish_dir
 
 DEFAULT_BASE = "smollm2-135m"

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from dlmstore.clock import utc_now
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.meta import META_NAME, load_meta, meta_bytes
+from dlmstore.errors import DatasetError, DatasetFileError
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store

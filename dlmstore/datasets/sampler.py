@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sized
 import torch
 from torch.utils.data import Sampler
 
-from dlmstore.datasets.errors import DatasetError
+from dlmstore.errors import DatasetError
 
 #: Mixed into the seed so epoch e of seed s and epoch 0 of seed s + e differ.
 _EPOCH_STRIDE = 1_000_003

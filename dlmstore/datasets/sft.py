@@ -41,7 +41,6 @@ from dlmstore.datasets.build import (
 )
 from dlmstore.datasets.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
 from dlmstore.datasets.encoding import as_encoder
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import (
     OFFSET_DTYPE,
     SPLITS,
@@ -52,6 +51,7 @@ from dlmstore.datasets.formats import (
 )
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
 from dlmstore.datasets.writers import StreamingFile, write_npy
+from dlmstore.errors import DatasetError
 
 DEFAULT_VAL_FRAC = 0.10
 DEFAULT_BATCH_EXAMPLES = 256

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlmstore.datasets.errors import DatasetError, DatasetFileError
 from dlmstore.datasets.formats import MASK_DTYPE, TokenFile
 from dlmstore.datasets.opening import open_token_files
 from dlmstore.datasets.packing import IGNORE_INDEX, loss_mask_from_tokens
+from dlmstore.errors import DatasetError, DatasetFileError
 
 
 class SFTExampleDataset:

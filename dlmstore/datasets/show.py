@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import SPLITS
 from dlmstore.datasets.meta import META_NAME, load_meta
+from dlmstore.errors import DatasetError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from dlmstore.datasets.errors import DatasetError
 from dlmstore.datasets.formats import (
     MASK_DTYPE,
     OFFSET_DTYPE,
@@ -38,6 +37,7 @@ from dlmstore.datasets.formats import (
     token_dtype,
 )
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
+from dlmstore.errors import DatasetError
 from dlmstore.store.digests import file_sha256
 
 CHUNK = 1 << 24

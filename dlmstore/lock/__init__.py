@@ -28,13 +28,13 @@ The pieces, one module each:
 Nothing here imports torch; ``dlm lock show`` and ``dlm lock diff`` stay fast.
 """
 
+from dlmstore.errors import LockError, LockValidationError
 from dlmstore.lock.identity import base_model_identity
 from dlmstore.lock.model import (
     LOCK_NAME,
     LOCK_VERSION,
     PINNED_PACKAGES,
     Lock,
-    LockError,
     capture_lock,
     capture_runtime_versions,
     parse_lock,
@@ -44,7 +44,6 @@ from dlmstore.lock.policy import (
     LOCK_MODES,
     LockDecision,
     LockMode,
-    LockValidationError,
     Mismatch,
     Severity,
     check_lock,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlmstore.clock import utc_now
-from dlmstore.errors import DlmError
+from dlmstore.errors import LockError
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
@@ -38,10 +38,6 @@ HARDWARE_TIERS = ("cpu", "cuda", "mps", "rocm")
 DETERMINISM_CLASSES = ("strong", "best-effort", "advisory")
 
 REPLACE_HINT = "rerun `dlm train` with --update-lock to replace it"
-
-
-class LockError(DlmError):
-    """A ``dlm.lock`` file or lock record cannot be read or used."""
 
 
 @dataclass(frozen=True)

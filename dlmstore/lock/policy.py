@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from dlmstore.errors import DlmError
-from dlmstore.lock.model import LOCK_NAME, Lock, LockError, read_lock
+from dlmstore.errors import LockError, LockValidationError
+from dlmstore.lock.model import LOCK_NAME, Lock, read_lock
 from dlmstore.store.database import Store
 
 Severity = Literal["ALLOW", "WARN", "ERROR"]
@@ -53,10 +53,6 @@ VALIDATION_HINT = (
 )
 
 Value = str | int | bool | None
-
-
-class LockValidationError(DlmError):
-    """This run's lock differs from ``dlm.lock`` in a way the mode does not accept."""
 
 
 @dataclass(frozen=True)

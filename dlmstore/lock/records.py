@@ -17,7 +17,8 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from dlmstore.clock import utc_now
-from dlmstore.lock.model import LOCK_NAME, Lock, LockError, parse_lock, read_lock
+from dlmstore.errors import LockError
+from dlmstore.lock.model import LOCK_NAME, Lock, parse_lock, read_lock
 from dlmstore.lock.policy import Mismatch, compare
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store

@@ -14,15 +14,11 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from dlmstore.clock import iso_before, utc_now
-from dlmstore.errors import DlmError
+from dlmstore.errors import DurationError
 from dlmstore.store.database import Store
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-class DurationError(DlmError):
-    """A duration such as ``30d`` or ``12h`` could not be read."""
 
 
 @dataclass(frozen=True)
