@@ -243,11 +243,12 @@ def _fit(
     import datasets
     import torch
     from peft import LoraConfig
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from transformers import PrinterCallback, ProgressCallback
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
 
     from dlmstore.bases import load_model
+    from dlmstore.train.callbacks import StepRecorder
     from dlmstore.train.determinism import apply_determinism, seed_everything
 
     datasets.disable_progress_bars()
@@ -275,7 +276,7 @@ def _fit(
         use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0,
     )
-    recorder = type("StepRecorder", (_StepRecorder, TrainerCallback), {})(store, run_id, progress)
+    recorder = StepRecorder(store, run_id, progress)
     t0 = time.perf_counter()
     trainer = SFTTrainer(
         model=model,
@@ -313,61 +314,3 @@ def _fit(
         train=train_s,
         save=save,
     )
-
-
-class _StepRecorder:
-    """Records each logged step in ``train_steps`` (mixed into a TrainerCallback in ``_fit``,
-    so this module imports no transformers until training starts)."""
-
-    def __init__(self, store: Any, run_id: int, progress: TrainProgress | None) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.progress = progress
-        self.pending: list[tuple[Any, ...]] = []
-        self.last_loss: float | None = None
-        self.started = time.perf_counter()
-        self.first_step_s: float | None = None
-        self.last_tokens = 0.0
-        self.last_time = self.started
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.started = self.last_time = time.perf_counter()
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.first_step_s is None:
-            self.first_step_s = time.perf_counter() - self.started
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        from dlmstore.clock import utc_now
-
-        logs = logs or {}
-        if "loss" not in logs:
-            return
-        now = time.perf_counter()
-        tokens = float(logs.get("num_tokens", 0.0))
-        rate = (
-            (tokens - self.last_tokens) / (now - self.last_time) if now > self.last_time and tokens else None
-        )
-        self.last_tokens, self.last_time = tokens, now
-        self.last_loss = float(logs["loss"])
-        self.pending.append(
-            (self.run_id, int(state.global_step), logs.get("epoch"), self.last_loss,
-             logs.get("learning_rate"), rate, utc_now())
-        )  # fmt: skip
-        if self.progress:
-            self.progress(int(state.global_step), int(state.max_steps), self.last_loss, rate)
-        if len(self.pending) >= 20:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        with self.store.write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO train_steps (run_id, step, epoch, loss, learning_rate, "
-                "tokens_per_second, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                self.pending,
-            )
-        self.pending.clear()
