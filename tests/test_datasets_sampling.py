@@ -17,7 +17,7 @@ from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sampler import RankPartitionSampler
 
-from .test_datasets_support import WORD_SHA, WordTokenizer, words
+from .helpers import WORD_SHA, WordTokenizer, words
 
 
 class Numbers(Dataset[int]):
