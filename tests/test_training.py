@@ -1,4 +1,10 @@
-"""`dlm train`: adapters, runs, metrics, determinism and the faults it must survive."""
+"""`dlm train`: adapters, runs, metrics, determinism and the faults it must survive.
+
+Every test trains on ``tiny_base`` (conftest.py), a random-weight SmolLM2 of
+a few layers with the real tokenizer: what is checked here is the run's
+mechanics, which do not depend on the weights. The real model is trained
+by the determinism golden (test_determinism_golden.py).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from dlmstore.home import store_dir
 from dlmstore.train.adapters import file_sha256
 from dlmstore.train.trainer import train_document
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 BODY = """Prose about dlmstore, the local-first store.
 
@@ -42,12 +48,20 @@ r
 FRONT = "training:\n  sequence_len: 64\n  max_steps: 2\n  batch_size: 2\n  seed: 7\n"
 
 
-@pytest.fixture
-def doc(tmp_path: Path) -> Path:
+def _training_doc(tmp_path: Path, base_model: str) -> Path:
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("Notes on caching tokens. " * 10)
-    return write_doc(tmp_path / "doc.dlm", body=BODY, frontmatter=FRONT + "  sources:\n    - path: notes\n")
+    return write_doc(
+        tmp_path / "doc.dlm",
+        body=BODY,
+        frontmatter=f"base_model: {base_model}\n" + FRONT + "  sources:\n    - path: notes\n",
+    )
+
+
+@pytest.fixture
+def doc(tmp_path: Path, tiny_base: Path) -> Path:
+    return _training_doc(tmp_path, str(tiny_base))
 
 
 def _db() -> sqlite3.Connection:
@@ -141,9 +155,11 @@ def test_an_unknown_base_model_fails_before_any_work(tmp_path: Path, dlm_home: P
     assert not (dlm_home / "store").exists()
 
 
-def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path, tiny_base: Path) -> None:
     doc = write_doc(
-        tmp_path / "doc.dlm", body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n"
+        tmp_path / "doc.dlm",
+        body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n",
+        frontmatter=f"base_model: {tiny_base}\n",
     )
     with pytest.raises(TrainingError) as err:
         train_document(str(doc))
@@ -152,7 +168,10 @@ def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path) -
     )
 
 
-def test_dlm_train_json_metrics_and_prompt(doc: Path) -> None:
+# The demo's path (train, metrics, prompt through the CLI), once more on the real base.
+@pytest.mark.parametrize("base", ["tiny", pytest.param("smollm2-135m", marks=pytest.mark.slow)])
+def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: pytest.FixtureRequest) -> None:
+    doc = _training_doc(tmp_path, str(request.getfixturevalue("tiny_base")) if base == "tiny" else base)
     runner = CliRunner()
     result = runner.invoke(cli, ["train", str(doc), "--json"])
     assert result.exit_code == 0, result.output
