@@ -42,7 +42,7 @@ test: install
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The inner loop: everything but the tests marked slow (real-model training,
-# the determinism golden, mypy, pip installs); `make test` runs them all.
+# the determinism golden, mypy); `make test` runs them all.
 test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,24 @@ def _training_doc(tmp_path: Path, base_model: str) -> Path:
 
 
 @pytest.fixture
-def doc(tmp_path: Path, tiny_base: Path) -> Path:
+def one_torch_thread() -> Iterator[None]:
+    """Train the tiny base on one torch thread, then restore the count.
+
+    Its steps are many small ops, and on a shared 2-core machine a second
+    OpenMP thread waiting for a busy core made each step about 4x slower
+    (measured: ~1 s against ~0.27 s). The count is restored because the
+    golden's runtime tuple records it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def doc(tmp_path: Path, tiny_base: Path, one_torch_thread: None) -> Path:
     return _training_doc(tmp_path, str(tiny_base))
 
 
@@ -171,7 +189,10 @@ def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path, t
 # The demo's path (train, metrics, prompt through the CLI), once more on the real base.
 @pytest.mark.parametrize("base", ["tiny", pytest.param("smollm2-135m", marks=pytest.mark.slow)])
 def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: pytest.FixtureRequest) -> None:
-    doc = _training_doc(tmp_path, str(request.getfixturevalue("tiny_base")) if base == "tiny" else base)
+    if base == "tiny":
+        request.getfixturevalue("one_torch_thread")
+        base = str(request.getfixturevalue("tiny_base"))
+    doc = _training_doc(tmp_path, base)
     runner = CliRunner()
     result = runner.invoke(cli, ["train", str(doc), "--json"])
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ import pytest
 from .helpers import REPO
 
 
-@pytest.mark.slow  # a cold mypy run over the whole library takes about a minute
+@pytest.mark.slow  # without a warm .mypy_cache, checking the whole library takes a minute or more
 def test_the_library_and_cli_pass_mypy() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "dlmstore", "cli"],
