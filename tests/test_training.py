@@ -1,9 +1,10 @@
 """`dlm train`: adapters, runs, metrics, determinism and the faults it must survive.
 
-Every test trains on ``tiny_base`` (conftest.py), a random-weight SmolLM2 of
-a few layers with the real tokenizer: what is checked here is the run's
-mechanics, which do not depend on the weights. The real model is trained
-by the determinism golden (test_determinism_golden.py).
+The tests train on ``tiny_base`` (conftest.py), a random-weight SmolLM2 of
+two layers with the real tokenizer: what is checked here is the run's
+mechanics (records, locks, faults, byte-identical reruns), which hold for
+any causal LM. The real SmolLM2-135M trains in the demo's path below
+(marked slow) and in the determinism golden (test_determinism_golden.py).
 """
 
 from __future__ import annotations
