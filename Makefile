@@ -10,7 +10,7 @@ export TRANSFORMERS_VERBOSITY := error
 export TOKENIZERS_PARALLELISM := true
 DLM := DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 install: $(STAMP)
 
@@ -40,6 +40,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+# The inner loop: everything but the tests marked slow (real-model training,
+# the determinism golden, mypy); `make test` runs them all.
+test-fast: install
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: install
 	$(PY) bench/bench_startup.py

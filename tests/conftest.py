@@ -3,12 +3,25 @@
 The SmolLM2 base is converted from its GGUF file at most once per test
 session, into a session directory that each test's home links to as
 ``bases/``, so tests that need the real tokenizer pay ~5 s once, not per test.
+
+Tests that only need *a* causal LM to train or prompt use ``tiny_base``: a
+random-weight model of SmolLM2's architecture scaled down to a few layers
+and dimensions, with the real SmolLM2 tokenizer, saved once per session as
+a local-folder base (``base_model: <folder>``). It trains in a fraction of
+the real model's time; the real model stays in the end-to-end tests (the
+determinism golden, TRL parity, the demo path).
+
+Plain helpers (``write_doc``, ``make_lock``, ``WordTokenizer``, ...) are in
+``helpers.py``; fixtures are here, so no test module imports another.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -21,12 +34,44 @@ settings.load_profile("dlm")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parent.parent
+#: SmolLM2-135M's LlamaConfig with every size cut down; everything that
+#: shapes behaviour (vocabulary, special token ids, tied embeddings, RoPE,
+#: grouped-query attention, activation) is kept as the real model has it.
+TINY_SMOLLM2_CONFIG: dict[str, Any] = {
+    "vocab_size": 49152,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_act": "silu",
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 2,
+}
+
+#: Seed of the tiny model's random weights: every session builds the same bytes.
+TINY_SEED = 0
 
 
 @pytest.fixture(scope="session")
 def session_bases(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bases")
+
+
+@contextmanager
+def _session_home(session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A DLM_HOME sharing the session's bases/, for session fixtures (dlm_home is per test)."""
+    home = tmp_path_factory.mktemp("session-home")
+    (home / "bases").symlink_to(session_bases, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLM_HOME", str(home))
+        yield home
 
 
 @pytest.fixture(autouse=True)
@@ -41,16 +86,51 @@ def dlm_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session_bases: Pat
 
 @pytest.fixture
 def smollm2_tokenizer():  # type: ignore[no-untyped-def]
-    """The real SmolLM2-135M-Instruct tokenizer, loaded offline."""
+    """The real SmolLM2-135M-Instruct tokenizer, loaded offline, a fresh object per test."""
     from dlmstore.bases import load_tokenizer, resolve_base
 
     return load_tokenizer(resolve_base("smollm2-135m"))
 
 
-VALID_ID = "01KPQ1FFEDGPPSMWRAS18SAZST"
+@pytest.fixture(scope="session")
+def tokenizer(session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real SmolLM2-135M-Instruct tokenizer, loaded once per session, offline (do not mutate)."""
+    with _session_home(session_bases, tmp_path_factory):
+        from dlmstore.bases import load_tokenizer, resolve_base
+
+        return load_tokenizer(resolve_base("smollm2-135m"))
 
 
-def write_doc(path: Path, body: str = "Some prose.\n", frontmatter: str = "") -> Path:
-    """Write a minimal valid .dlm at ``path`` with extra frontmatter lines."""
-    path.write_text(f"---\ndlm_id: {VALID_ID}\n{frontmatter}---\n{body}", encoding="utf-8")
-    return path
+@pytest.fixture(scope="session")
+def encoder(tokenizer: Any) -> Any:
+    """A TextEncoder over the real tokenizer, shared so builds skip re-cloning it."""
+    from dlmstore.datasets.encoding import TextEncoder
+
+    return TextEncoder(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local-folder base: SmolLM2's architecture, tiny and randomly initialised, its real tokenizer.
+
+    Built once per session (about 13 MB of float32 weights, nearly all of it
+    the tied 49152 x 64 embedding) with a fixed seed; write
+    ``base_model: <this folder>`` in a document to train or prompt on it.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    folder = tmp_path_factory.mktemp("tiny-smollm2")
+    with torch.random.fork_rng(devices=[]):  # leave the session's global RNG alone
+        torch.manual_seed(TINY_SEED)
+        model = LlamaForCausalLM(LlamaConfig(**TINY_SMOLLM2_CONFIG))
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # save_pretrained draws one per shard
+    try:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return folder

@@ -22,7 +22,7 @@ from dlmstore.home import store_dir
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 U16 = np.dtype("<u2")
 

@@ -14,7 +14,7 @@ from dlmstore.cli.main import cli
 from dlmstore.document.parser import parse_document
 from dlmstore.ulid import is_valid_ulid
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from dlmstore.datasets.sft_dataset import SFTExampleDataset
 from dlmstore.datasets.validate import check_dataset
 from dlmstore.errors import DatasetError, DatasetFileError
 
-from .test_datasets_support import WORD_SHA, WordTokenizer, words
+from .helpers import WORD_SHA, WordTokenizer, words
 
 OTHER_SHA = "sha256:" + "1" * 64
 

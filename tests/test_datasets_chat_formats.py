@@ -22,7 +22,7 @@ from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.errors import DatasetError
 
-from .test_datasets_support import split_tokens
+from .helpers import split_tokens
 
 _rng = random.Random(3)
 _WORDS = (
@@ -157,7 +157,9 @@ def examples_of(directory: Path) -> list[tuple[list[int], list[int]]]:
     tokens = np.fromfile(directory / "train_tokens.bin", dtype="<u2")
     mask = np.fromfile(directory / "train_mask.bin", dtype=np.uint8)
     offsets = [*np.load(directory / "train_idx.npy").tolist(), len(tokens)]
-    return [(tokens[a:b].tolist(), mask[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:])]
+    return [
+        (tokens[a:b].tolist(), mask[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+    ]
 
 
 @pytest.mark.parametrize("marker", MARKERS)
@@ -181,7 +183,7 @@ def test_sft_tokens_are_exactly_the_chat_templates_tokens_whatever_marks_a_word_
     eot = tokenizer.convert_tokens_to_ids(fmt.turn_end)
     for messages, (ids, mask) in zip(conversations, examples_of(tmp_path / "sft"), strict=True):
         assert ids == template_ids(tokenizer, messages)
-        trained = np.array([token for token, bit in zip(ids, mask) if bit])
+        trained = np.array([token for token, bit in zip(ids, mask, strict=True) if bit])
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
         spans = np.split(trained, np.flatnonzero(trained == eot) + 1)
         assert len(spans) == len(replies) + 1 and len(spans[-1]) == 0  # each reply ends with its EOT

@@ -8,7 +8,7 @@ from typing import Any
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sft import build_sft_cache
 
-from .test_datasets_support import encoder, file_hashes, tokenizer  # noqa: F401 - fixtures
+from .helpers import file_hashes
 
 TEXTS = [f"Synthetic document {i}. " + "alpha beta gamma " * (i % 5 + 1) for i in range(60)]
 CHATS = [

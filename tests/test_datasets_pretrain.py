@@ -12,14 +12,7 @@ import pytest
 from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.errors import DatasetError
 
-from .test_datasets_support import (  # noqa: F401 - fixtures
-    WORD_SHA,
-    WordTokenizer,
-    encoder,
-    split_tokens,
-    tokenizer,
-    words,
-)
+from .helpers import WORD_SHA, WordTokenizer, split_tokens, words
 
 DOCS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 7) for i in range(120)]
 
@@ -34,7 +27,7 @@ def documents_of(tokens: np.ndarray[Any, Any], eos: int) -> list[list[int]]:
     ends = np.flatnonzero(tokens == eos)
     assert len(tokens) == 0 or ends[-1] == len(tokens) - 1, "the split does not end with EOS"
     starts = np.concatenate([[0], ends[:-1] + 1])
-    return [tokens[s:e].tolist() for s, e in zip(starts, ends)]
+    return [tokens[s:e].tolist() for s, e in zip(starts, ends, strict=True)]
 
 
 def test_pretrain_build_writes_shards_indexes_and_meta_with_the_recorded_dtype(

@@ -27,7 +27,7 @@ from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
 from dlmstore.errors import DatasetError, ResumeError
 
-from .test_datasets_support import WORD_SHA, WordTokenizer, encoder, tokenizer, words  # noqa: F401
+from .helpers import WORD_SHA, WordTokenizer, words
 
 EOS = 0
 
@@ -35,7 +35,7 @@ EOS = 0
 def packed_by_loop(window: list[int], eos: int) -> tuple[list[int], list[int]]:
     """The per-token reference: labels and doc ids, a document owning its closing EOS."""
     doc, doc_ids = 0, []
-    for i, token in enumerate(window):
+    for token in window:
         doc_ids.append(doc)
         if token == eos:
             doc += 1

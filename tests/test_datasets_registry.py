@@ -16,7 +16,7 @@ from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.datasets.validate import check_dataset
 from dlmstore.errors import DatasetFileError
 
-from .test_datasets_support import WORD_SHA, WordTokenizer, encoder, tokenizer, words  # noqa: F401
+from .helpers import WORD_SHA, WordTokenizer, words
 
 
 @pytest.fixture

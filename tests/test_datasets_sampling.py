@@ -17,7 +17,7 @@ from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.datasets.sampler import RankPartitionSampler
 from dlmstore.errors import DatasetError, ResumeError
 
-from .test_datasets_support import WORD_SHA, WordTokenizer, words
+from .helpers import WORD_SHA, WordTokenizer, words
 
 
 class Numbers(Dataset[int]):

@@ -16,8 +16,6 @@ from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.datasets.sft_dataset import SFTExampleDataset
 from dlmstore.errors import DatasetError
 
-from .test_datasets_support import encoder, tokenizer  # noqa: F401 - fixtures
-
 SYS, USR, ASST, EOT, A, B = 101, 102, 103, 104, 7, 8
 
 EXAMPLES = [
@@ -49,7 +47,7 @@ def test_sft_masking_trains_only_the_assistant_tokens_and_their_eot(tmp_path: Pa
     )
     x, y, y_masked = dataset.get_batch(B=1, generator=torch.Generator().manual_seed(0))
     assert x[0].tolist() == seq[:-1] and y[0].tolist() == seq[1:]
-    trained = [int(t) for t, m in zip(y[0], y_masked[0]) if m != IGNORE_INDEX]
+    trained = [int(t) for t, m in zip(y[0], y_masked[0], strict=True) if m != IGNORE_INDEX]
     assert trained == [A, B, EOT]
     assert (y_masked[0] == IGNORE_INDEX).sum() == len(seq) - 1 - 3
 
@@ -106,7 +104,7 @@ def test_the_stored_mask_is_exactly_assistant_content_and_closing_token(tmp_path
         mask = np.fromfile(out / f"{split}_mask.bin", dtype=np.uint8)
         assert np.array_equal(mask.astype(bool), loss_mask_from_tokens(tokens, ids["asst"], ids["eot"]))
         offsets = np.append(np.load(out / f"{split}_idx.npy"), len(tokens))
-        for start, end in zip(offsets[:-1], offsets[1:]):
+        for start, end in zip(offsets[:-1], offsets[1:], strict=True):
             trained = tokens[start:end][mask[start:end] == 1].tolist()
             number = encoder.tokenizer.decode(trained).split("Blue")[1].split(".")[0]
             replies = encoder.encode_texts([f"Blue{number}.", "Green."])
@@ -126,7 +124,7 @@ def test_sft_cache_round_trip_recovers_each_examples_tokens(
         assert offsets.dtype == np.int64 and offsets[0] == 0 and np.all(np.diff(offsets) > 0)
         assert offsets[-1] < len(tokens)
         bounds = np.append(offsets, len(tokens))
-        recovered.extend(tokens[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:]))
+        recovered.extend(tokens[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True))
     assert result.splits["train"].docs + result.splits["val"].docs == len(EXAMPLES) == len(recovered)
     expected = {tuple(tokenizer.apply_chat_template(ex, tokenize=True)["input_ids"]) for ex in EXAMPLES}
     assert {tuple(r) for r in recovered} == expected

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .conftest import REPO
+from .helpers import REPO
 
 
 def _docgen():  # type: ignore[no-untyped-def]

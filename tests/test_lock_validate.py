@@ -18,8 +18,7 @@ from dlmstore.lock import (
 )
 from dlmstore.store.database import Store, open_store
 
-from .conftest import VALID_ID
-from .test_lock import make_lock
+from .helpers import VALID_ID, make_lock
 
 HINT = (
     "rerun with --update-lock to accept the change and rewrite dlm.lock, "

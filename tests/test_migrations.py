@@ -18,7 +18,7 @@ import dlmstore.migrations
 from dlmstore.store.database import current_revision, migrate
 from dlmstore.store.schema import HEAD_REVISION, REVISIONS, metadata
 
-from .conftest import VALID_ID
+from .helpers import VALID_ID
 
 VERSIONS = Path(dlmstore.migrations.__file__).parent / "versions"
 

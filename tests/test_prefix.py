@@ -25,55 +25,7 @@ from dlmstore.prefix import PrefixCachedTokenizer, PrefixCacheStats
 from dlmstore.prefix import seams as seams_module
 from dlmstore.prefix.lru import ENTRY_OVERHEAD, SampledLRU
 
-WORDS = (
-    "the a of to and is in that you it for on with as are this be at have or from hello world "
-    "user assistant system helpful model token cache prefix answer question café naïve 中文"
-).split()
-_rng = random.Random(7)
-CORPUS = [
-    " ".join(_rng.choice(WORDS) for _ in range(12)) + _rng.choice([".", "?", "!\n", "\n", ", "])
-    for _ in range(400)
-]
-CHATML = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
-
-
-def sentencepiece_tokenizer(
-    prepend_scheme: str = "always", *, template: str = "<s> $A", extra: list[Any] | None = None
-) -> Any:
-    """A tiny SentencePiece-style tokenizer: NFKC, Metaspace, Unigram; BOS head by default."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend_scheme)
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=prepend_scheme)
-    trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=CHATML, unk_token="<unk>")
-    tok.train_from_iterator(CORPUS, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single=template, special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
-    )
-    if extra:
-        tok.add_tokens(extra)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-
-
-def byte_level_tokenizer(template: str = "<s> $A </s>") -> Any:
-    """A tiny GPT-2-style byte-level BPE with a BOS head and an EOS tail."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=CHATML, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single=template, special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
-    )
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+from .helpers import byte_level_tokenizer, reference, sentencepiece_tokenizer
 
 
 def chatml(*turns: str) -> str:
@@ -82,10 +34,6 @@ def chatml(*turns: str) -> str:
         f"<|im_start|>{roles[0] if i == 0 else roles[1 + (i - 1) % 2]}\n{t}<|im_end|>\n"
         for i, t in enumerate(turns)
     )
-
-
-def reference(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
 
 SYSTEM = "You are a helpful assistant. " * 20

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dlmstore.prefix import PrefixCachedTokenizer
 
-from .test_prefix import byte_level_tokenizer, reference, sentencepiece_tokenizer
+from .helpers import byte_level_tokenizer, reference, sentencepiece_tokenizer
 
 _ALPHABET = st.sampled_from(
     list("abcdehlowrtxyz ABZ  \n\n\t.,!?'0123éï中文") + ["\u0301", "\u0338", "▁", "ﬁ"]

@@ -10,7 +10,7 @@ import pytest
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import get_run, list_runs, recorded_run, start_run
 
-from .conftest import VALID_ID
+from .helpers import VALID_ID
 
 DOC = Path("/tmp/doc.dlm")
 

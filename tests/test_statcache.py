@@ -17,7 +17,7 @@ from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache
 from dlmstore.sources.walk import _load_checked
 from dlmstore.store.database import open_store
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 PAST = time.time() - 3600
 

@@ -13,7 +13,7 @@ from dlmstore.home import store_dir
 from dlmstore.store.database import current_revision, first_value, open_store, store_exists
 from dlmstore.store.schema import HEAD_REVISION
 
-from .conftest import VALID_ID
+from .helpers import VALID_ID
 
 OTHER_ID = "01KPQ1FFEDGPPSMWRAS18SAZSV"
 

@@ -13,7 +13,7 @@ from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
 from dlmstore.home import store_dir
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 BODY = """Intro prose about caching.
 

