@@ -38,12 +38,24 @@ demo: install
 	@echo "store.db is plain SQLite; ask it anything, e.g. the hit rate per run:"
 	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
 
-test: install
+# Lint, formatting and types are part of the test command, so style is never
+# a review topic. `make format` applies what `lint` checks.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: lint
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The inner loop: everything but the tests marked slow (real-model training,
 # the determinism golden, mypy); `make test` runs them all.
 test-fast: install
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: install

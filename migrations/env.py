@@ -30,6 +30,10 @@ connection = config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    # Only the `alembic` command line gets here (dlmstore passes a connection).
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise SystemExit("set sqlalchemy.url in alembic.ini, or run migrations through dlmstore")
+    engine = create_engine(url)
     with engine.begin() as conn:
         _run(conn)

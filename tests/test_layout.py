@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from .conftest import REPO
+from .helpers import REPO
 
 LIBRARY = REPO / "dlmstore"
 

@@ -127,13 +127,13 @@ def test_cli_overrides_change_steps_and_seed(doc: Path) -> None:
 def test_an_interrupted_run_is_failed_registers_nothing_and_the_next_run_works(
     doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.train.trainer as training
+    from dlmstore.train.callbacks import StepRecorder
 
     def interrupt(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(training._StepRecorder, "on_step_end", interrupt)
+        patch.setattr(StepRecorder, "on_step_end", interrupt)
         train_document(str(doc))
     db = _db()
     assert db.execute("SELECT status, error FROM runs").fetchall() == [("failed", "interrupted")]
