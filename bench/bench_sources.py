@@ -2,7 +2,7 @@
 
 Expands ``{path: <root>, include: ["**/*.py"]}`` (default root: this
 interpreter's standard library, ~13K ``.py`` files) with
-``dlmstore.sources.walk.expand_sources`` and with a naive baseline written the
+``dlmstore.sources.expand.expand_sources`` and with a naive baseline written the
 obvious way (``os.walk`` + one ``fnmatch`` per pattern per path +
 ``open().read()`` + ``Section(...)``), checks that both produce the same
 section ids in the same order, and prints the median wall time of each over
@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section, normalise_newlines
-from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
+from dlmstore.sources.expand import SourceExpansion, expand_sources
+from dlmstore.sources.walk import DEFAULT_EXCLUDES
 
 TARGET_US = 30.0
 INCLUDE = ["**/*.py"]

@@ -46,7 +46,7 @@ def write_doc(path: Path, dlm_id: str, root: Path) -> None:
 def copy_subset(root: Path, target: Path, count: int) -> None:
     """The first ``count`` .py files of ``root`` (sorted walk), copied with their relative paths."""
     from dlmstore.document.frontmatter import SourceDirective
-    from dlmstore.sources.walk import expand_sources
+    from dlmstore.sources.expand import expand_sources
 
     directive = SourceDirective(path=str(root), include=["**/*.py"], max_files=count)
     for section in expand_sources([directive], doc_dir=root).sections:

@@ -165,7 +165,7 @@ def test_document_rows_are_always_unique(texts):
 
 def test_document_rows_does_not_rehash_big_prose(monkeypatch):
     content = "x" * 13_000
-    # Digests passed in, as dlmstore.sources.walk does after hashing file bytes.
+    # Digests passed in, as dlmstore.sources.read does after hashing file bytes.
     sections = [
         Section("prose", content, digest=hashlib.sha256(str(i).encode()).hexdigest()) for i in range(13_000)
     ]

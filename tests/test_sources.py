@@ -1,8 +1,9 @@
-"""Expanding training.sources directives into prose sections (dlmstore.sources.walk)."""
+"""Expanding training.sources directives into prose sections (dlmstore.sources.expand, .walk, .read)."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section, section_digest
 from dlmstore.errors import SourceError
-from dlmstore.sources.walk import DEFAULT_EXCLUDES, SourceExpansion, expand_sources
+from dlmstore.sources import walk
+from dlmstore.sources.expand import SourceExpansion, expand_sources
+from dlmstore.sources.walk import DEFAULT_EXCLUDES
 
 
 @pytest.fixture
@@ -150,6 +153,29 @@ def test_include_globs_prune_directories_that_cannot_hold_a_match(
     listed = record_scandir(monkeypatch)
     assert rels(expand(doc_dir, include=["lib/**/*.py"])) == ["lib/c.py", "lib/x/b.py"]
     assert not any(path.endswith("docs") for path in listed)
+
+
+def test_a_new_filter_is_one_more_matcher_and_counts_like_the_others(
+    doc_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_tree(doc_dir / "src", {"a.txt": "", "skip-b.txt": "", "skip-c/d.txt": "", "e.md": "", "t.py": ""})
+    (doc_dir / "src" / "skip-link.txt").symlink_to(doc_dir / "src" / "a.txt")
+
+    class NoSkipPrefix:
+        """Skips files and directories named ``skip-*``."""
+
+        name = "no-skip-prefix"
+
+        def tests(self, chain: walk.Chain) -> tuple[walk.Test | None, walk.Test | None]:
+            test = walk.Test(True, re.compile(r"skip-.*").fullmatch, False)
+            return test, test
+
+    standard = walk.matchers
+    # Three matchers already (include, exclude, ignore): the fourth is past the hot loop's slots.
+    monkeypatch.setattr(walk, "matchers", lambda directive: (*standard(directive), NoSkipPrefix()))
+    got = expand(doc_dir, exclude=["**/*.md"])
+    assert rels(got) == ["a.txt", "t.py"]
+    assert (got.provenance[0].excluded, got.provenance[0].excluded_dirs) == (3, 1)
 
 
 # -- default excludes and ignore files ----------------------------------------------------

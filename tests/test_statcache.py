@@ -13,8 +13,8 @@ from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
 from dlmstore.document.sections import section_digest
 from dlmstore.errors import SourceError
+from dlmstore.sources.read import _load_checked
 from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache
-from dlmstore.sources.walk import _load_checked
 from dlmstore.store.database import open_store
 
 from .helpers import VALID_ID, write_doc
@@ -116,7 +116,7 @@ def test_records_of_files_that_are_gone_are_dropped(tmp_path: Path) -> None:
 def test_a_warm_pass_with_every_row_cached_reads_no_source_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.sources.walk as sources
+    import dlmstore.sources.read as sources
 
     doc = _corpus(tmp_path)
     tokenize_document(str(doc))

@@ -1,7 +1,7 @@
 """A document's corpus: its in-body sections plus its directive-sourced ones.
 
 This is the single place that combines ``dlmstore.document.parser`` (the body) and
-``dlmstore.sources.walk`` (``training.sources``), so ``dlm show``, ``dlm
+``dlmstore.sources.expand`` (``training.sources``), so ``dlm show``, ``dlm
 tokenize`` and ``dlm train`` all see the same sections and rows in the same
 order: in-body sections first, then each directive's files in sorted order.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from dlmstore.document.parser import Document
 from dlmstore.document.rows import Row, document_rows
 from dlmstore.document.sections import Section
+from dlmstore.sources.expand import SourceExpansion, expand_sources
 from dlmstore.sources.statcache import StatCache
-from dlmstore.sources.walk import SourceExpansion, expand_sources
 
 
 @dataclass(frozen=True)

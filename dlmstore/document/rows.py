@@ -123,7 +123,7 @@ def section_rows(section: Section, *, system_prompt: str | None, occurrence: int
 
     Args:
         section: a well-formed section (as produced by ``dlmstore.document.parser``
-            or ``dlmstore.sources.walk``).
+            or ``dlmstore.sources.read``).
         system_prompt: prepended as a ``system`` message to every
             instruction row when set; ignored by other kinds.
         occurrence: how many earlier sections of the same document share

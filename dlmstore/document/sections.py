@@ -3,7 +3,7 @@
 A section is one of ``prose``, ``instruction`` or ``preference`` plus its
 text. In-body sections come from the document's Markdown; directive-sourced
 sections come from ``training.sources`` (one prose section per file, see
-``dlmstore.sources.walk``). Both are the same :class:`Section`, so everything
+``dlmstore.sources.expand``). Both are the same :class:`Section`, so everything
 downstream (rows, the tokenized cache) has one code path.
 
 Identity is content-addressed: ``section_id = sha256(type + "\\n" +
@@ -46,7 +46,7 @@ class Section:
             not given (callers that already hashed the bytes pass it in).
 
     A directive-sourced section whose file is known unchanged (a stat check,
-    see ``dlmstore.sources.walk``) is built with ``digest`` and a ``load``
+    see ``dlmstore.sources.read``) is built with ``digest`` and a ``load``
     callable instead of ``content``: its text is read only if something
     asks for it (a cache miss), and ``load`` must verify that what it reads
     still has that digest.

@@ -235,6 +235,13 @@ class GlobSet:
         """
         return self._match if self._on_name else None
 
+    def path_matcher(self) -> Callable[[str], object] | None:
+        """A ``fullmatch`` over whole relative paths, for a set that needs them.
+
+        ``None`` when :meth:`name_matcher` serves instead (or the set is empty).
+        """
+        return None if self._on_name else self._match
+
     def can_contain(self, dirpath: str) -> bool:
         """Whether some path strictly below directory ``dirpath`` may match."""
         if self._below_all:
