@@ -17,7 +17,9 @@ _VALID = frozenset(ALPHABET)
 
 def new_ulid(now: float | None = None) -> str:
     """Mint a new ULID for the time ``now`` (seconds since the epoch; default: now)."""
-    millis = int((time.time() if now is None else now) * 1000)
+    # Floor to the millisecond, after rounding away float noise: 16667.993 s
+    # times 1000 is 16667992.999999998, which must be 16667993 ms, not ...992.
+    millis = int(round((time.time() if now is None else now) * 1000, 6))
     if not 0 <= millis < 2**48:
         raise ValueError(f"timestamp out of ULID range: {millis} ms")
     value = (millis << 80) | int.from_bytes(os.urandom(10), "big")

@@ -33,6 +33,11 @@ def test_the_timestamp_round_trips_to_the_millisecond(millis):
     assert ulid_timestamp(new_ulid(millis / 1000)) == pytest.approx(millis / 1000, abs=1e-3)
 
 
+def test_a_time_whose_product_with_1000_lands_just_below_an_integer_keeps_its_millisecond():
+    # 16667.993 * 1000 == 16667992.999999998 in binary floating point.
+    assert ulid_timestamp(new_ulid(16667.993)) == 16667.993
+
+
 def test_the_timestamp_of_a_known_ulid():
     # The first 48 bits of this ULID are 0x01563e3ab5d3 milliseconds.
     assert ulid_timestamp("01ARZ3NDEKTSV4RRFFQ69G5FAV") == 1469922850.259
