@@ -229,6 +229,7 @@ def _tokenize_in_process(home: str, doc: str, out: str) -> None:
     Path(out).write_text(json.dumps({"values": rows.values.tolist(), "offsets": rows.offsets.tolist()}))
 
 
+@pytest.mark.slow  # spawns tokenize processes to race or kill them
 def test_two_tokenize_processes_on_one_store_both_finish_correctly(tmp_path: Path, dlm_home: Path) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -265,6 +266,7 @@ def test_an_unwritable_token_directory_is_a_clear_error(tmp_path: Path) -> None:
         assert cache_bytes(store) == 0  # no row was registered
 
 
+@pytest.mark.slow  # spawns tokenize processes to race or kill them
 def test_killing_a_tokenize_process_at_any_moment_leaves_no_row_pointing_at_a_partial_file(
     tmp_path: Path, dlm_home: Path
 ) -> None:
