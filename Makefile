@@ -52,7 +52,7 @@ format: install
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
-# The inner loop: everything but the tests marked slow (real-model training,
+# The inner loop: everything but the tests marked slow (real-model training, process races,
 # the determinism golden, mypy); `make test` runs them all.
 test-fast: install
 	$(VENV)/bin/ruff check .
@@ -64,6 +64,7 @@ bench: install
 	$(PY) bench/bench_tokenize.py
 	$(PY) bench/bench_prefix.py
 	$(PY) bench/bench_datasets.py
+	$(PY) bench/bench_tests.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info
