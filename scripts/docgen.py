@@ -112,7 +112,7 @@ def render_frontmatter_reference() -> str:
         ("training.cache", fm.CacheSettings),
         ("training.sources[]", fm.SourceDirective),
     ]
-    out = [HEADER.format(source="dlmstore/frontmatter.py"), "# Frontmatter reference\n"]
+    out = [HEADER.format(source="dlmstore/document/frontmatter.py"), "# Frontmatter reference\n"]
     out.append(
         "\nEvery key is optional except `dlm_id`. Unknown keys are errors. "
         "See [the format guide](format.md) for the body.\n"
