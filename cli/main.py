@@ -25,9 +25,10 @@ class DlmGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DlmError as exc:
-            click.echo(f"error: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
+            for message, hint in exc.reports():
+                click.echo(f"error: {message}", err=True)
+                if hint:
+                    click.echo(f"hint: {hint}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)

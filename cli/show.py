@@ -10,12 +10,29 @@ from .render import emit_json, human_bytes, warn
 @click.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def show_command(path: str, as_json: bool) -> None:
+@click.option(
+    "--rows",
+    "as_rows",
+    is_flag=True,
+    help="Print the rows that will be trained, in order, one JSON object per line.",
+)
+def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     """Summarise the .dlm document at PATH (read-only).
 
     Lists sections by type, the rows they become, each training.sources
     directive with what it included and skipped, and the store's path.
+    With --rows, prints the training rows instead: {"text": ...},
+    {"messages": [...]} or {"prompt", "chosen", "rejected"}, each with its
+    row_key.
     """
+    if as_rows:
+        import json
+
+        from dlmstore.document.show import document_rows
+
+        for row in document_rows(path):
+            click.echo(json.dumps({**row.data, "row_key": row.row_key}, ensure_ascii=False))
+        return
     from dlmstore.document.show import summarize
 
     summary = summarize(path)

@@ -12,7 +12,7 @@ from .render import emit_json, human_bytes, warn
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
-@click.option("--epochs", type=click.IntRange(min=1), help="Override training.epochs.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
 @click.option("--seed", type=int, help="Override training.seed.")
 @lock_mode_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")

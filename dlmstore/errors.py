@@ -26,6 +26,10 @@ class DlmError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def reports(self) -> list[tuple[str, str | None]]:
+        """``(message, hint)`` of each problem, for the CLI's ``error:`` lines."""
+        return [(self.message, self.hint)]
+
 
 class DocumentError(DlmError):
     """A .dlm document is missing, unreadable or malformed."""
@@ -37,6 +41,25 @@ class DocumentError(DlmError):
         super().__init__(f"{where}: {message}", hint=hint)
         self.path = str(path)
         self.line = line
+
+
+class DocumentProblems(DocumentError):
+    """Several problems in one document, reported together (each with its line)."""
+
+    def __init__(self, problems: list[DocumentError]) -> None:
+        first = problems[0]
+        super().__init__(first.path, "", line=first.line, hint=first.hint)
+        self.problems = problems
+        self.message = "\n".join(problem.message for problem in problems)
+
+    @staticmethod
+    def of(problems: list[DocumentError]) -> DocumentError:
+        """One error for ``problems`` in line order: the problem itself when it is alone."""
+        ordered = sorted(problems, key=lambda p: p.line if p.line is not None else 0)
+        return ordered[0] if len(ordered) == 1 else DocumentProblems(ordered)
+
+    def reports(self) -> list[tuple[str, str | None]]:
+        return [(problem.message, problem.hint) for problem in self.problems]
 
 
 class SourceError(DlmError):

@@ -1,6 +1,6 @@
 ---
 dlm_id: 01M7YJ087N2NEP493AF56E3CEA
-dlm_version: 1
+dlm_version: 15
 base_model: smollm2-135m
 system_prompt: You answer questions about dlmstore briefly and precisely.
 training:

@@ -35,7 +35,7 @@ class Corpus:
 
     def rows(self) -> list[Row]:
         """The training rows of every section, with distinct row keys."""
-        return document_rows(self.sections, system_prompt=self.document.frontmatter.system_prompt)
+        return document_rows(self.sections)
 
 
 def load_corpus(document: Document, *, stat_cache: StatCache | None = None) -> Corpus:

@@ -29,22 +29,35 @@ a validated :class:`Frontmatter`, reporting every problem as ONE
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dlmstore.errors import DocumentError
+from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, MOVED_KEYS, upgrade
+from dlmstore.errors import DocumentError, DocumentProblems
 from dlmstore.ulid import is_valid_ulid
-
-#: The newest document format this dlmstore understands.
-CURRENT_DLM_VERSION = 1
 
 DEFAULT_BASE_MODEL = "smollm2-135m"
 
 GIB = 1024**3
+
+#: Frontmatter blocks DLM defines for capabilities dlmstore does not have. A
+#: document may set them (it stays a valid DLM document); ``dlm show`` and
+#: ``dlm train`` list the keys it sets as "not used by dlmstore".
+NOT_USED = (
+    "export",
+    "training.adapters",
+    "training.gate",
+    "training.audio",
+    "training.cpt",
+    "training.preference",
+)
+
+_ADAPTER_NAME = r"^[a-z][a-z0-9_]{0,31}$"
 
 
 class _Strict(BaseModel):
@@ -54,7 +67,10 @@ class _Strict(BaseModel):
 class SourceDirective(_Strict):
     """One ``training.sources`` entry: a folder (or file) of training text."""
 
-    path: str = Field(description="Folder or file to train on, relative to the .dlm file (`~` expands).")
+    path: str = Field(
+        min_length=1,
+        description="Folder or file to train on, relative to the .dlm file (`~` expands).",
+    )
     include: list[str] = Field(
         default_factory=lambda: ["**/*"],
         description="Glob patterns of the files to read, relative to `path`.",
@@ -74,8 +90,8 @@ class SourceDirective(_Strict):
     )
     default_excludes: bool = Field(
         default=True,
-        description="Skip VCS folders, virtualenvs, build output, lock files and secrets; "
-        "set false to read them.",
+        description="dlmstore extension: set false to read what the default excludes skip "
+        "(VCS folders, build output, lock files, secrets).",
     )
 
 
@@ -97,9 +113,102 @@ class CacheSettings(_Strict):
     )
 
 
-class TrainingSettings(_Strict):
-    """``training``: tokenization, LoRA and optimizer knobs, and sources."""
+class PreferenceHyperparams(_Strict):
+    """``training.preference.hyperparams``: DPO/ORPO knobs."""
 
+    beta: float = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="DPO beta.")
+    alpha: float = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="ORPO alpha.")
+    learning_rate: float = Field(
+        default=5e-6, gt=0.0, strict=True, description="Learning rate of the preference phase."
+    )
+    num_epochs: int = Field(default=1, ge=1, strict=True, description="Epochs of the preference phase.")
+
+
+class PreferenceSettings(_Strict):
+    """``training.preference``: the preference phase (DPO or ORPO) after SFT."""
+
+    enabled: bool = Field(default=False, description="Run the preference phase after SFT.")
+    method: Literal["dpo", "orpo"] = Field(default="dpo", description="Preference method.")
+    hyperparams: PreferenceHyperparams = Field(
+        default_factory=PreferenceHyperparams, description="Method hyperparameters."
+    )
+    loss_type: Literal["sigmoid", "hinge", "ipo"] = Field(default="sigmoid", description="DPO loss.")
+    reference: Literal["base", "pre_adapter"] = Field(
+        default="pre_adapter", description="Reference model of the DPO loss."
+    )
+
+
+class CptSettings(_Strict):
+    """``training.cpt``: continued-pretraining refinements."""
+
+    schedule: Literal["auto", "dapt", "sft"] = Field(
+        default="auto", description="Learning-rate schedule family."
+    )
+    embed_warmup_steps: int = Field(
+        default=0, ge=0, strict=True, description="Steps with embeddings unfrozen at the start."
+    )
+
+
+class GateSettings(_Strict):
+    """``training.gate``: DLM's learned router over named adapters."""
+
+    enabled: bool = Field(default=False, description="Train a gate over the named adapters.")
+    hidden_proj_dim: int = Field(default=64, ge=8, le=2048, strict=True, description="Gate hidden size.")
+    steps: int = Field(default=200, ge=1, le=10000, strict=True, description="Gate training steps.")
+    lr: float = Field(default=3e-4, gt=0.0, le=1.0, strict=True, description="Gate learning rate.")
+    cold_start_floor: int = Field(
+        default=4, ge=1, le=1024, strict=True, description="Sections per adapter below which no gate trains."
+    )
+    entropy_lambda: float = Field(
+        default=0.01, ge=0.0, le=1.0, strict=True, description="Entropy regularisation of the gate."
+    )
+
+
+class AudioSettings(_Strict):
+    """``training.audio``: DLM's audio-pipeline knobs."""
+
+    auto_resample: bool = Field(default=False, description="Resample audio to the base's rate.")
+
+
+def _check_target_modules(value: object) -> object:
+    if value != "auto" and not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+        raise ValueError(f"must be auto or a list of module names, not {_short(value)}")
+    return value
+
+
+class AdapterSettings(_Strict):
+    """One entry of ``training.adapters``: a named adapter of a multi-adapter document."""
+
+    adapter: Literal["lora", "qlora", "dora"] = Field(default="lora", description="Adapter kind.")
+    lora_r: int = Field(default=8, ge=1, le=256, strict=True, description="LoRA rank.")
+    lora_alpha: int = Field(default=16, ge=1, strict=True, description="LoRA alpha.")
+    lora_dropout: float = Field(default=0.05, ge=0.0, le=0.5, strict=True, description="LoRA dropout.")
+    target_modules: Literal["auto"] | list[str] = Field(default="auto", description="Modules to adapt.")
+    learning_rate: float = Field(default=2e-4, gt=0.0, strict=True, description="Learning rate.")
+
+    _target_modules = field_validator("target_modules", mode="before")(_check_target_modules)
+
+
+class TrainingSettings(_Strict):
+    """``training``: LoRA, optimizer and schedule knobs, sources and the cache."""
+
+    adapter: Literal["lora", "qlora", "dora"] = Field(
+        default="lora",
+        description="`lora`, `dora` (weight-decomposed LoRA) or `qlora` (4-bit base; needs CUDA).",
+    )
+    lora_r: int = Field(
+        default=8, ge=1, le=256, strict=True, description="LoRA rank of the adapter matrices."
+    )
+    lora_alpha: int = Field(
+        default=16, ge=1, strict=True, description="LoRA alpha: scales the adapter's update."
+    )
+    lora_dropout: float = Field(
+        default=0.05, ge=0.0, le=0.5, strict=True, description="LoRA dropout probability."
+    )
+    target_modules: Literal["auto"] | list[str] = Field(
+        default="auto",
+        description="Module names to adapt; `auto` lets peft pick the attention projections.",
+    )
     sequence_len: int = Field(
         default=2048,
         ge=64,
@@ -107,19 +216,49 @@ class TrainingSettings(_Strict):
         strict=True,
         description="Maximum length of one training example, in tokens.",
     )
-    seed: int = Field(default=42, strict=True, description="Random seed, for reproducible training runs.")
-    r: int = Field(default=8, gt=0, strict=True, description="LoRA rank of the adapter matrices.")
-    alpha: int = Field(default=16, gt=0, strict=True, description="LoRA alpha: scales the adapter's update.")
-    dropout: float = Field(default=0.05, strict=True, ge=0.0, lt=1.0, description="LoRA dropout probability.")
+    micro_batch_size: Literal["auto"] | int = Field(
+        default="auto",
+        description="Training examples per device per step; `auto` picks one for the hardware.",
+    )
+    grad_accum: Literal["auto"] | int = Field(
+        default="auto",
+        description="Micro-batches accumulated per optimizer step; `auto` picks one for the hardware.",
+    )
     learning_rate: float = Field(default=2e-4, strict=True, gt=0.0, description="Optimizer learning rate.")
-    epochs: int = Field(default=1, gt=0, strict=True, description="Number of passes over the training rows.")
+    num_epochs: int = Field(
+        default=3, ge=1, strict=True, description="Number of passes over the training rows."
+    )
+    optimizer: Literal[
+        "adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"
+    ] = Field(default="adamw_torch", description="Optimizer (the 8-bit and GaLore ones need their packages).")
+    lr_scheduler: Literal["cosine", "linear", "constant"] = Field(
+        default="cosine", description="Learning-rate schedule after warmup."
+    )
+    warmup_ratio: float = Field(
+        default=0.1, ge=0.0, le=0.5, strict=True, description="Fraction of the steps spent warming up."
+    )
+    precision: Literal["bf16", "fp16", "fp32"] | None = Field(
+        default=None, description="Training precision; unset picks one for the hardware."
+    )
+    seed: int = Field(default=42, strict=True, description="Random seed, for reproducible training runs.")
     max_steps: int | None = Field(
         default=None,
         gt=0,
         strict=True,
-        description="Stop after this many optimizer steps, even before the last epoch ends.",
+        description="dlmstore extension: stop after this many optimizer steps, even before the last epoch ends.",
     )
-    batch_size: int = Field(default=2, gt=0, strict=True, description="Training examples per optimizer step.")
+    preference: PreferenceSettings = Field(
+        default_factory=PreferenceSettings, description="The preference phase (DPO or ORPO)."
+    )
+    cpt: CptSettings = Field(default_factory=CptSettings, description="Continued-pretraining refinements.")
+    gate: GateSettings = Field(default_factory=GateSettings, description="Learned gate over named adapters.")
+    cache: CacheSettings = Field(
+        default_factory=CacheSettings, description="Settings of the tokenized-section cache."
+    )
+    audio: AudioSettings = Field(default_factory=AudioSettings, description="Audio-pipeline knobs.")
+    adapters: dict[str, AdapterSettings] | None = Field(
+        default=None, description="Named adapters of a multi-adapter document."
+    )
     sources: list[SourceDirective] = Field(
         default_factory=list,
         description="Folders or files whose text is trained on as prose, one section per file.",
@@ -129,8 +268,60 @@ class TrainingSettings(_Strict):
         description="`strict` makes a source path or symlink leading outside the document's "
         "folder an error; `permissive` reads such a path and skips such a symlink.",
     )
-    cache: CacheSettings = Field(
-        default_factory=CacheSettings, description="Settings of the tokenized-section cache."
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _null_sources(cls, value: object) -> object:
+        return [] if value is None else value
+
+    @field_validator("micro_batch_size", "grad_accum", mode="before")
+    @classmethod
+    def _auto_or_positive(cls, value: object) -> object:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"must be a whole number of at least 1, or auto, not {_short(value)}")
+        return value
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _auto_or_names(cls, value: object) -> object:
+        return _check_target_modules(value)
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapter_names(cls, value: dict[str, AdapterSettings] | None) -> dict[str, AdapterSettings] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("must declare at least one adapter (or leave the key out)")
+            for name in value:
+                if not re.fullmatch(_ADAPTER_NAME, name):
+                    raise ValueError(f"{name!r} is not an adapter name (lower case letter, then a-z 0-9 _)")
+        return value
+
+    @model_validator(mode="after")
+    def _adapter_shapes(self) -> TrainingSettings:
+        if self.gate.enabled and (self.adapters is None or len(self.adapters) < 2):
+            raise ValueError("gate.enabled needs training.adapters with two or more adapters")
+        if self.adapters is not None:
+            flat = {"adapter", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "learning_rate"}
+            set_flat = sorted(flat & self.model_fields_set)
+            if set_flat:
+                raise ValueError(
+                    f"training.adapters is set, so {', '.join(set_flat)} must move into each adapter's block"
+                )
+        return self
+
+
+class ExportSettings(_Strict):
+    """``export``: DLM's GGUF/Ollama export defaults."""
+
+    default_quant: Literal["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"] = Field(
+        default="Q4_K_M", description="GGUF quantisation."
+    )
+    default_temperature: float | None = Field(
+        default=None, gt=0.0, le=2.0, strict=True, description="Sampling temperature of the export."
+    )
+    default_top_p: float | None = Field(
+        default=None, gt=0.0, le=1.0, strict=True, description="Sampling top_p of the export."
     )
 
 
@@ -144,20 +335,23 @@ class Frontmatter(_Strict):
         default=CURRENT_DLM_VERSION,
         ge=1,
         strict=True,
-        description="Version of the .dlm format the document is written in.",
+        description="Version of DLM's frontmatter schema the document is written in (unset reads as 1).",
     )
     base_model: str = Field(
         default=DEFAULT_BASE_MODEL,
-        description="Model to fine-tune: a built-in name, a local folder or a Hugging Face id.",
+        min_length=1,
+        description="Model to fine-tune: a built-in or DLM registry name, `hf:org/name`, a local folder "
+        "or a Hugging Face id.",
     )
     system_prompt: str | None = Field(
         default=None,
-        description="System message prepended to every instruction and preference row.",
+        description="System message for `dlm prompt` (not part of the training rows, as in DLM).",
     )
     training: TrainingSettings = Field(
         default_factory=TrainingSettings,
-        description="Tokenization, LoRA and optimizer settings, and the training sources.",
+        description="LoRA, optimizer and schedule settings, the training sources and the cache.",
     )
+    export: ExportSettings = Field(default_factory=ExportSettings, description="DLM's export defaults.")
 
     @field_validator("dlm_id")
     @classmethod
@@ -165,6 +359,31 @@ class Frontmatter(_Strict):
         if not is_valid_ulid(value):
             raise ValueError("must be a 26-character Crockford base32 ULID (run `dlm init` to mint one)")
         return value
+
+
+def set_keys(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of the leaf keys a document set explicitly, in field order."""
+    out: list[str] = []
+    for name in model.model_fields:
+        if name not in model.model_fields_set:
+            continue
+        dotted = f"{prefix}{name}"
+        value = getattr(model, name)
+        if isinstance(value, BaseModel) and value.model_fields_set:
+            out.extend(set_keys(value, dotted + "."))
+        elif isinstance(value, dict) and value and all(isinstance(v, BaseModel) for v in value.values()):
+            for key, item in value.items():
+                out.extend(set_keys(item, f"{dotted}.{key}.") or [f"{dotted}.{key}"])
+        else:
+            out.append(dotted)
+    return out
+
+
+def unused_keys(frontmatter: Frontmatter) -> list[str]:
+    """The keys the document sets that dlmstore reads but does not act on."""
+    return [
+        key for key in set_keys(frontmatter) if any(key == p or key.startswith(p + ".") for p in NOT_USED)
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -185,21 +404,90 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
             problems of the block as a whole (a missing ``dlm_id``) point.
 
     Returns:
-        The validated :class:`Frontmatter`; an empty block is an empty
-        mapping (and so lacks ``dlm_id``).
+        The validated :class:`Frontmatter`, upgraded from the document's
+        ``dlm_version`` (``dlmstore.document.versions``); an empty block is
+        an empty mapping (and so lacks ``dlm_id``).
 
     Raises:
-        DocumentError: invalid YAML, a block that is not a mapping, a
-            duplicate or unknown key, a ``dlm_version`` newer than
-            :data:`CURRENT_DLM_VERSION`, or a value pydantic rejects. The
-            error is the earliest problem in the file, with its line.
+        DocumentError: invalid YAML, a block that is not a mapping, or a
+            ``dlm_version`` this dlmstore cannot read.
+        DocumentProblems: every duplicate or unknown key and every value the
+            schema rejects, each at its line, in line order (a single problem
+            is raised as a plain ``DocumentError``).
+    """
+    data, key_lines, problems = _compose(yaml_text, path, first_line)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise DocumentError(
+            path,
+            f"frontmatter must be a mapping of keys to values, not a {_yaml_kind(data)}",
+            line=first_line,
+            hint="write one `key: value` per line, e.g. `dlm_id: <ULID>`",
+        )
+    key_lines[()] = first_line - 1
+
+    version = data.get("dlm_version", 1)
+    version_line = key_lines.get(("dlm_version",))
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        problems.append(
+            DocumentError(path, f"dlm_version: must be a whole number of at least 1, not {_short(version)}",
+                          line=version_line, hint=f"the current version is {CURRENT_DLM_VERSION}")
+        )  # fmt: skip
+        version = CURRENT_DLM_VERSION
+    elif version > CURRENT_DLM_VERSION:
+        raise DocumentError(
+            path,
+            f"dlm_version {version} is newer than the DLM frontmatter this dlmstore reads "
+            f"(versions 1 to {CURRENT_DLM_VERSION})",
+            line=version_line,
+            hint="a newer dlmstore may read it (pip install -U dlmstore); otherwise set dlm_version to "
+            f"{CURRENT_DLM_VERSION} if the document uses no newer keys",
+        )
+    upgraded, _ = upgrade(data, version)
+    upgraded = {**upgraded, "dlm_version": version}
+    for old, new in MOVED_KEYS.items():
+        if old in key_lines:
+            key_lines.setdefault(new, key_lines[old])
+    try:
+        frontmatter = Frontmatter.model_validate(upgraded)
+    except ValidationError as exc:
+        problems.extend(_frontmatter_errors(exc, key_lines, path))
+    if problems:
+        raise DocumentProblems.of(problems)
+    return frontmatter
+
+
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader reading YAML 1.2 floats without a dot (``2e-4``) as numbers.
+
+    PyYAML implements YAML 1.1, where ``2e-4`` is a string; every YAML 1.2
+    parser (and so everyone writing a learning rate) reads it as a float.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _compose(
+    yaml_text: str, path: str, first_line: int
+) -> tuple[Any, dict[KeyPath, int], list[DocumentError]]:
+    """The constructed YAML value, the line of every key path, and key problems.
+
+    Raises:
+        DocumentError: the text is not valid YAML.
     """
     try:
         # What yaml.safe_load does, keeping the node tree for its line marks.
-        loader = yaml.SafeLoader(yaml_text)
+        loader = _Loader(yaml_text)
         try:
             node = loader.get_single_node()
-            key_lines = _key_lines(node, path, first_line) if node is not None else {}
+            problems: list[DocumentError] = []
+            key_lines = _key_lines(node, path, first_line, problems) if node is not None else {}
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -218,32 +506,7 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
         raise DocumentError(
             path, f"invalid YAML in frontmatter: {str(exc).splitlines()[0]}", line=line
         ) from None
-
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise DocumentError(
-            path,
-            f"frontmatter must be a mapping of keys to values, not a {_yaml_kind(data)}",
-            line=first_line,
-            hint="write one `key: value` per line, e.g. `dlm_id: <ULID>`",
-        )
-    key_lines[()] = first_line - 1
-
-    version = data.get("dlm_version")
-    if isinstance(version, int) and not isinstance(version, bool):
-        if version > CURRENT_DLM_VERSION:
-            raise DocumentError(
-                path,
-                f"dlm_version {version} needs a newer dlmstore "
-                f"(this one reads dlm_version {CURRENT_DLM_VERSION})",
-                line=key_lines.get(("dlm_version",)),
-                hint="upgrade dlmstore: pip install -U dlmstore",
-            )
-    try:
-        return Frontmatter.model_validate(data)
-    except ValidationError as exc:
-        raise _frontmatter_error(exc, key_lines, path) from None
+    return data, key_lines, problems
 
 
 def _yaml_kind(value: object) -> str:
@@ -257,7 +520,9 @@ def _yaml_kind(value: object) -> str:
 _YAML_KEY_TAGS = ("tag:yaml.org,2002:str", "tag:yaml.org,2002:merge")
 
 
-def _key_lines(root: yaml.Node, shown: str, first_line: int) -> dict[KeyPath, int]:
+def _key_lines(
+    root: yaml.Node, shown: str, first_line: int, problems: list[DocumentError]
+) -> dict[KeyPath, int]:
     """File line of every mapping key and sequence item, by key path.
 
     Runs on the composed nodes, before construction, so merge keys (``<<``)
@@ -279,13 +544,17 @@ def _key_lines(root: yaml.Node, shown: str, first_line: int) -> dict[KeyPath, in
                 child = (*path, key_node.value)
                 line = key_node.start_mark.line + first_line
                 if key_node.tag not in _YAML_KEY_TAGS:  # 1:, true:, null: ...
-                    raise _unknown_key(child, line, shown)
+                    problems.append(_unknown_key(child, line, shown))
+                    continue
                 if child in lines:
-                    raise DocumentError(
-                        shown,
-                        f"duplicate key '{_dotted(child)}' (first set at line {lines[child]})",
-                        line=line,
+                    problems.append(
+                        DocumentError(
+                            shown,
+                            f"duplicate key '{_dotted(child)}' (first set at line {lines[child]})",
+                            line=line,
+                        )
                     )
+                    continue
                 lines[child] = line
                 walk(value_node, child)
         elif isinstance(node, yaml.SequenceNode):
@@ -315,21 +584,34 @@ def _line_of(path: KeyPath, key_lines: dict[KeyPath, int]) -> int:
 def _model_at(path: KeyPath) -> type[BaseModel] | None:
     """The pydantic model that validates the mapping at ``path``."""
     model: type[BaseModel] = Frontmatter
+    keyed = False  # the next part is a key of a dict of models (training.adapters.<name>)
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = model.model_fields.get(part)
-        sub = _find_model(field.annotation) if field is not None else None
+        if field is None:
+            return None
+        sub = _find_model(field.annotation)
         if sub is None:
             return None
+        keyed = _is_dict(field.annotation)
         model = sub
     return model
+
+
+def _is_dict(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is dict:
+        return True
+    return any(
+        _is_dict(arg) for arg in typing.get_args(annotation) if typing.get_origin(annotation) is not list
+    )
 
 
 def _find_model(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    if typing.get_origin(annotation) in (list, typing.Union, types.UnionType):
+    if typing.get_origin(annotation) in (list, dict, typing.Union, types.UnionType):
         for arg in typing.get_args(annotation):
             found = _find_model(arg)
             if found is not None:
@@ -373,6 +655,14 @@ _TYPE_WORDS = {
 
 def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
     """``unknown key 'training.sequnce_len'``, hinting the allowed keys there."""
+    renamed = LEGACY_KEYS.get((str(path[0]), str(path[-1]))) if len(path) == 2 else None
+    if renamed is not None:
+        return DocumentError(
+            shown,
+            f"unknown key '{_dotted(path)}': dlmstore now uses DLM's name '{renamed}'",
+            line=line,
+            hint=f"rename it to '{renamed}', or run `dlm migrate {shown}` to rename every such key",
+        )
     hint = None
     model = _model_at(path[:-1])
     if model is not None:
@@ -385,13 +675,37 @@ def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
     return DocumentError(shown, f"unknown key '{_dotted(path)}'", line=line, hint=hint)
 
 
-def _frontmatter_error(exc: ValidationError, key_lines: dict[KeyPath, int], shown: str) -> DocumentError:
-    """The earliest (by line) of pydantic's errors, as one DocumentError."""
-    errors = exc.errors()
-    first = min(errors, key=lambda e: _line_of(tuple(e["loc"]), key_lines))
-    path: KeyPath = tuple(first["loc"])
+def _frontmatter_errors(
+    exc: ValidationError, key_lines: dict[KeyPath, int], shown: str
+) -> list[DocumentError]:
+    """Every pydantic error, worded, each at its key's line (one per key)."""
+    out: dict[KeyPath, DocumentError] = {}
+    for error in exc.errors():
+        path = _key_path(tuple(error["loc"]))
+        if path not in out:
+            out[path] = _frontmatter_error(error, path, key_lines, shown)
+    return list(out.values())
+
+
+def _key_path(loc: tuple[str | int, ...]) -> KeyPath:
+    """``loc`` without the union-member tags pydantic appends (``int``, ``literal['auto']``)."""
+    path: list[str | int] = []
+    for part in loc:
+        if (
+            isinstance(part, str)
+            and path
+            and _model_at(tuple(path)) is None
+            and not isinstance(path[-1], int)
+        ):
+            break  # below a leaf field: a union member's tag
+        path.append(part)
+    return tuple(path)
+
+
+def _frontmatter_error(error: Any, path: KeyPath, key_lines: dict[KeyPath, int], shown: str) -> DocumentError:
+    """One pydantic error as a DocumentError at its line."""
     dotted = _dotted(path)
-    kind = first["type"]
+    kind = error["type"]
     hint = None
     if kind == "extra_forbidden":
         return _unknown_key(path, _line_of(path, key_lines), shown)
@@ -402,15 +716,17 @@ def _frontmatter_error(exc: ValidationError, key_lines: dict[KeyPath, int], show
         return DocumentError(shown, f"missing required key '{dotted}'", line=line, hint=hint)
     line = _line_of(path, key_lines)
     if kind == "value_error":
-        detail = str(first["ctx"]["error"])
+        detail = str(error["ctx"]["error"])
     elif kind == "literal_error":
-        detail = f"must be {first['ctx']['expected']}"
+        detail = f"must be {error['ctx']['expected']}"
     elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        detail = _bounds(path) or first["msg"]
+        detail = _bounds(path) or error["msg"]
     elif kind in _TYPE_WORDS:
-        detail = f"{_TYPE_WORDS[kind]}, not {_short(first['input'])}"
+        detail = f"{_TYPE_WORDS[kind]}, not {_short(error['input'])}"
     else:
-        detail = first["msg"]
+        detail = error["msg"]
+    if not dotted:
+        return DocumentError(shown, detail, line=line)
     return DocumentError(shown, f"{dotted}: {detail}", line=line)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlmstore.bases import resolve_base
-from dlmstore.document.frontmatter import CURRENT_DLM_VERSION
+from dlmstore.document.versions import CURRENT_DLM_VERSION
 from dlmstore.errors import DocumentError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import open_store
@@ -22,11 +22,14 @@ TEMPLATE = """\
 dlm_id: {dlm_id}
 dlm_version: {dlm_version}
 base_model: {base_model}
-# system_prompt: You are a concise assistant.   # prepended to every Q/A pair
+# system_prompt: You are a concise assistant.   # used by `dlm prompt`, not trained
 training:
   sequence_len: 2048
   seed: 42
-  # max_steps: 20
+  # lora_r: 8
+  # learning_rate: 2e-4
+  # num_epochs: 3
+  # max_steps: 20               # dlmstore extension: stop early
   # sources:                    # train on a folder of files: one prose section per file
   #   - path: ./notes           # relative to this file; ~ expands
   #     include: ["**/*.md"]

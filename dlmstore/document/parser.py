@@ -39,19 +39,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlmstore.document.fences import FenceProblem, read_fence, strip_markers
 from dlmstore.document.frontmatter import Frontmatter, load_frontmatter
-from dlmstore.document.sections import SECTION_TYPES, Section, normalise_newlines
-from dlmstore.errors import DocumentError
+from dlmstore.document.sections import Section, normalise_newlines
+from dlmstore.errors import DocumentError, DocumentProblems
 
 FRONTMATTER_FENCE = "---"
-
-#: Fence line (after stripping surrounding whitespace) -> section type.
-FENCES = {f"::{t}::": t for t in SECTION_TYPES}
 
 #: The headings each structured section cycles through, in order.
 HEADINGS = {
@@ -75,8 +71,6 @@ _STRUCTURE_HINT = {
     "preference": "each triple is a `### Prompt`, a `### Chosen` and a `### Rejected` line, "
     "each followed by its text",
 }
-
-_CODE_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
 
 @dataclass(frozen=True)
@@ -185,7 +179,7 @@ def _groups(section: Section, type: str) -> list[tuple[str, ...]]:
     if section.type != type:
         raise ValueError(f"expected a section of type {type!r}, got {section.type!r}")
     try:
-        return _split_groups(type, section.content.split("\n"), first_line=1)
+        return _split_groups(type, section.content, first_line=1)
     except _StructureError as exc:
         raise ValueError(exc.message) from None
 
@@ -214,13 +208,23 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
             line=1,
             hint="end the frontmatter with a line that is exactly '---'",
         ) from None
-    # The YAML starts on file line 2, right after the opening fence.
-    frontmatter = load_frontmatter("\n".join(lines[1:close]), path=shown, first_line=2)
-    sections = tuple(_body_sections(lines[close + 1 :], close + 2, shown))
+    problems: list[DocumentError] = []
+    frontmatter = None
+    try:
+        # The YAML starts on file line 2, right after the opening fence.
+        frontmatter = load_frontmatter("\n".join(lines[1:close]), path=shown, first_line=2)
+    except DocumentProblems as exc:
+        problems.extend(exc.problems)
+    except DocumentError as exc:
+        problems.append(exc)
+    sections = _body_sections(lines[close + 1 :], close + 2, shown, problems)
+    if problems:
+        raise DocumentProblems.of(problems)
+    assert frontmatter is not None
     return Document(
         path=Path(os.path.abspath(shown)),
         frontmatter=frontmatter,
-        sections=sections,
+        sections=tuple(sections),
         sha256=sha256,
     )
 
@@ -236,34 +240,6 @@ class _StructureError(Exception):
         self.line = line
 
 
-def _code_fences(lines: list[str]) -> Iterator[bool]:
-    """For each line: True when it is code-block text or a code fence line.
-
-    CommonMark fenced code blocks: an opening fence is up to three spaces
-    then at least three backticks or tildes (a backtick fence's info string
-    may not contain a backtick); the block closes at a line of the same
-    character, at least as long, followed only by spaces. An unclosed block
-    runs to the end.
-    """
-    open_char, open_len = "", 0
-    for line in lines:
-        match = _CODE_FENCE.match(line)
-        if open_char:
-            if (
-                match
-                and match.group(1)[0] == open_char
-                and len(match.group(1)) >= open_len
-                and not match.group(2).strip()
-            ):
-                open_char, open_len = "", 0
-            yield True
-        elif match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
-            open_char, open_len = match.group(1)[0], len(match.group(1))
-            yield True
-        else:
-            yield False
-
-
 def _strip_blank(lines: list[str], first_line: int) -> tuple[list[str], int]:
     """Drop leading and trailing blank lines; return them and the new first line."""
     start, end = 0, len(lines)
@@ -274,116 +250,187 @@ def _strip_blank(lines: list[str], first_line: int) -> tuple[list[str], int]:
     return lines[start:end], first_line + start
 
 
-def _body_sections(lines: list[str], first_line: int, shown: str) -> Iterator[Section]:
-    """Split the body (starting at file line ``first_line``) into sections."""
-    type, fence_line, start, chunk = "prose", None, first_line, []
-    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines), strict=True)):
-        fence = None if in_code else FENCES.get(line.strip())
-        if fence is None:
+def _body_sections(
+    lines: list[str], first_line: int, shown: str, problems: list[DocumentError]
+) -> list[Section]:
+    """Split the body (starting at file line ``first_line``) into sections.
+
+    DLM's rules: a line starting with three backticks opens or closes a code
+    block, inside which fence lines are text; a fence line outside one
+    starts a new section; a code block still open at the end is an error.
+    Problems are appended to ``problems`` and parsing goes on, so one run
+    reports them all; a section whose fence is refused is skipped.
+    """
+    sections: list[Section] = []
+    type: str | None = "prose"
+    fence_line: int | None = None
+    start, chunk = first_line, []
+    code_open: int | None = None  # line of the ``` that opened the current code block
+    for offset, line in enumerate(lines):
+        line_no = first_line + offset
+        if line.startswith("```"):
+            code_open = None if code_open is not None else line_no
             chunk.append(line)
             continue
-        section = _finish(type, fence_line, chunk, start, shown)
-        if section is not None:
-            yield section
-        line_no = first_line + offset
-        type, fence_line, start, chunk = fence, line_no, line_no + 1, []
-    section = _finish(type, fence_line, chunk, start, shown)
-    if section is not None:
-        yield section
+        if code_open is not None:
+            chunk.append(line)
+            continue
+        try:
+            fence = read_fence(line)
+        except FenceProblem as exc:
+            problems.append(DocumentError(shown, exc.message, line=line_no, hint=exc.hint))
+            fence = None
+            refused = True
+        else:
+            refused = False
+        if fence is None and not refused:
+            chunk.append(line)
+            continue
+        _finish(type, fence_line, chunk, start, shown, sections, problems)
+        type = fence.type if fence is not None else None
+        fence_line, start, chunk = line_no, line_no + 1, []
+    if code_open is not None:
+        problems.append(
+            DocumentError(
+                shown,
+                f"the code block opened at line {code_open} is never closed",
+                line=code_open,
+                hint="close it with a line starting with ``` (until then every fence after it is text)",
+            )
+        )
+    _finish(type, fence_line, chunk, start, shown, sections, problems)
+    return sections
 
 
 def _finish(
-    type: str, fence_line: int | None, chunk: list[str], first_line: int, shown: str
-) -> Section | None:  # fence_line is never None for instruction/preference
-    """Build one section from its lines (``chunk[0]`` is at ``first_line``).
+    type: str | None,
+    fence_line: int | None,
+    chunk: list[str],
+    first_line: int,
+    shown: str,
+    sections: list[Section],
+    problems: list[DocumentError],
+) -> None:
+    """Append the section made of ``chunk`` (``chunk[0]`` is at ``first_line``).
 
-    ``fence_line`` is ``None`` for the prose before the first fence; that
-    section's line is its first line with content.
+    ``type`` is ``None`` after a refused fence (nothing is appended);
+    ``fence_line`` is ``None`` for the prose before the first fence, whose
+    line is then its first line with content.
     """
+    if type is None:
+        return
+    if type != "prose":
+        try:
+            markers = strip_markers(type, chunk)
+        except FenceProblem as exc:
+            problems.append(DocumentError(shown, exc.message, line=first_line, hint=exc.hint))
+            return
+        chunk, first_line = chunk[markers:], first_line + markers
     body, content_line = _strip_blank(chunk, first_line)
     if type == "prose":
-        if not body:
-            return None
-        line = content_line if fence_line is None else fence_line
-        return Section("prose", "\n".join(body), line=line)
-    if not body:
-        raise DocumentError(
-            shown,
-            f"{type} section at line {fence_line} is empty",
-            line=fence_line,
-            hint=_STRUCTURE_HINT[type],
-        )
+        if body:
+            line = content_line if fence_line is None else fence_line
+            sections.append(Section("prose", "\n".join(body), line=line))
+        return
+    content = "\n".join(body)
     try:
-        _split_groups(type, body, content_line)
+        _split_groups(type, content, content_line)
     except _StructureError as exc:
-        raise DocumentError(shown, exc.message, line=exc.line, hint=_STRUCTURE_HINT[type]) from None
-    return Section(type, "\n".join(body), line=fence_line)
+        problems.append(DocumentError(shown, exc.message, line=exc.line, hint=_STRUCTURE_HINT[type]))
+        return
+    sections.append(Section(type, content, line=fence_line))
 
 
-def _split_groups(type: str, lines: list[str], first_line: int) -> list[tuple[str, ...]]:
-    """Split a structured section's lines into heading groups.
+def _split_groups(type: str, content: str, first_line: int) -> list[tuple[str, ...]]:
+    """Split a structured section's content into heading groups, as DLM does.
+
+    DLM's grammar: a heading is a line that is exactly ``### Q`` (``### A``,
+    ``### Prompt``...) once surrounding whitespace is stripped, code blocks
+    or not; ``### Q !probe`` is a ``### Q``; each part's text runs to the
+    next heading and is stripped of surrounding whitespace. Lines are split
+    as ``str.splitlines`` splits them, as in DLM. One rule is dlmstore's
+    own: a heading with text after it on its line (``### Q What is it?``)
+    outside a code block is an error, where DLM would make the line part of
+    the previous answer.
 
     Args:
         type: ``instruction`` or ``preference``.
-        lines: the section content, one string per line.
-        first_line: the line number of ``lines[0]``, for messages.
+        content: the section content.
+        first_line: the file line of the content's first line, for messages.
 
     Returns:
-        One tuple per group (``(q, a)`` or ``(prompt, chosen, rejected)``),
-        each text stripped of leading and trailing blank lines.
+        One tuple per group (``(q, a)`` or ``(prompt, chosen, rejected)``).
 
     Raises:
         _StructureError: text before the first heading, a heading out of
-            order, an incomplete group, an empty part, or no group at all.
+            order, an incomplete group, an empty part, no group at all, or
+            a heading with text on its line.
     """
     cycle = HEADINGS[type]
+    lines = content.splitlines()
+    if type == "instruction":
+        lines = [cycle[0] if line.strip() == "### Q !probe" else line for line in lines]
+    _check_heading_lines(cycle, lines, first_line)
     noun = _GROUP_NOUN[type]
     groups: list[tuple[str, ...]] = []
-    parts: list[str] = []  # texts of the current group's finished parts
-    group_line = 0  # line of the current group's first heading
-    heading, heading_line = "", 0  # the heading of the part being read
-    text: list[str] = []  # that part's lines so far
-
-    def close_part(heading: str, heading_line: int, text: list[str]) -> None:
-        body, _ = _strip_blank(text, 0)
-        if not body:
-            raise _StructureError(f"`{heading}` at line {heading_line} has no text", heading_line)
-        parts.append("\n".join(body))
-        if len(parts) == len(cycle):
-            groups.append(tuple(parts))
-            parts.clear()
-
-    for offset, (line, in_code) in enumerate(zip(lines, _code_fences(lines), strict=True)):
-        line_no = first_line + offset
-        found = None if in_code else line.rstrip(" \t")
-        if found not in cycle:
-            if not heading and line.strip():
-                raise _StructureError(f"text at line {line_no} comes before the first `{cycle[0]}`", line_no)
-            text.append(line)
-            continue
-        if heading:
-            close_part(heading, heading_line, text)
-        expected = cycle[len(parts)]
-        if found != expected:
-            if found == cycle[0]:
+    i, n = 0, len(lines)
+    while True:
+        while i < n and not lines[i].strip():
+            i += 1
+        if i >= n:
+            break
+        group_line = first_line + i
+        parts: list[str] = []
+        for heading in cycle:
+            found = lines[i].strip() if i < n else None
+            if found != heading:
+                if found is None or (found == cycle[0] and parts):
+                    raise _StructureError(
+                        f"{noun} at line {group_line} has no `{heading}` {_PART_NOUN[heading]}", group_line
+                    )
+                if not parts and found not in cycle:
+                    raise _StructureError(
+                        f"text at line {first_line + i} comes before the first `{cycle[0]}`", first_line + i
+                    )
+                if not parts:
+                    raise _StructureError(
+                        f"`{found}` at line {first_line + i} has no `{cycle[0]}` before it", first_line + i
+                    )
                 raise _StructureError(
-                    f"{noun} at line {group_line} has no `{expected}` {_PART_NOUN[expected]}",
-                    group_line,
+                    f"`{found}` at line {first_line + i} is out of order: expected `{heading}`",
+                    first_line + i,
                 )
-            if expected == cycle[0]:
-                raise _StructureError(f"`{found}` at line {line_no} has no `{cycle[0]}` before it", line_no)
-            raise _StructureError(
-                f"`{found}` at line {line_no} is out of order: expected `{expected}`", line_no
-            )
-        if found == cycle[0]:
-            group_line = line_no
-        heading, heading_line, text = found, line_no, []
-    if not heading:
+            heading_line = first_line + i
+            i += 1
+            text: list[str] = []
+            while i < n and lines[i].strip() not in cycle:
+                text.append(lines[i])
+                i += 1
+            part = "\n".join(text).strip()
+            if not part:
+                raise _StructureError(f"`{heading}` at line {heading_line} has no text", heading_line)
+            parts.append(part)
+        groups.append(tuple(parts))
+    if not groups:
         raise _StructureError(f"{type} section has no `{cycle[0]}`", first_line)
-    close_part(heading, heading_line, text)
-    if parts:
-        missing = cycle[len(parts)]
-        raise _StructureError(
-            f"{noun} at line {group_line} has no `{missing}` {_PART_NOUN[missing]}", group_line
-        )
     return groups
+
+
+def _check_heading_lines(cycle: tuple[str, ...], lines: list[str], first_line: int) -> None:
+    """Refuse ``### Q What is it?``: a heading with text on its line, outside code."""
+    in_code = False
+    for offset, line in enumerate(lines):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        stripped = line.strip()
+        for heading in cycle:
+            rest = stripped[len(heading) :]
+            if stripped.startswith(heading) and rest and rest[0] in " \t:.-)" and rest.strip(" \t:.-)"):
+                raise _StructureError(
+                    f"`{heading}` at line {first_line + offset} has text on its line: "
+                    f"'{stripped}'; the heading must be alone on its line, its text on the lines below",
+                    first_line + offset,
+                )

@@ -1,9 +1,13 @@
 """Training rows: what each section turns into, and each row's content key.
 
-A prose section is one ``text`` row; each ``### Q`` / ``### A`` pair of an
-instruction section is one ``messages`` row (a system message first when the
-document has a ``system_prompt``); each prompt/chosen/rejected triple of a
-preference section is one ``preference`` row.
+The rows are DLM's, exactly: a prose section is one ``text`` row, its
+content stripped of surrounding whitespace (a source file's section too:
+``# source: <relpath>`` header, blank line, file text); each ``### Q`` /
+``### A`` pair of an instruction section is one ``messages`` row, a user
+then an assistant message; each prompt/chosen/rejected triple of a
+preference section is one ``preference`` row. The document's
+``system_prompt`` is not part of any row (DLM uses it only when the model
+is exported or prompted; ``dlm prompt`` does the same).
 
 Row keys are content addresses with a scheme prefix::
 
@@ -18,10 +22,12 @@ Row keys are content addresses with a scheme prefix::
 * ``payload`` is empty for ``text`` rows: the digest already covers the
   text, and hashing it again would double the cost for a 13K-file source.
   For ``messages`` and ``preference`` rows it is the canonical JSON of the
-  row data, so the system prompt (which lives outside the section) takes
-  part in the key.
+  row data.
 
-Bump ``row-v1`` when the row shape or the key recipe changes.
+Keys depend on nothing outside the section, so editing a frontmatter key
+(``export``, ``system_prompt``) never changes them. Bump the scheme when the
+row shape or the key recipe changes: ``row-v2`` strips prose rows and drops
+the system message that ``row-v1`` put in instruction rows.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 from dlmstore.document.parser import instruction_pairs, preference_triples
 from dlmstore.document.sections import Section
 
-ROW_KEY_SCHEME = "row-v1"
+ROW_KEY_SCHEME = "row-v2"
 
 ROW_KINDS = ("text", "messages", "preference")
 
@@ -87,7 +93,7 @@ class Row:
         if self._data is not None:
             return self._data
         assert self._section is not None  # guaranteed by __init__
-        return {"text": self._section.content}
+        return {"text": self._section.content.strip()}
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Row is immutable (cannot set {name!r})")
@@ -118,14 +124,12 @@ def row_key(section: Section, kind: str, index: int, occurrence: int, data: dict
     return "sha256:" + sha256(material.encode("utf-8")).hexdigest()
 
 
-def section_rows(section: Section, *, system_prompt: str | None, occurrence: int = 0) -> list[Row]:
+def section_rows(section: Section, *, occurrence: int = 0) -> list[Row]:
     """The training rows of one section, in order.
 
     Args:
         section: a well-formed section (as produced by ``dlmstore.document.parser``
             or ``dlmstore.sources.read``).
-        system_prompt: prepended as a ``system`` message to every
-            instruction row when set; ignored by other kinds.
         occurrence: how many earlier sections of the same document share
             this section's digest (see :func:`document_rows`).
 
@@ -143,11 +147,9 @@ def section_rows(section: Section, *, system_prompt: str | None, occurrence: int
         return [Row(key, section.section_id, 0, "text", section=section)]
     elif section.type == "instruction":
         kind = "messages"
-        system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
         datas = [
             {
                 "messages": [
-                    *system,
                     {"role": "user", "content": question},
                     {"role": "assistant", "content": answer},
                 ]
@@ -174,7 +176,7 @@ def section_rows(section: Section, *, system_prompt: str | None, occurrence: int
     ]
 
 
-def document_rows(sections: Iterable[Section], *, system_prompt: str | None) -> list[Row]:
+def document_rows(sections: Iterable[Section]) -> list[Row]:
     """The rows of a sequence of sections, in order, with distinct keys.
 
     Each section's ``occurrence`` is the number of earlier sections with the
@@ -185,5 +187,5 @@ def document_rows(sections: Iterable[Section], *, system_prompt: str | None) -> 
     for section in sections:
         occurrence = seen.get(section.digest, 0)
         seen[section.digest] = occurrence + 1
-        rows.extend(section_rows(section, system_prompt=system_prompt, occurrence=occurrence))
+        rows.extend(section_rows(section, occurrence=occurrence))
     return rows

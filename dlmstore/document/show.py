@@ -15,7 +15,9 @@ from pathlib import Path
 from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
 from dlmstore.document.corpus import load_corpus
-from dlmstore.document.parser import parse_document
+from dlmstore.document.frontmatter import unused_keys
+from dlmstore.document.parser import Document, parse_document
+from dlmstore.document.rows import Row
 from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
@@ -68,6 +70,7 @@ class DocumentSummary:
     sources: list[dict[str, object]]
     store: StoreInfo
     training_cache: TrainingCacheInfo
+    not_used: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -106,5 +109,25 @@ def summarize(path: str | Path) -> DocumentSummary:
         training_cache=TrainingCacheInfo(
             cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
         ),
-        warnings=list(corpus.expansion.warnings),
+        not_used=unused_keys(document.frontmatter),
+        warnings=[*document_warnings(document), *corpus.expansion.warnings],
     )
+
+
+def document_warnings(document: Document) -> list[str]:
+    """What a document asks for that dlmstore does not do (``dlm show``, ``dlm train``)."""
+    out = []
+    keys = unused_keys(document.frontmatter)
+    if keys:
+        out.append(f"{document.path}: not used by dlmstore: {', '.join(keys)}")
+    if document.frontmatter.training.preference.enabled:
+        out.append(
+            f"{document.path}: training.preference.enabled: preference training (DPO/ORPO) is not "
+            "available in dlmstore yet; ::preference:: rows are counted, not trained"
+        )
+    return out
+
+
+def document_rows(path: str | Path) -> list[Row]:
+    """The rows ``dlm train`` would train on, in order (``dlm show --rows``)."""
+    return load_corpus(parse_document(path)).rows()

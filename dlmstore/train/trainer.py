@@ -94,7 +94,7 @@ def train_document(
         path: the .dlm document.
         no_cache: tokenize every row, neither reading nor writing the cache.
         max_steps, epochs, seed: override ``training.max_steps`` /
-            ``training.epochs`` / ``training.seed``.
+            ``training.num_epochs`` / ``training.seed``.
         lock_mode: ``validate`` (default), ``strict``, ``update`` or ``ignore``
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
         progress: optional callback for a progress bar.
@@ -111,6 +111,7 @@ def train_document(
     from dlmstore.cache.tokenize import tokenize_pass
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
+    from dlmstore.document.show import document_warnings
     from dlmstore.lock import begin_lock, finish_lock
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
@@ -202,7 +203,7 @@ def train_document(
             train=round(outcome.train, 3),
             save=round(marks["save"], 3),
         ),  # fmt: skip
-        warnings=[*corpus.expansion.warnings, *result.warnings],
+        warnings=[*document_warnings(document), *corpus.expansion.warnings, *result.warnings],
     )
 
 
@@ -263,8 +264,8 @@ def _fit(
     args = SFTConfig(
         output_dir=str(output),
         max_steps=steps_total if steps_total is not None else -1,
-        num_train_epochs=float(epochs if epochs is not None else settings.epochs),
-        per_device_train_batch_size=settings.batch_size,
+        num_train_epochs=float(epochs if epochs is not None else settings.num_epochs),
+        per_device_train_batch_size=settings.micro_batch_size if settings.micro_batch_size != "auto" else 2,
         learning_rate=settings.learning_rate,
         seed=seed,
         data_seed=seed,
@@ -284,7 +285,10 @@ def _fit(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=LoraConfig(
-            r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout, task_type="CAUSAL_LM"
+            r=settings.lora_r,
+            lora_alpha=settings.lora_alpha,
+            lora_dropout=settings.lora_dropout,
+            task_type="CAUSAL_LM",
         ),
         callbacks=[recorder],
     )

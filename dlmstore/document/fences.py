@@ -1,0 +1,250 @@
+"""Fence lines and section markers: DLM's body grammar, line by line.
+
+A fence line starts a section. DLM knows three forms, each a whole line
+with nothing before or after it:
+
+* ``::instruction::`` — a bare fence; the types are ``prose``,
+  ``instruction``, ``preference``, ``image`` and ``audio``;
+* ``::instruction#tone::`` — a routed fence: the section trains the named
+  adapter of a multi-adapter document (``training.adapters``);
+* ``::image path="a.png" alt="..."::`` — an attribute fence, for the media
+  types (``image``: ``path``, optional ``alt``; ``audio``: ``path`` and
+  ``transcript``), values double-quoted ASCII.
+
+dlmstore trains one text adapter, so it parses routed and media fences as
+DLM does (a malformed one gets DLM's error) and then refuses them by name:
+training them as something else would silently train the wrong thing.
+Anything that looks like a fence but is not one (an unknown or misspelled
+type, ``::INSTRUCTION::``, a fence indented or followed by spaces) is an
+error with what to write instead, where DLM would either refuse it too or
+train the line as prose.
+
+Markers are DLM's magic comments on the first lines of a section, written
+by its harvest, preference-mining and instruction-synthesis loops
+(``<!-- dlm-auto-harvest: source="..." -->`` and friends). They are
+provenance, not training text: :func:`strip_markers` validates and drops
+them as DLM does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+#: Every section type DLM's body grammar knows.
+FENCE_TYPES = ("prose", "instruction", "preference", "image", "audio")
+
+#: The types dlmstore trains.
+TRAINED_TYPES = ("prose", "instruction", "preference")
+
+#: Attribute fences: type -> (required keys, allowed keys).
+ATTRIBUTES = {
+    "image": (frozenset({"path"}), frozenset({"path", "alt"})),
+    "audio": (frozenset({"path", "transcript"}), frozenset({"path", "transcript"})),
+}
+
+_BARE = re.compile(r"^::([A-Za-z0-9_#-]+)::$")
+_WITH_ATTRIBUTES = re.compile(r'^::([a-z][a-z0-9_]*)((?:\s+[a-z][a-z0-9_]*="[^"\n]*")+)\s*::$')
+_ATTRIBUTE = re.compile(r'([a-z][a-z0-9_]*)="([^"\n]*)"')
+_ADAPTER = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# Looks like a fence once surrounding spaces go: "  ::instruction::", ":: prose ::".
+_NEAR = re.compile(r"^::\s*[A-Za-z][A-Za-z0-9_# -]*::$|^::[a-z][a-z0-9_]*\s.*::$")
+
+_MEDIA_WORDS = {
+    "image": "image sections train vision-language models",
+    "audio": "audio sections train audio-language models",
+}
+
+
+class FenceProblem(Exception):
+    """A fence line that DLM's grammar rejects, or that dlmstore cannot train."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A fence line's meaning: the section type it starts."""
+
+    type: str
+
+
+def read_fence(line: str) -> Fence | None:
+    """The fence ``line`` is, or ``None`` for an ordinary line.
+
+    Raises:
+        FenceProblem: the line is a fence DLM rejects (unknown type, bad
+            adapter name or attributes), a fence dlmstore does not train
+            (routed or media), or a near miss of a fence.
+    """
+    if not line.startswith("::") and not line.lstrip().startswith("::"):
+        return None  # the common case, decided without a regex
+    match = _WITH_ATTRIBUTES.match(line)
+    if match:
+        _check_attributes(match.group(1), match.group(2))
+        media = match.group(1)
+        raise FenceProblem(
+            f"`::{media} ...::` section: {_MEDIA_WORDS[media]}, and dlmstore trains text models only",
+            hint="remove the section, or train this document with DocumentLanguageModel",
+        )
+    match = _BARE.match(line)
+    if match:
+        return Fence(_bare_type(match.group(1)))
+    stripped = line.strip()
+    if not _NEAR.match(stripped):
+        return None
+    name = re.sub(r"\s+", "", stripped[2:-2]) if _BARE.match(stripped) is None else stripped[2:-2]
+    if not _fence_like(name):
+        return None  # prose that happens to sit between colons
+    if _BARE.match(stripped) or _WITH_ATTRIBUTES.match(stripped):
+        raise FenceProblem(
+            f"fence line '{line}' has spaces around it",
+            hint=f"a fence is a whole line with nothing before or after it: write `{stripped}`",
+        )
+    raise FenceProblem(f"fence line '{line}' has spaces inside it", hint=f"write `::{name}::`")
+
+
+def _fence_like(name: str) -> bool:
+    base = re.split(r"[#\s]", name, maxsplit=1)[0].lower()
+    return base in FENCE_TYPES or bool(difflib.get_close_matches(base, FENCE_TYPES, n=1, cutoff=0.75))
+
+
+def _bare_type(name: str) -> str:
+    base, hash_, adapter = name.partition("#")
+    if hash_ and not adapter:
+        raise FenceProblem(f"fence '::{name}::' has nothing after '#'", hint=f"write `::{base}::`")
+    if hash_ and not _ADAPTER.match(adapter):
+        raise FenceProblem(
+            f"fence '::{name}::' names adapter '{adapter}', which is not an adapter name",
+            hint="an adapter name is a lower-case letter then up to 31 of a-z, 0-9 and _",
+        )
+    if base not in FENCE_TYPES:
+        raise FenceProblem(f"unknown section fence '::{name}::'", hint=_fence_hint(base))
+    if base in ATTRIBUTES:
+        required = " ".join(f'{key}="..."' for key in sorted(ATTRIBUTES[base][0]))
+        raise FenceProblem(
+            f"fence '::{name}::' needs attributes", hint=f"DLM writes it as `::{base} {required}::`"
+        )
+    if hash_:
+        raise FenceProblem(
+            f"fence '::{name}::' routes the section to adapter '{adapter}'; dlmstore trains one "
+            "adapter per document (DLM's training.adapters is not supported)",
+            hint=f"write `::{base}::` to train the section into the document's adapter",
+        )
+    return base
+
+
+def _fence_hint(base: str) -> str:
+    if base.lower() in FENCE_TYPES:
+        return f"fence names are lower case: write `::{base.lower()}::`"
+    close = difflib.get_close_matches(base.lower(), FENCE_TYPES, n=1, cutoff=0.6)
+    known = ", ".join(f"::{t}::" for t in TRAINED_TYPES)
+    if close:
+        return f"did you mean `::{close[0]}::`? The fences dlmstore trains: {known}"
+    return f"the fences dlmstore trains: {known}"
+
+
+def _check_attributes(media: str, blob: str) -> None:
+    if media not in ATTRIBUTES:
+        if media in FENCE_TYPES:
+            raise FenceProblem(
+                f"fence '::{media} ...::' does not take attributes", hint=f"write `::{media}::`"
+            )
+        raise FenceProblem(f"unknown section fence '::{media} ...::'", hint=_fence_hint(media))
+    required, allowed = ATTRIBUTES[media]
+    seen: set[str] = set()
+    for key, value in _ATTRIBUTE.findall(blob):
+        if key in seen:
+            raise FenceProblem(f"fence '::{media} ...::' repeats attribute '{key}'")
+        if key not in allowed:
+            raise FenceProblem(
+                f"fence '::{media} ...::' has unknown attribute '{key}'",
+                hint=f"allowed: {', '.join(sorted(allowed))}",
+            )
+        if not value.isascii():
+            raise FenceProblem(f"fence '::{media} ...::' attribute '{key}' is not ASCII")
+        seen.add(key)
+    missing = sorted(required - seen)
+    if missing:
+        raise FenceProblem(f"fence '::{media} ...::' lacks attribute {', '.join(missing)}")
+
+
+# --------------------------------------------------------------------------
+# Markers
+
+_MARKERS = {
+    # marker name -> (section types it may lead, its attribute keys; None = source="...")
+    "dlm-auto-harvest": (("instruction", "preference"), None),
+    "dlm-auto-mined": (
+        ("preference",),
+        frozenset({"judge_name", "judge_score_chosen", "judge_score_rejected", "mined_at", "mined_run_id"}),
+    ),
+    "dlm-auto-synth": (
+        ("instruction",),
+        frozenset({"synth_teacher", "synth_strategy", "synth_at", "source_section_id"}),
+    ),
+}
+_HARVEST = re.compile(r'^<!-- dlm-auto-harvest: source="([^"]*)" -->$')
+_MARKER = re.compile(r"^<!-- (dlm-auto-mined|dlm-auto-synth):(.*) -->$")
+_MARKER_BLOB = re.compile(r'(?:\s+[a-z][a-z0-9_]*="[^"\n]*")+')
+
+
+def strip_markers(type: str, lines: list[str]) -> int:
+    """How many leading lines of a ``type`` section are DLM markers (validated).
+
+    Raises:
+        FenceProblem: a marker line is malformed (the message says which).
+    """
+    count = 0
+    for line in lines:
+        if _HARVEST.match(line) and type in _MARKERS["dlm-auto-harvest"][0]:
+            count += 1
+            continue
+        match = _MARKER.match(line)
+        if match is None or type not in _MARKERS[match.group(1)][0]:
+            break
+        _check_marker(match.group(1), match.group(2))
+        count += 1
+    return count
+
+
+def _check_marker(name: str, blob: str) -> None:
+    keys = _MARKERS[name][1]
+    assert keys is not None
+    if not _MARKER_BLOB.fullmatch(blob):
+        raise FenceProblem(f"{name} marker is malformed", hint='write key="value" pairs separated by spaces')
+    values: dict[str, str] = {}
+    for key, value in _ATTRIBUTE.findall(blob):
+        if key in values:
+            raise FenceProblem(f"{name} marker repeats '{key}'")
+        if key not in keys:
+            raise FenceProblem(
+                f"{name} marker has unknown attribute '{key}'", hint=f"allowed: {', '.join(sorted(keys))}"
+            )
+        values[key] = value
+    missing = sorted(keys - values.keys())
+    if missing:
+        raise FenceProblem(f"{name} marker lacks {', '.join(missing)}")
+    for key in ("mined_at", "synth_at"):
+        if key in values:
+            try:
+                datetime.fromisoformat(values[key].replace("Z", "+00:00"))
+            except ValueError:
+                raise FenceProblem(f"{name} marker: {key} is not an ISO-8601 time") from None
+    if name == "dlm-auto-mined":
+        try:
+            scores = [float(values["judge_score_chosen"]), float(values["judge_score_rejected"])]
+            run = int(values["mined_run_id"])
+        except ValueError:
+            raise FenceProblem(
+                f"{name} marker: judge scores must be numbers, mined_run_id a whole number"
+            ) from None
+        if not all(abs(x) != float("inf") and x == x for x in scores) or run < 1:
+            raise FenceProblem(f"{name} marker: judge scores must be finite and mined_run_id at least 1")
+    if name == "dlm-auto-synth" and not re.fullmatch(r"[0-9a-f]{16}", values["source_section_id"]):
+        raise FenceProblem(f"{name} marker: source_section_id must be 16 lower-case hex digits")
