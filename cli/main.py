@@ -49,10 +49,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import cache, data, init, lock, metrics, prompt, show, tokenize, train
+    from . import cache, data, init, lock, metrics, migrate, prompt, show, tokenize, train
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)
+    cli.add_command(migrate.migrate_command)
     cli.add_command(tokenize.tokenize_command)
     cli.add_command(cache.cache_group)
     cli.add_command(metrics.metrics_command)

@@ -458,7 +458,7 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
     return frontmatter
 
 
-class _Loader(yaml.SafeLoader):  # type: ignore[misc]
+class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader reading YAML 1.2 floats without a dot (``2e-4``) as numbers.
 
     PyYAML implements YAML 1.1, where ``2e-4`` is a string; every YAML 1.2
@@ -466,7 +466,7 @@ class _Loader(yaml.SafeLoader):  # type: ignore[misc]
     """
 
 
-_Loader.add_implicit_resolver(
+FrontmatterLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
@@ -483,7 +483,7 @@ def _compose(
     """
     try:
         # What yaml.safe_load does, keeping the node tree for its line marks.
-        loader = _Loader(yaml_text)
+        loader = FrontmatterLoader(yaml_text)
         try:
             node = loader.get_single_node()
             problems: list[DocumentError] = []
