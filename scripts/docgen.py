@@ -109,17 +109,27 @@ def render_frontmatter_reference() -> str:
     sections: list[tuple[str, type[BaseModel]]] = [
         ("top level", fm.Frontmatter),
         ("training", fm.TrainingSettings),
-        ("training.cache", fm.CacheSettings),
         ("training.sources[]", fm.SourceDirective),
+        ("training.cache", fm.CacheSettings),
+        ("training.preference", fm.PreferenceSettings),
+        ("training.preference.hyperparams", fm.PreferenceHyperparams),
+        ("training.cpt", fm.CptSettings),
+        ("training.gate", fm.GateSettings),
+        ("training.audio", fm.AudioSettings),
+        ("training.adapters.<name>", fm.AdapterSettings),
+        ("export", fm.ExportSettings),
     ]
     out = [HEADER.format(source="dlmstore/document/frontmatter.py"), "# Frontmatter reference\n"]
     out.append(
-        "\nEvery key is optional except `dlm_id`. Unknown keys are errors. "
+        "\nThe keys are DocumentLanguageModel's (schema version "
+        f"{fm.CURRENT_DLM_VERSION}). Every key is optional except `dlm_id`. Unknown keys are errors. "
+        "Blocks marked *not used by dlmstore* are accepted and listed by `dlm show`. "
         "See [the format guide](format.md) for the body.\n"
     )
     for title, model in sections:
+        unused = " *(not used by dlmstore)*" if title.split(".<")[0] in fm.NOT_USED else ""
         out.append(
-            f"\n## {title}\n\n| key | type | default | constraints | meaning |\n|---|---|---|---|---|\n"
+            f"\n## {title}{unused}\n\n| key | type | default | constraints | meaning |\n|---|---|---|---|---|\n"
         )
         for name, info in model.model_fields.items():
             annotation = _type_name(info.annotation)

@@ -332,10 +332,10 @@ class Frontmatter(_Strict):
         description="The document's ULID, written by `dlm init`; it keys the document's store."
     )
     dlm_version: int = Field(
-        default=CURRENT_DLM_VERSION,
+        default=1,
         ge=1,
         strict=True,
-        description="Version of DLM's frontmatter schema the document is written in (unset reads as 1).",
+        description=f"Version of DLM's frontmatter schema the document is written in, 1 to {CURRENT_DLM_VERSION}.",
     )
     base_model: str = Field(
         default=DEFAULT_BASE_MODEL,
