@@ -1,0 +1,27 @@
+"""dlmstore reads DocumentLanguageModel's documents as DLM does."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlmstore.document.parser import parse_text
+from dlmstore.errors import DocumentError
+
+from .helpers import VALID_ID
+
+NAMED_ADAPTERS = "training:\n  adapters:\n    tone: {}\n    facts: {}\n"
+
+
+def test_flat_lora_keys_written_at_their_defaults_sit_beside_named_adapters_as_in_dlm() -> None:
+    flat = "  adapter: lora\n  lora_r: 8\n  learning_rate: 2e-4\n  target_modules: auto\n"
+    document = parse_text(f"---\ndlm_id: {VALID_ID}\n{NAMED_ADAPTERS}{flat}---\nText.\n")
+    assert sorted(document.frontmatter.training.adapters or {}) == ["facts", "tone"]
+
+
+def test_a_flat_lora_key_off_its_default_beside_named_adapters_is_refused_as_in_dlm() -> None:
+    with pytest.raises(DocumentError) as caught:
+        parse_text(f"---\ndlm_id: {VALID_ID}\n{NAMED_ADAPTERS}  lora_r: 16\n---\nText.\n", "doc.dlm")
+    assert caught.value.message == (
+        "doc.dlm:3: training: training.adapters is set, so lora_r must keep the default here "
+        "and move into each adapter's block"
+    )
