@@ -246,5 +246,10 @@ def _check_marker(name: str, blob: str) -> None:
             ) from None
         if not all(abs(x) != float("inf") and x == x for x in scores) or run < 1:
             raise FenceProblem(f"{name} marker: judge scores must be finite and mined_run_id at least 1")
-    if name == "dlm-auto-synth" and not re.fullmatch(r"[0-9a-f]{16}", values["source_section_id"]):
-        raise FenceProblem(f"{name} marker: source_section_id must be 16 lower-case hex digits")
+    if name == "dlm-auto-synth":
+        # DLM's Section refuses a synthesized section that names no teacher or strategy.
+        for key in ("synth_teacher", "synth_strategy"):
+            if not values[key]:
+                raise FenceProblem(f"{name} marker: {key} is empty", hint=f'write {key}="<name>"')
+        if not re.fullmatch(r"[0-9a-f]{16}", values["source_section_id"]):
+            raise FenceProblem(f"{name} marker: source_section_id must be 16 lower-case hex digits")

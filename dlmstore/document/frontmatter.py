@@ -302,11 +302,15 @@ class TrainingSettings(_Strict):
         if self.gate.enabled and (self.adapters is None or len(self.adapters) < 2):
             raise ValueError("gate.enabled needs training.adapters with two or more adapters")
         if self.adapters is not None:
-            flat = {"adapter", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "learning_rate"}
-            set_flat = sorted(flat & self.model_fields_set)
-            if set_flat:
+            # As in DLM, a flat key written out at its default is harmless;
+            # only a value that would lose to the per-adapter blocks is refused.
+            flat = ("adapter", "learning_rate", "lora_alpha", "lora_dropout", "lora_r", "target_modules")
+            fields = type(self).model_fields
+            drift = [key for key in flat if getattr(self, key) != fields[key].default]
+            if drift:
                 raise ValueError(
-                    f"training.adapters is set, so {', '.join(set_flat)} must move into each adapter's block"
+                    f"training.adapters is set, so {', '.join(drift)} must keep the default here "
+                    "and move into each adapter's block"
                 )
         return self
 
