@@ -6,10 +6,10 @@ trains on exactly the weights it would there. Each entry pins a full commit
 hash, never a branch: the same document trains on the same bytes next year,
 and the lock can record that commit without asking the network.
 
-Only the facts dlmstore uses are kept: the hub id and commit to load, the
-context length, the LoRA target modules DLM trains for the architecture,
-the modality, and whether the hub makes you accept a licence before
-downloading (so the "how to get it" hint can say so). DLM's export and
+Only a few of DLM's facts are kept: the hub id and commit to load, the
+modality (to refuse what is not text), whether the hub gates the download
+(so the "how to get it" hint can say so), the context length, and the LoRA
+target modules DLM picks for ``target_modules: auto``. DLM's export and
 licence-policy fields have no counterpart here.
 
 Vision-language and audio-language entries are listed too, although

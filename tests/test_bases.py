@@ -287,6 +287,54 @@ def test_a_cached_model_whose_weights_are_missing_offline_names_the_download(
     )
 
 
+def _online_load_failing_with(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """Online, with from_pretrained failing as transformers does (a real outage retries for a minute)."""
+    import transformers
+    from huggingface_hub import constants
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
+
+
+def test_without_a_network_a_model_missing_from_the_cache_is_the_same_one_error(
+    empty_hf_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    error = OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+    error.__cause__ = LocalEntryNotFoundError("cannot reach the hub and the file is not cached")
+    _online_load_failing_with(monkeypatch, error)
+    with pytest.raises(BaseModelError) as err:
+        load_tokenizer(resolve_base("qwen2.5-0.5b"))
+    assert str(err.value) == QWEN_MISSING.replace(
+        "HF_HUB_OFFLINE is set", "the Hugging Face hub cannot be reached"
+    )
+    assert err.value.hint == QWEN_DOWNLOAD.replace(
+        "rerun without HF_HUB_OFFLINE", "rerun with network access"
+    )
+
+
+def test_any_other_online_hub_failure_quotes_the_loaders_first_line(
+    empty_hf_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _online_load_failing_with(
+        monkeypatch, OSError("nobody-xyz/not-a-model is not a valid model identifier\nmore")
+    )
+    with pytest.raises(BaseModelError) as err:
+        load_tokenizer(resolve_base("hf:nobody-xyz/not-a-model"))
+    assert str(err.value) == (
+        "cannot load the tokenizer of base model 'hf:nobody-xyz/not-a-model' from the Hugging Face hub: "
+        "nobody-xyz/not-a-model is not a valid model identifier"
+    )
+    assert err.value.hint == (
+        "check the id on huggingface.co (`hf auth login` for gated or private models), "
+        "or use a local model folder (base_model: ./path)"
+    )
+
+
 def test_dlm_tokenize_offline_with_an_empty_hf_home_prints_one_error_and_its_hint(tmp_path: Path) -> None:
     """The real thing: a fresh process with HF_HUB_OFFLINE=1 and an empty HF_HOME, nothing patched."""
     doc = write_doc(tmp_path / "doc.dlm", frontmatter="base_model: qwen2.5-0.5b\n")
