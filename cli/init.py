@@ -13,7 +13,7 @@ from .render import emit_json
     "--base-model",
     default="smollm2-135m",
     show_default=True,
-    help="Built-in name, Hugging Face hub id or local model directory.",
+    help="A named base such as qwen2.5-1.5b, hf:org/name, or a local model directory.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def init_command(path: str, base_model: str, as_json: bool) -> None:

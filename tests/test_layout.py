@@ -58,5 +58,15 @@ def test_every_layer_the_architecture_document_names_is_a_sub_package() -> None:
 
 
 def test_the_only_flat_library_modules_are_plumbing_and_the_base_model_resolver() -> None:
+    # base_registry.py is the resolver's data (DLM's named bases), kept out of
+    # bases.py so the table reads on its own; two modules do not make a layer.
     flat = sorted(p.name for p in LIBRARY.glob("*.py"))
-    assert flat == ["__init__.py", "bases.py", "clock.py", "errors.py", "home.py", "ulid.py"]
+    assert flat == [
+        "__init__.py",
+        "base_registry.py",
+        "bases.py",
+        "clock.py",
+        "errors.py",
+        "home.py",
+        "ulid.py",
+    ]

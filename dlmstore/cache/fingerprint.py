@@ -79,8 +79,9 @@ def files_sha256(directory: str | os.PathLike[str]) -> str | None:
 def tokenizer_sha256(ref: BaseModelRef) -> str:
     """Fingerprint of the tokenizer of a resolved base model, from its files.
 
-    Built-in and local bases hash their folder; a hub id hashes the files
-    in the local Hugging Face cache. Only when no file can be found is the
+    Built-in and local bases hash their folder; a registry name or hub id
+    hashes the files in the local Hugging Face cache (a registry name's at
+    its pinned commit). Only when no file can be found is the
     tokenizer loaded and fingerprinted by :func:`fingerprint_tokenizer`.
     """
     source = tokenizer_source(ref)
@@ -88,8 +89,8 @@ def tokenizer_sha256(ref: BaseModelRef) -> str:
         value = files_sha256(source)
         if value is not None:
             return value
-    elif ref.kind == "hub":
-        folder = _hub_snapshot(source)
+    elif ref.on_hub:
+        folder = _hub_snapshot(source, ref.revision)
         if folder is not None:
             value = files_sha256(folder)
             if value is not None:
@@ -119,13 +120,13 @@ def fingerprint_tokenizer(tokenizer: Any) -> str:
     return value
 
 
-def _hub_snapshot(repo_id: str) -> str | None:
+def _hub_snapshot(repo_id: str, revision: str | None) -> str | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - transformers depends on it
         return None
     for name in ("tokenizer_config.json", "tokenizer.json"):
-        cached = try_to_load_from_cache(repo_id, name)
+        cached = try_to_load_from_cache(repo_id, name, revision=revision)
         if isinstance(cached, str):
             return os.path.dirname(cached)
     return None

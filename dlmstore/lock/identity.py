@@ -9,9 +9,12 @@ weights do:
   file on every run would be wasted work, so it is done once: the digest is kept in
   ``<home>/bases/<name>/identity.json`` keyed by the file's path, size and
   mtime, and recomputed only when one of those changes;
+* **registry name** (``qwen2.5-1.5b``): the commit the registry pins, which
+  is the one loaded; no sha256, since the commit already names every
+  file's content;
 * **hub id**: the commit hash of the snapshot in the local Hugging Face
-  cache (read offline, nothing is downloaded); no sha256, since the commit
-  already names every file's content. None when the model is not cached;
+  cache (read offline, nothing is downloaded); no sha256, as above. None
+  when the model is not cached;
 * **local directory**: ``sha256:`` over ``config.json``'s bytes plus the
   names and sizes of the weight files. Hashing the weights themselves would
   cost seconds to minutes per run for large models; names and sizes catch
@@ -49,6 +52,8 @@ def base_model_identity(ref: BaseModelRef) -> tuple[str | None, str | None]:
     """
     if ref.kind == "builtin":
         return _builtin_revision(ref.name), gguf_sha256(ref.name, Path(ref.location))
+    if ref.kind == "registry":
+        return ref.revision, None
     if ref.kind == "hub":
         return _hub_commit(ref.location), None
     return _local_revision(Path(ref.location)), None
