@@ -344,8 +344,8 @@ class Frontmatter(_Strict):
     base_model: str = Field(
         default=DEFAULT_BASE_MODEL,
         min_length=1,
-        description="Model to fine-tune: a built-in or DLM registry name, `hf:org/name`, a local folder "
-        "or a Hugging Face id.",
+        description="Model to fine-tune: the built-in `smollm2-135m`, a DLM registry name (base-models.md; "
+        "loaded from the Hugging Face hub at a pinned commit), `hf:org/name`, `org/name` or a local folder.",
     )
     system_prompt: str | None = Field(
         default=None,
