@@ -167,6 +167,103 @@ def test_a_malformed_document_is_one_error_line_with_file_and_line(runner: CliRu
     assert "Traceback" not in result.output
 
 
+def test_show_reports_every_frontmatter_mistake_on_its_own_error_line(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        frontmatter=(
+            "base_modl: smollm2-135m\n"  # line 3
+            "training:\n"
+            "  r: 8\n"  # 5
+            "  seed: x\n"  # 6
+            "  sequence_len: 32\n"  # 7
+            "  cache:\n"
+            "    enabled: maybe\n"  # 9
+        ),
+    )
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {doc}:3: unknown key 'base_modl'",
+        f"error: {doc}:5: unknown key 'training.r': dlmstore now uses DLM's name 'lora_r'",
+        f"error: {doc}:6: training.seed: must be a whole number, not 'x'",
+        f"error: {doc}:7: training.sequence_len: must be between 64 and 32768",
+        f"error: {doc}:9: training.cache.enabled: must be true or false, not 'maybe'",
+    ]
+    lines = result.output.splitlines()
+    assert lines[lines.index(errors[1]) + 1] == (
+        f"hint: rename it to 'lora_r', or run `dlm migrate {doc}` to rename every such key"
+    )
+    assert "Traceback" not in result.output
+
+
+def test_show_reports_a_frontmatter_and_a_body_problem_in_one_run(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm", body="Intro.\n::INSTRUCTION::\n", frontmatter="training:\n  epochs: 2\n"
+    )
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert result.exit_code == 1
+    assert [line for line in result.output.splitlines() if line.startswith("error: ")] == [
+        f"error: {doc}:4: unknown key 'training.epochs': dlmstore now uses DLM's name 'num_epochs'",
+        f"error: {doc}:7: unknown section fence '::INSTRUCTION::'",
+    ]
+
+
+def test_show_json_lists_the_keys_dlmstore_does_not_use_and_warns(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        frontmatter="export:\n  default_quant: Q8_0\ntraining:\n  preference:\n    enabled: true\n",
+    )
+    result = runner.invoke(cli, ["show", str(doc), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["not_used"] == ["training.preference.enabled", "export.default_quant"]
+    assert summary["warnings"][0] == (
+        f"{doc}: not used by dlmstore: training.preference.enabled, export.default_quant"
+    )
+    assert any("preference training (DPO/ORPO) is not available" in w for w in summary["warnings"])
+    assert [f"warning: {w}" for w in summary["warnings"]] == result.stderr.splitlines()
+
+
+def test_show_json_of_a_plain_document_has_nothing_unused(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["show", str(write_doc(tmp_path / "doc.dlm")), "--json"])
+    summary = json.loads(result.stdout)
+    assert (summary["not_used"], summary["warnings"], summary["dlm_version"]) == ([], [], 1)
+
+
+def test_show_rows_prints_one_json_object_per_row_with_its_key(runner: CliRunner, tmp_path: Path) -> None:
+    from dlmstore.document.show import document_rows
+
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        body="  Intro prose.  \n\n::instruction::\n### Q\nq1\n### A\na1\n"
+        "::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n",
+        frontmatter="system_prompt: Be brief.\n",
+    )
+    result = runner.invoke(cli, ["show", str(doc), "--rows"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    keys = [row.row_key for row in document_rows(doc)]
+    assert rows == [
+        {"text": "Intro prose.", "row_key": keys[0]},
+        {
+            "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}],
+            "row_key": keys[1],
+        },
+        {"prompt": "p", "chosen": "c", "rejected": "r", "row_key": keys[2]},
+    ]
+    assert all(key.startswith("sha256:") and len(key) == 71 for key in keys)
+
+
+def test_show_rows_of_a_malformed_document_is_an_error(runner: CliRunner, tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", body="::instruction::\n### Q\nq\n")
+    result = runner.invoke(cli, ["show", str(doc), "--rows"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"error: {doc}:5: question at line 5 has no `### A` answer\n")
+
+
 def test_a_missing_source_directory_is_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
     doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: nowhere\n")
     result = runner.invoke(cli, ["show", str(doc)])
@@ -178,7 +275,8 @@ def test_a_missing_source_directory_is_a_clear_error(runner: CliRunner, tmp_path
 def test_an_unknown_option_is_a_usage_error_with_exit_code_2(runner: CliRunner) -> None:
     result = runner.invoke(cli, ["show", "--bogus"], prog_name="dlm")
     assert result.exit_code == 2
-    assert result.output.endswith("Error: No such option '--bogus'.\n")
+    # Click may add "Did you mean ...?" after the sentence (it suggests --rows for --bogus).
+    assert result.output.splitlines()[-1].startswith("Error: No such option '--bogus'.")
 
 
 def test_the_installed_dlm_script_runs() -> None:

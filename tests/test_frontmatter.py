@@ -1,4 +1,4 @@
-"""The frontmatter: models, defaults, and every error message with its line.
+"""The frontmatter: DLM's schema, its versions, defaults, and every error message with its line.
 
 Most tests go through ``parse_text`` so line numbers are file lines, as a
 user sees them; a few call ``load_frontmatter`` directly to pin its
@@ -7,19 +7,31 @@ user sees them; a few call ``load_frontmatter`` directly to pin its
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dlmstore.document.frontmatter import (
-    CURRENT_DLM_VERSION,
     DEFAULT_BASE_MODEL,
+    AdapterSettings,
+    AudioSettings,
     CacheSettings,
+    CptSettings,
+    ExportSettings,
     Frontmatter,
+    GateSettings,
+    PreferenceHyperparams,
+    PreferenceSettings,
     SourceDirective,
     TrainingSettings,
     load_frontmatter,
+    set_keys,
+    unused_keys,
 )
 from dlmstore.document.parser import parse_text
-from dlmstore.errors import DocumentError
+from dlmstore.document.show import document_warnings
+from dlmstore.document.versions import CURRENT_DLM_VERSION
+from dlmstore.errors import DocumentError, DocumentProblems
 
 ULID = "01J9ZK3M4N5P6Q7R8S9T0VWXYZ"
 HEAD = f"---\ndlm_id: {ULID}\n---\n"
@@ -31,18 +43,69 @@ def error_of(text: str, path: str = "doc.dlm") -> DocumentError:
     return info.value
 
 
+def problems_of(text: str, path: str = "doc.dlm") -> list[str]:
+    """The ``path:line: message`` of every problem a document has, in the order reported."""
+    with pytest.raises(DocumentProblems) as info:
+        parse_text(text, path)
+    return [str(problem) for problem in info.value.problems]
+
+
+def training(yaml: str) -> TrainingSettings:
+    return parse_text(f"---\ndlm_id: {ULID}\n{yaml}\n---\n").frontmatter.training
+
+
 # --------------------------------------------------------------------------
 # Defaults and the public loader
 
 
 def test_frontmatter_defaults_fill_every_other_field():
     fm = parse_text(HEAD).frontmatter
-    assert fm.dlm_version == CURRENT_DLM_VERSION
+    assert fm.dlm_version == 1  # unset reads as 1, as in DLM
     assert fm.base_model == DEFAULT_BASE_MODEL
     assert fm.system_prompt is None
     assert fm.training.sequence_len == 2048
     assert fm.training.sources == []
     assert fm.training.cache.enabled is True
+
+
+def test_the_training_defaults_are_dlms():
+    t = parse_text(HEAD).frontmatter.training
+    assert t.model_dump(
+        exclude={"sequence_len", "seed", "max_steps", "sources", "sources_policy", "cache"}
+    ) == {
+        "adapter": "lora",
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "lora_dropout": 0.05,
+        "target_modules": "auto",
+        "micro_batch_size": "auto",
+        "grad_accum": "auto",
+        "learning_rate": 2e-4,
+        "num_epochs": 3,
+        "optimizer": "adamw_torch",
+        "lr_scheduler": "cosine",
+        "warmup_ratio": 0.1,
+        "precision": None,
+        "preference": {
+            "enabled": False,
+            "method": "dpo",
+            "hyperparams": {"beta": 0.1, "alpha": 0.1, "learning_rate": 5e-6, "num_epochs": 1},
+            "loss_type": "sigmoid",
+            "reference": "pre_adapter",
+        },
+        "cpt": {"schedule": "auto", "embed_warmup_steps": 0},
+        "gate": {
+            "enabled": False,
+            "hidden_proj_dim": 64,
+            "steps": 200,
+            "lr": 3e-4,
+            "cold_start_floor": 4,
+            "entropy_lambda": 0.01,
+        },
+        "audio": {"auto_resample": False},
+        "adapters": None,
+    }
+    assert parse_text(HEAD).frontmatter.export == ExportSettings(default_quant="Q4_K_M")
 
 
 def test_load_frontmatter_returns_the_validated_model():
@@ -63,7 +126,13 @@ def test_load_frontmatter_reports_a_missing_top_level_key_at_the_opening_fence()
     assert str(info.value) == "x.dlm:9: missing required key 'dlm_id'"
 
 
-@pytest.mark.parametrize("model", [Frontmatter, TrainingSettings, CacheSettings, SourceDirective])
+@pytest.mark.parametrize(
+    "model",
+    [
+        Frontmatter, TrainingSettings, CacheSettings, SourceDirective, PreferenceSettings,
+        PreferenceHyperparams, CptSettings, GateSettings, AudioSettings, AdapterSettings, ExportSettings,
+    ],
+)  # fmt: skip
 def test_every_frontmatter_field_has_a_one_line_description(model):
     for name, field in model.model_fields.items():
         assert field.description, f"{model.__name__}.{name} has no description"
@@ -108,7 +177,7 @@ def test_an_unknown_top_level_key_is_an_error_with_the_allowed_keys():
     assert err.line == 3
     assert err.hint == (
         "did you mean 'training'? allowed keys at the top level: "
-        "dlm_id, dlm_version, base_model, system_prompt, training"
+        "dlm_id, dlm_version, base_model, system_prompt, training, export"
     )
 
 
@@ -132,9 +201,12 @@ def test_an_unknown_nested_key_is_reported_at_its_own_line():
     )
 
 
-def test_the_earliest_error_in_the_file_is_reported():
+def test_every_error_in_the_frontmatter_is_reported_in_line_order():
     text = f"---\ndlm_id: {ULID}\ntraining:\n  sequnce_len: 1\n  seed: x\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: unknown key 'training.sequnce_len'"
+    assert problems_of(text) == [
+        "doc.dlm:4: unknown key 'training.sequnce_len'",
+        "doc.dlm:5: training.seed: must be a whole number, not 'x'",
+    ]
 
 
 def test_an_unknown_key_in_a_source_directive_names_the_list_item():
@@ -160,10 +232,12 @@ def test_an_out_of_range_value_names_both_bounds():
 
 
 def test_a_half_open_range_is_worded_from_the_field_constraints():
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  dropout: 1.5\n---\n"
-    assert str(error_of(text)) == ("doc.dlm:4: training.dropout: must be at least 0.0 and less than 1.0")
-    text = f"---\ndlm_id: {ULID}\ntraining:\n  epochs: 0\n---\n"
-    assert str(error_of(text)) == "doc.dlm:4: training.epochs: must be greater than 0"
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  num_epochs: 0\n---\n"
+    assert str(error_of(text)) == "doc.dlm:4: training.num_epochs: must be at least 1"
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  learning_rate: 0\n---\n"
+    assert str(error_of(text)) == "doc.dlm:4: training.learning_rate: must be greater than 0.0"
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  lora_dropout: 1.5\n---\n"
+    assert str(error_of(text)) == "doc.dlm:4: training.lora_dropout: must be between 0.0 and 0.5"
 
 
 def test_a_wrong_type_says_what_was_expected_and_what_was_found():
@@ -190,6 +264,14 @@ def test_a_key_that_is_not_a_string_is_an_unknown_key():
     assert str(err) == "doc.dlm:4: unknown key 'training.1'"
 
 
+def test_a_key_that_is_not_a_string_among_named_adapters_says_what_the_keys_are():
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  adapters:\n    1: {{}}\n    a: {{}}\n---\n")
+    assert str(err) == "doc.dlm:5: unknown key 'training.adapters.1'"
+    assert err.hint == (
+        "the keys in 'training.adapters' are adapter names (a lower case letter, then a-z 0-9 _)"
+    )
+
+
 def test_a_key_overriding_a_yaml_merge_is_not_a_duplicate():
     text = (
         "---\n"
@@ -209,18 +291,10 @@ def test_a_yaml_alias_bomb_is_rejected_quickly():
     bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
     )
-    err = error_of(f"---\ndlm_id: {ULID}\n{bomb}---\n")
-    assert str(err) == "doc.dlm:3: unknown key 'a0'"
-
-
-def test_a_newer_dlm_version_asks_for_a_newer_dlmstore():
-    newer = CURRENT_DLM_VERSION + 1
-    err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: {newer}\nfuture_key: 1\n---\n")
-    assert str(err) == (
-        f"doc.dlm:3: dlm_version {newer} needs a newer dlmstore "
-        f"(this one reads dlm_version {CURRENT_DLM_VERSION})"
-    )
-    assert err.hint == "upgrade dlmstore: pip install -U dlmstore"
+    started = time.perf_counter()
+    problems = problems_of(f"---\ndlm_id: {ULID}\n{bomb}---\n")
+    assert time.perf_counter() - started < 2
+    assert problems == [f"doc.dlm:{3 + i}: unknown key 'a{i}'" for i in range(9)]
 
 
 # --------------------------------------------------------------------------
@@ -229,8 +303,9 @@ def test_a_newer_dlm_version_asks_for_a_newer_dlmstore():
 
 def test_a_boolean_where_a_whole_number_belongs_is_an_error():
     err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: true\n---\n")
-    assert str(err) == "doc.dlm:3: dlm_version: must be a whole number, not True"
+    assert str(err) == "doc.dlm:3: dlm_version: must be a whole number of at least 1, not True"
     assert err.line == 3
+    assert err.hint == f"the current version is {CURRENT_DLM_VERSION}"
 
 
 @pytest.mark.parametrize(
@@ -238,11 +313,18 @@ def test_a_boolean_where_a_whole_number_belongs_is_an_error():
     [
         ("training:\n  sequence_len: true", 4, "training.sequence_len"),
         ("training:\n  seed: false", 4, "training.seed"),
-        ("training:\n  r: true", 4, "training.r"),
-        ("training:\n  alpha: true", 4, "training.alpha"),
-        ("training:\n  epochs: true", 4, "training.epochs"),
+        ("training:\n  lora_r: true", 4, "training.lora_r"),
+        ("training:\n  lora_alpha: true", 4, "training.lora_alpha"),
+        ("training:\n  num_epochs: true", 4, "training.num_epochs"),
         ("training:\n  max_steps: true", 4, "training.max_steps"),
-        ("training:\n  batch_size: true", 4, "training.batch_size"),
+        ("training:\n  cpt:\n    embed_warmup_steps: true", 5, "training.cpt.embed_warmup_steps"),
+        ("training:\n  gate:\n    steps: true", 5, "training.gate.steps"),
+        (
+            "training:\n  preference:\n    hyperparams:\n      num_epochs: true",
+            6,
+            "training.preference.hyperparams.num_epochs",
+        ),
+        ("training:\n  adapters:\n    tone:\n      lora_r: true", 6, "training.adapters.tone.lora_r"),
         ("training:\n  cache:\n    max_bytes: true", 5, "training.cache.max_bytes"),
         ("training:\n  cache:\n    prune_older_than_days: false", 5, "training.cache.prune_older_than_days"),
         ("training:\n  sources:\n    - path: a\n      max_files: true", 6, "training.sources[0].max_files"),
@@ -266,19 +348,21 @@ def test_yaml_integers_still_validate_as_whole_numbers():
         "training:\n"
         "  sequence_len: 4096\n"
         "  seed: 0\n"
-        "  r: 0x10\n"
-        "  alpha: 32\n"
-        "  epochs: 3\n"
+        "  lora_r: 0x10\n"
+        "  lora_alpha: 32\n"
+        "  num_epochs: 3\n"
         "  max_steps: 1_000\n"
-        "  batch_size: 4\n"
+        "  micro_batch_size: 4\n"
+        "  grad_accum: 8\n"
         "  sources:\n"
         "    - {path: a, max_bytes_per_file: 200000, max_files: 5}\n"
         "  cache: {max_bytes: 2147483648, prune_older_than_days: 0}\n"
         "---\n"
     )
     training = parse_text(text).frontmatter.training
-    assert (training.sequence_len, training.seed, training.r, training.alpha) == (4096, 0, 16, 32)
-    assert (training.epochs, training.max_steps, training.batch_size) == (3, 1000, 4)
+    assert (training.sequence_len, training.seed, training.lora_r, training.lora_alpha) == (4096, 0, 16, 32)
+    assert (training.num_epochs, training.max_steps, training.micro_batch_size) == (3, 1000, 4)
+    assert training.grad_accum == 8
     assert (training.sources[0].max_bytes_per_file, training.sources[0].max_files) == (200000, 5)
     assert (training.cache.max_bytes, training.cache.prune_older_than_days) == (2147483648, 0)
 
@@ -288,3 +372,407 @@ def test_a_quoted_number_or_a_float_is_not_a_whole_number():
     assert str(error_of(text)) == "doc.dlm:4: training.seed: must be a whole number, not '42'"
     text = f"---\ndlm_id: {ULID}\ntraining:\n  sequence_len: 2048.0\n---\n"
     assert str(error_of(text)) == ("doc.dlm:4: training.sequence_len: must be a whole number, not 2048.0")
+
+
+# --------------------------------------------------------------------------
+# DLM's key names, and dlmstore's old ones
+
+
+def test_every_dlm_training_key_is_read():
+    t = training(
+        "training:\n"
+        "  adapter: dora\n"
+        "  lora_r: 16\n"
+        "  lora_alpha: 32\n"
+        "  lora_dropout: 0.1\n"
+        "  target_modules: [q_proj, v_proj]\n"
+        "  micro_batch_size: 4\n"
+        "  grad_accum: 2\n"
+        "  learning_rate: 1e-4\n"
+        "  num_epochs: 5\n"
+        "  optimizer: paged_adamw_8bit\n"
+        "  lr_scheduler: linear\n"
+        "  warmup_ratio: 0.05\n"
+        "  precision: bf16"
+    )
+    assert (t.adapter, t.lora_r, t.lora_alpha, t.lora_dropout) == ("dora", 16, 32, 0.1)
+    assert t.target_modules == ["q_proj", "v_proj"]
+    assert (t.micro_batch_size, t.grad_accum, t.learning_rate, t.num_epochs) == (4, 2, 1e-4, 5)
+    assert (t.optimizer, t.lr_scheduler, t.warmup_ratio, t.precision) == (
+        "paged_adamw_8bit", "linear", 0.05, "bf16",
+    )  # fmt: skip
+
+
+def test_micro_batch_size_and_grad_accum_take_auto_or_a_positive_whole_number():
+    t = training("training:\n  micro_batch_size: auto\n  grad_accum: auto")
+    assert (t.micro_batch_size, t.grad_accum) == ("auto", "auto")
+    assert problems_of(
+        f"---\ndlm_id: {ULID}\ntraining:\n  micro_batch_size: 0\n  grad_accum: many\n---\n"
+    ) == [
+        "doc.dlm:4: training.micro_batch_size: must be a whole number of at least 1, or auto, not 0",
+        "doc.dlm:5: training.grad_accum: must be a whole number of at least 1, or auto, not 'many'",
+    ]
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  micro_batch_size: true\n---\n"
+    assert str(error_of(text)) == (
+        "doc.dlm:4: training.micro_batch_size: must be a whole number of at least 1, or auto, not True"
+    )
+
+
+@pytest.mark.parametrize("value", ["all", "[]", "[q_proj, 3]"])
+def test_target_modules_is_auto_or_a_list_of_module_names(value):
+    assert training("training:\n  target_modules: auto").target_modules == "auto"
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  target_modules: {value}\n---\n")
+    assert str(err).startswith(
+        "doc.dlm:4: training.target_modules: must be auto or a list of module names, not "
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "allowed"),
+    [
+        ("adapter", "'lora', 'qlora' or 'dora'"),
+        (
+            "optimizer",
+            "'adamw_torch', 'adamw_bnb_8bit', 'paged_adamw_8bit', 'galore_adamw' or 'galore_adamw_8bit'",
+        ),
+        ("lr_scheduler", "'cosine', 'linear' or 'constant'"),
+        ("precision", "'bf16', 'fp16' or 'fp32'"),
+    ],
+)
+def test_a_choice_outside_dlms_list_names_the_allowed_ones(key, allowed):
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  {key}: sgd\n---\n")
+    assert str(err) == f"doc.dlm:4: training.{key}: must be {allowed}"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "value"),
+    [
+        ("r", "lora_r", "8"),
+        ("alpha", "lora_alpha", "16"),
+        ("dropout", "lora_dropout", "0.05"),
+        ("epochs", "num_epochs", "3"),
+        ("batch_size", "micro_batch_size", "2"),
+    ],
+)
+def test_a_key_dlmstore_used_to_name_is_an_error_naming_dlms_key_and_dlm_migrate(old, new, value):
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  {old}: {value}\n---\n", "notes.dlm")
+    assert str(err) == f"notes.dlm:4: unknown key 'training.{old}': dlmstore now uses DLM's name '{new}'"
+    assert err.hint == f"rename it to '{new}', or run `dlm migrate notes.dlm` to rename every such key"
+
+
+def test_every_old_key_in_a_document_is_reported_at_once():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  r: 8\n  alpha: 16\n  epochs: 1\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:4: unknown key 'training.r': dlmstore now uses DLM's name 'lora_r'",
+        "doc.dlm:5: unknown key 'training.alpha': dlmstore now uses DLM's name 'lora_alpha'",
+        "doc.dlm:6: unknown key 'training.epochs': dlmstore now uses DLM's name 'num_epochs'",
+    ]
+
+
+# --------------------------------------------------------------------------
+# Versions
+
+
+def test_an_unset_dlm_version_reads_as_version_1():
+    assert parse_text(HEAD).frontmatter.dlm_version == 1
+    assert load_frontmatter(f"dlm_id: {ULID}", path="x.dlm", first_line=2).dlm_version == 1
+
+
+@pytest.mark.parametrize("version", range(1, CURRENT_DLM_VERSION + 1))
+def test_every_dlm_version_up_to_the_current_one_is_read(version):
+    text = f"---\ndlm_id: {ULID}\ndlm_version: {version}\ntraining:\n  lora_r: 4\n---\n"
+    fm = parse_text(text).frontmatter
+    assert (fm.dlm_version, fm.training.lora_r) == (version, 4)
+
+
+def test_the_current_dlm_version_is_dlms_15():
+    assert CURRENT_DLM_VERSION == 15
+
+
+def test_a_newer_dlm_version_is_refused_with_the_versions_this_dlmstore_reads():
+    newer = CURRENT_DLM_VERSION + 1
+    err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: {newer}\nfuture_key: 1\n---\n")
+    assert str(err) == (
+        f"doc.dlm:3: dlm_version {newer} is newer than the DLM frontmatter this dlmstore reads "
+        f"(versions 1 to {CURRENT_DLM_VERSION})"
+    )
+    assert err.hint == (
+        "a newer dlmstore may read it (pip install -U dlmstore); otherwise set dlm_version to "
+        f"{CURRENT_DLM_VERSION} if the document uses no newer keys"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "'3'", "2.0"])
+def test_a_dlm_version_that_is_not_a_positive_whole_number_is_an_error(value):
+    err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: {value}\n---\n")
+    assert str(err).startswith("doc.dlm:3: dlm_version: must be a whole number of at least 1, not ")
+
+
+def test_a_bad_dlm_version_does_not_hide_the_other_problems():
+    text = f"---\ndlm_id: {ULID}\ndlm_version: 0\ntraining:\n  seed: x\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:3: dlm_version: must be a whole number of at least 1, not 0",
+        "doc.dlm:5: training.seed: must be a whole number, not 'x'",
+    ]
+
+
+DPO_V1 = (
+    "training:\n"
+    "  dpo:\n"
+    "    enabled: true\n"
+    "    beta: 0.2\n"
+    "    learning_rate: 1e-6\n"
+    "    num_epochs: 2\n"
+    "    loss_type: ipo\n"
+    "    reference: pre_dpo_adapter\n"
+)
+
+
+@pytest.mark.parametrize("version_line", ["", "dlm_version: 1\n"])
+def test_a_version_1_dpo_block_is_read_as_training_preference(version_line):
+    fm = parse_text(f"---\ndlm_id: {ULID}\n{version_line}{DPO_V1}---\n").frontmatter
+    assert fm.dlm_version == 1
+    assert fm.training.preference == PreferenceSettings(
+        enabled=True,
+        method="dpo",
+        hyperparams=PreferenceHyperparams(beta=0.2, learning_rate=1e-6, num_epochs=2),
+        loss_type="ipo",
+        reference="pre_adapter",
+    )
+
+
+def test_a_version_1_dpo_reference_other_than_pre_dpo_adapter_is_kept():
+    fm = parse_text(f"---\ndlm_id: {ULID}\ntraining:\n  dpo:\n    reference: base\n---\n").frontmatter
+    assert fm.training.preference.reference == "base"
+
+
+def test_a_bad_value_in_a_version_1_dpo_block_is_reported_at_its_line_under_its_new_name():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  dpo:\n    enabled: true\n    beta: 7\n    bogus: 1\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:6: training.preference.hyperparams.beta: must be between 0.0 and 1.0",
+        "doc.dlm:7: unknown key 'training.preference.bogus'",
+    ]
+
+
+def test_a_version_1_dpo_block_that_is_not_a_mapping_is_an_error_at_its_line():
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  dpo: 3\n---\n")
+    assert str(err) == "doc.dlm:4: training.preference: must be a mapping of keys to values, not 3"
+
+
+@pytest.mark.parametrize("version", [2, CURRENT_DLM_VERSION])
+def test_training_dpo_in_a_version_2_or_later_document_is_an_unknown_key(version):
+    err = error_of(f"---\ndlm_id: {ULID}\ndlm_version: {version}\n{DPO_V1}---\n")
+    assert str(err) == "doc.dlm:5: unknown key 'training.dpo'"
+    assert err.hint is not None and "preference" in err.hint
+
+
+# --------------------------------------------------------------------------
+# YAML 1.2 numbers
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("2e-4", 2e-4), ("1e-5", 1e-5), ("3E+2", 300.0), ("1.5e-3", 1.5e-3)]
+)
+def test_a_float_written_in_yaml_1_2_exponent_form_is_a_number(text, value):
+    assert training(f"training:\n  learning_rate: {text}").learning_rate == value
+
+
+def test_a_negative_exponent_float_is_a_number_checked_against_its_bounds():
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  learning_rate: -3E+2\n---\n")
+    assert str(err) == "doc.dlm:4: training.learning_rate: must be greater than 0.0"
+
+
+def test_an_exponent_float_is_still_not_a_whole_number():
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  seed: 1e3\n---\n")
+    assert str(err) == "doc.dlm:4: training.seed: must be a whole number, not 1000.0"
+
+
+# --------------------------------------------------------------------------
+# Every problem at once
+
+
+FIVE_MISTAKES = (
+    "---\n"
+    f"dlm_id: {ULID}\n"
+    "base_modl: smollm2-135m\n"
+    "training:\n"
+    "  r: 8\n"
+    "  seed: x\n"
+    "  sequence_len: 32\n"
+    "  cache:\n"
+    "    enabled: maybe\n"
+    "---\n"
+    "Prose.\n"
+)
+
+
+def test_a_document_with_five_frontmatter_mistakes_reports_all_five_in_line_order():
+    with pytest.raises(DocumentProblems) as info:
+        parse_text(FIVE_MISTAKES, "doc.dlm")
+    problems = info.value.problems
+    assert [str(p) for p in problems] == [
+        "doc.dlm:3: unknown key 'base_modl'",
+        "doc.dlm:5: unknown key 'training.r': dlmstore now uses DLM's name 'lora_r'",
+        "doc.dlm:6: training.seed: must be a whole number, not 'x'",
+        "doc.dlm:7: training.sequence_len: must be between 64 and 32768",
+        "doc.dlm:9: training.cache.enabled: must be true or false, not 'maybe'",
+    ]
+    assert [p.line for p in problems] == [3, 5, 6, 7, 9]
+    assert problems[0].hint is not None and problems[0].hint.startswith("did you mean 'base_model'?")
+    assert str(info.value) == "\n".join(str(p) for p in problems)
+    assert info.value.line == 3
+    assert info.value.reports() == [(p.message, p.hint) for p in problems]
+
+
+def test_load_frontmatter_raises_every_problem_together():
+    with pytest.raises(DocumentProblems) as info:
+        load_frontmatter(f"dlm_id: {ULID}\nseed: 1\ntraining:\n  sead: 7", path="x.dlm", first_line=2)
+    assert [str(p) for p in info.value.problems] == [
+        "x.dlm:3: unknown key 'seed'",
+        "x.dlm:5: unknown key 'training.sead'",
+    ]
+
+
+def test_a_single_problem_is_a_plain_document_error():
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  seed: x\n---\n")
+    assert not isinstance(err, DocumentProblems)
+
+
+def test_a_duplicate_key_and_a_bad_value_are_reported_together():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  seed: 1\n  seed: 2\n  lora_r: 0\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:5: duplicate key 'training.seed' (first set at line 4)",
+        "doc.dlm:6: training.lora_r: must be between 1 and 256",
+    ]
+
+
+# --------------------------------------------------------------------------
+# Blocks DLM has and dlmstore does not use
+
+
+UNUSED = (
+    "---\n"
+    f"dlm_id: {ULID}\n"
+    "system_prompt: Be brief.\n"
+    "training:\n"
+    "  seed: 3\n"
+    "  lora_r: 4\n"
+    "  cpt:\n"
+    "    schedule: dapt\n"
+    "  audio:\n"
+    "    auto_resample: true\n"
+    "  cache:\n"
+    "    enabled: false\n"
+    "export:\n"
+    "  default_quant: Q8_0\n"
+    "  default_temperature: 0.7\n"
+    "---\n"
+)
+
+
+def test_set_keys_lists_the_keys_a_document_sets_in_field_order():
+    fm = parse_text(UNUSED).frontmatter
+    assert set_keys(fm) == [
+        "dlm_id",
+        "dlm_version",
+        "system_prompt",
+        "training.lora_r",
+        "training.seed",
+        "training.cpt.schedule",
+        "training.cache.enabled",
+        "training.audio.auto_resample",
+        "export.default_quant",
+        "export.default_temperature",
+    ]
+
+
+def test_unused_keys_lists_the_keys_set_for_capabilities_dlmstore_lacks():
+    fm = parse_text(UNUSED).frontmatter
+    assert unused_keys(fm) == [
+        "training.cpt.schedule",
+        "training.audio.auto_resample",
+        "export.default_quant",
+        "export.default_temperature",
+    ]
+    assert unused_keys(parse_text(HEAD).frontmatter) == []
+
+
+def test_an_export_block_is_validated_like_dlms():
+    fm = parse_text(UNUSED).frontmatter
+    assert fm.export == ExportSettings(default_quant="Q8_0", default_temperature=0.7, default_top_p=None)
+    text = f"---\ndlm_id: {ULID}\nexport:\n  default_quant: Q2\n  default_top_p: 1.5\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:4: export.default_quant: must be 'Q4_K_M', 'Q5_K_M', 'Q6_K' or 'Q8_0'",
+        "doc.dlm:5: export.default_top_p: must be greater than 0.0 and at most 1.0",
+    ]
+
+
+def test_a_document_setting_unused_keys_gets_a_warning_naming_them():
+    document = parse_text(UNUSED, "doc.dlm")
+    assert document_warnings(document) == [
+        f"{document.path}: not used by dlmstore: training.cpt.schedule, training.audio.auto_resample, "
+        "export.default_quant, export.default_temperature"
+    ]
+    assert document_warnings(parse_text(HEAD)) == []
+
+
+def test_enabling_preference_training_warns_that_it_is_not_available():
+    document = parse_text(f"---\ndlm_id: {ULID}\ntraining:\n  preference:\n    enabled: true\n---\n")
+    assert document.frontmatter.training.preference.enabled is True
+    assert unused_keys(document.frontmatter) == ["training.preference.enabled"]
+    assert (
+        f"{document.path}: training.preference.enabled: preference training (DPO/ORPO) is not "
+        "available in dlmstore yet; ::preference:: rows are counted, not trained"
+    ) in document_warnings(document)
+
+
+def test_a_disabled_preference_block_gives_no_not_available_warning():
+    document = parse_text(f"---\ndlm_id: {ULID}\ntraining:\n  preference:\n    method: orpo\n---\n")
+    assert not any("not available" in warning for warning in document_warnings(document))
+
+
+def test_named_adapters_and_a_gate_over_two_of_them_are_read_and_listed_as_unused():
+    fm = parse_text(
+        f"---\ndlm_id: {ULID}\ntraining:\n  adapters:\n    tone: {{}}\n    facts:\n      lora_r: 4\n"
+        "  gate:\n    enabled: true\n---\n"
+    ).frontmatter
+    assert fm.training.adapters == {"tone": AdapterSettings(), "facts": AdapterSettings(lora_r=4)}
+    assert fm.training.gate.enabled is True
+    assert unused_keys(fm) == [
+        "training.gate.enabled",
+        "training.adapters.tone",
+        "training.adapters.facts.lora_r",
+    ]
+
+
+@pytest.mark.parametrize("adapters", ["", "  adapters:\n    tone: {}\n"])
+def test_a_gate_needs_two_or_more_named_adapters(adapters):
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n{adapters}  gate:\n    enabled: true\n---\n")
+    assert str(err) == "doc.dlm:3: training: gate.enabled needs training.adapters with two or more adapters"
+
+
+def test_named_adapters_and_the_flat_adapter_keys_exclude_each_other():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  lora_r: 4\n  learning_rate: 1e-4\n  adapters:\n    tone: {{}}\n---\n"
+    assert str(error_of(text)) == (
+        "doc.dlm:3: training: training.adapters is set, so learning_rate, lora_r must move into "
+        "each adapter's block"
+    )
+
+
+def test_named_adapters_must_be_named_and_there_must_be_one():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  adapters: {{}}\n---\n"
+    assert str(error_of(text)) == (
+        "doc.dlm:4: training.adapters: must declare at least one adapter (or leave the key out)"
+    )
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  adapters:\n    Tone: {{}}\n---\n"
+    assert str(error_of(text)) == (
+        "doc.dlm:4: training.adapters: 'Tone' is not an adapter name (lower case letter, then a-z 0-9 _)"
+    )
+
+
+def test_a_problem_inside_a_named_adapter_names_its_key_path():
+    text = f"---\ndlm_id: {ULID}\ntraining:\n  adapters:\n    tone:\n      lora_r: 0\n      bogus: 1\n---\n"
+    assert problems_of(text) == [
+        "doc.dlm:6: training.adapters.tone.lora_r: must be between 1 and 256",
+        "doc.dlm:7: unknown key 'training.adapters.tone.bogus'",
+    ]

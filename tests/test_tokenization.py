@@ -48,7 +48,7 @@ def doc(tmp_path: Path) -> Path:
     return write_doc(
         tmp_path / "doc.dlm",
         body=BODY,
-        frontmatter="system_prompt: Answer briefly.\ntraining:\n  sequence_len: 256\n  sources:\n    - path: src\n",
+        frontmatter="training:\n  sequence_len: 256\n  sources:\n    - path: src\n",
     )
 
 
@@ -188,12 +188,10 @@ def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(
 ) -> None:  # type: ignore[no-untyped-def]
     from trl.data_utils import _tokenize
 
+    # Rows carry no system message (as in DLM), so the prefix every chat
+    # shares is the one SmolLM2's chat template adds: its default system turn.
     pairs = "".join(f"### Q\nQuestion {i}?\n### A\nAnswer {i}.\n\n" for i in range(12))
-    doc = write_doc(
-        tmp_path / "doc.dlm",
-        body=f"::instruction::\n{pairs}",
-        frontmatter="system_prompt: " + "You are a careful assistant. " * 40 + "\n",
-    )
+    doc = write_doc(tmp_path / "doc.dlm", body=f"::instruction::\n{pairs}")
     summary, rows = tokenize_document(str(doc))
     stats = summary.prefix_cache
     assert stats is not None and stats["l1_enabled"] is True and stats["hits"] > 0

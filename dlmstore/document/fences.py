@@ -61,10 +61,12 @@ _MEDIA_WORDS = {
 class FenceProblem(Exception):
     """A fence line that DLM's grammar rejects, or that dlmstore cannot train."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, index: int = 0) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: Which of the lines given to :func:`strip_markers` is at fault (0 otherwise).
+        self.index = index
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,8 @@ def strip_markers(type: str, lines: list[str]) -> int:
     """How many leading lines of a ``type`` section are DLM markers (validated).
 
     Raises:
-        FenceProblem: a marker line is malformed (the message says which).
+        FenceProblem: a marker line is malformed (the message says which;
+            ``index`` is the line's position in ``lines``).
     """
     count = 0
     for line in lines:
@@ -208,7 +211,10 @@ def strip_markers(type: str, lines: list[str]) -> int:
         match = _MARKER.match(line)
         if match is None or type not in _MARKERS[match.group(1)][0]:
             break
-        _check_marker(match.group(1), match.group(2))
+        try:
+            _check_marker(match.group(1), match.group(2))
+        except FenceProblem as exc:
+            raise FenceProblem(exc.message, exc.hint, index=count) from None
         count += 1
     return count
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, MOVED_KEYS, upgrade
+from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, moved_path, upgrade
 from dlmstore.errors import DocumentError, DocumentProblems
 from dlmstore.ulid import is_valid_ulid
 
@@ -368,7 +368,7 @@ class Frontmatter(_Strict):
 def set_keys(model: BaseModel, prefix: str = "") -> list[str]:
     """Dotted paths of the leaf keys a document set explicitly, in field order."""
     out: list[str] = []
-    for name in model.model_fields:
+    for name in type(model).model_fields:
         if name not in model.model_fields_set:
             continue
         dotted = f"{prefix}{name}"
@@ -450,9 +450,10 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
         )
     upgraded, _ = upgrade(data, version)
     upgraded = {**upgraded, "dlm_version": version}
-    for old, new in MOVED_KEYS.items():
-        if old in key_lines:
-            key_lines.setdefault(new, key_lines[old])
+    for old, line in list(key_lines.items()):
+        new = moved_path(old)
+        if new is not None:
+            key_lines.setdefault(new, line)
     try:
         frontmatter = Frontmatter.model_validate(upgraded)
     except ValidationError as exc:
@@ -604,6 +605,15 @@ def _model_at(path: KeyPath) -> type[BaseModel] | None:
     return model
 
 
+def _holds_names(path: KeyPath) -> bool:
+    """Whether ``path`` is a field mapping names to blocks (``training.adapters``)."""
+    if not path or isinstance(path[-1], int):
+        return False
+    model = _model_at(path[:-1])
+    field = model.model_fields.get(str(path[-1])) if model is not None else None
+    return field is not None and _is_dict(field.annotation)
+
+
 def _is_dict(annotation: Any) -> bool:
     if typing.get_origin(annotation) is dict:
         return True
@@ -669,7 +679,9 @@ def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
         )
     hint = None
     model = _model_at(path[:-1])
-    if model is not None:
+    if _holds_names(path[:-1]):  # a key here names a block, it is not a setting
+        hint = f"the keys in '{_dotted(path[:-1])}' are adapter names (a lower case letter, then a-z 0-9 _)"
+    elif model is not None:
         allowed = list(model.model_fields)
         where = f"in '{_dotted(path[:-1])}'" if path[:-1] else "at the top level"
         hint = f"allowed keys {where}: {', '.join(allowed)}"
@@ -685,6 +697,8 @@ def _frontmatter_errors(
     """Every pydantic error, worded, each at its key's line (one per key)."""
     out: dict[KeyPath, DocumentError] = {}
     for error in exc.errors():
+        if error["type"] == "invalid_key" or error["loc"][-1:] == ("[key]",):
+            continue  # a key that is not a string: _key_lines already reported it as unknown
         path = _key_path(tuple(error["loc"]))
         if path not in out:
             out[path] = _frontmatter_error(error, path, key_lines, shown)

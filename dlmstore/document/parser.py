@@ -323,10 +323,12 @@ def _finish(
         try:
             markers = strip_markers(type, chunk)
         except FenceProblem as exc:
-            problems.append(DocumentError(shown, exc.message, line=first_line, hint=exc.hint))
+            problems.append(DocumentError(shown, exc.message, line=first_line + exc.index, hint=exc.hint))
             return
         chunk, first_line = chunk[markers:], first_line + markers
     body, content_line = _strip_blank(chunk, first_line)
+    if not body and fence_line is not None:
+        content_line = fence_line  # an empty section: its blank lines may run past the file's end
     if type == "prose":
         if body:
             line = content_line if fence_line is None else fence_line

@@ -11,7 +11,7 @@ is exported or prompted; ``dlm prompt`` does the same).
 
 Row keys are content addresses with a scheme prefix::
 
-    row_key = "sha256:" + sha256("row-v1\\n{digest}\\n{kind}\\n{index}\\n{occurrence}\\n{payload}")
+    row_key = "sha256:" + sha256("row-v2\\n{digest}\\n{kind}\\n{index}\\n{occurrence}\\n{payload}")
 
 * ``digest`` is the section's full sha256 (already covers type and text).
 * ``index`` is the row's position inside its section, so two pairs of one

@@ -98,7 +98,7 @@ UPGRADES: dict[int, Callable[[Mapping], Mapping]] = {
 }
 
 #: Where an upgrade moved a key: old key path -> new key path (for error lines).
-MOVED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
+MOVED_KEYS: dict[tuple[str | int, ...], tuple[str | int, ...]] = {
     ("training", "dpo"): ("training", "preference"),
     **{
         ("training", "dpo", key): ("training", "preference", "hyperparams", key)
@@ -109,6 +109,20 @@ MOVED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
         for key in ("enabled", "loss_type", "reference")
     },
 }
+
+
+def moved_path(path: tuple[str | int, ...]) -> tuple[str | int, ...] | None:
+    """Where an upgrade moved the key at ``path``, or ``None`` if it stayed.
+
+    The longest entry of :data:`MOVED_KEYS` that ``path`` starts with
+    decides, so a key below a moved block (an unknown ``training.dpo.bogus``,
+    which the upgrade carries along) moves with its block.
+    """
+    for length in range(len(path), 0, -1):
+        new = MOVED_KEYS.get(path[:length])
+        if new is not None:
+            return new + path[length:]
+    return None
 
 
 def upgrade(data: Mapping, version: int) -> tuple[Mapping, list[int]]:
