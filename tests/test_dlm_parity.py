@@ -134,7 +134,7 @@ def test_a_flat_lora_key_off_its_default_beside_named_adapters_is_refused_as_in_
     with pytest.raises(DocumentError) as caught:
         parse_text(f"---\ndlm_id: {VALID_ID}\n{NAMED_ADAPTERS}  lora_r: 16\n---\nText.\n", "doc.dlm")
     assert caught.value.message == (
-        "doc.dlm:3: training: training.adapters is set, so lora_r must keep the default here "
+        "doc.dlm:3: training.adapters is set, so lora_r must keep the default here "
         "and move into each adapter's block"
     )
 

@@ -754,8 +754,8 @@ def test_a_gate_needs_two_or_more_named_adapters(adapters):
 def test_named_adapters_and_the_flat_adapter_keys_exclude_each_other():
     text = f"---\ndlm_id: {ULID}\ntraining:\n  lora_r: 4\n  learning_rate: 1e-4\n  adapters:\n    tone: {{}}\n---\n"
     assert str(error_of(text)) == (
-        "doc.dlm:3: training: training.adapters is set, so learning_rate, lora_r must move into "
-        "each adapter's block"
+        "doc.dlm:3: training.adapters is set, so learning_rate, lora_r must keep the default here "
+        "and move into each adapter's block"
     )
 
 

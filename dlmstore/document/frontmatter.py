@@ -743,7 +743,7 @@ def _frontmatter_error(error: Any, path: KeyPath, key_lines: dict[KeyPath, int],
         detail = f"{_TYPE_WORDS[kind]}, not {_short(error['input'])}"
     else:
         detail = error["msg"]
-    if not dotted:
+    if not dotted or detail.startswith(dotted + "."):  # the detail names the key itself
         return DocumentError(shown, detail, line=line)
     return DocumentError(shown, f"{dotted}: {detail}", line=line)
 
