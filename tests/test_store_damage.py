@@ -6,8 +6,9 @@ through the CLI. The damage kinds are what happens to files in practice:
 pages overwritten with garbage (the header and schema page intact),
 truncation, and the whole file replaced by text. A second set of garbage
 spares the tables opening a store reads, so the damage is first met by a
-later statement of the command itself. Every test also checks store.db is
-byte-for-byte what the damage left: dlm never writes to a damaged store.
+later statement of the command itself. The command tests also check
+store.db is byte-for-byte what the damage left: dlm never writes to a
+store it has found damaged.
 """
 
 from __future__ import annotations
