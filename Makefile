@@ -62,6 +62,7 @@ bench: install
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_sources.py
 	$(PY) bench/bench_tokenize.py
+	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_prefix.py
 	$(PY) bench/bench_datasets.py
 	$(PY) bench/bench_tests.py

@@ -114,9 +114,11 @@ def clear_command(path: str, force: bool) -> None:
 @click.option("--repair", is_flag=True, help="Drop broken entries and remove orphan files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_command(path: str, repair: bool, as_json: bool) -> None:
-    """Check every entry against its token bytes and every file against the rows.
+    """Check store.db, each entry's token bytes and each file against the rows.
 
-    Exits 1 while problems remain (after --repair, none should).
+    Exits 1 while problems remain. After --repair none should, unless store.db
+    itself is damaged: repair never writes to it; restore it from a backup or
+    move it aside.
     """
     from dlmstore.cache.admin import verify
     from dlmstore.store.database import open_store

@@ -74,6 +74,15 @@ class StoreVersionError(StoreError):
     """The store database was written by a newer dlmstore than this one."""
 
 
+class StoreDamagedError(StoreError):
+    """The store database is damaged: SQLite finds it malformed, truncated or not a database."""
+
+    def __init__(self, path: object, reason: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{path} is damaged: {reason}", hint=hint)
+        self.path = str(path)
+        self.reason = reason
+
+
 class BaseModelError(DlmError):
     """A base model name cannot be resolved to a tokenizer or model."""
 

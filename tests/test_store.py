@@ -106,7 +106,7 @@ def test_a_file_that_is_not_a_database_is_a_clear_error() -> None:
     (path / "store.db").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError) as err:
         open_store(VALID_ID)
-    assert "is not a dlmstore database" in str(err.value)
+    assert str(err.value) == f"{path / 'store.db'} is damaged: file is not a database"
 
 
 def test_a_store_on_a_read_only_filesystem_path_is_a_clear_error(

@@ -11,8 +11,9 @@ a listing of ``<store>/tokens/``:
   removes unregistered pack files and temp files older than a grace period
   (a concurrent writer's pack is on disk a moment before its rows commit);
 * :func:`clear` drops everything;
-* :func:`verify` checks every entry against its bytes and every file
-  against the rows, and with ``repair`` drops what is broken.
+* :func:`verify` checks store.db with SQLite's ``integrity_check``, then
+  every entry against its bytes and every file against the rows, and with
+  ``repair`` drops what is broken (never touching a damaged store.db).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dlmstore.cache.entries import drop_dead_packs, unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
-from dlmstore.store.database import DB_NAME, Store
+from dlmstore.store.database import DB_NAME, Store, read_only
 
 #: Unregistered files younger than this may belong to a writer that has not
 #: committed yet, so prune and repair leave them alone.
@@ -53,7 +54,11 @@ class CacheSummary:
 
 
 def cache_summary(dlm_id: str) -> CacheSummary:
-    """Entries, size and the last run's hit rate; creates nothing."""
+    """Entries, size and the last run's hit rate; creates nothing.
+
+    Raises:
+        StoreDamagedError: store.db exists but SQLite finds it damaged.
+    """
     import sqlite3
 
     path = store_dir(dlm_id)
@@ -61,17 +66,15 @@ def cache_summary(dlm_id: str) -> CacheSummary:
     db = path / DB_NAME
     if not db.is_file():
         return CacheSummary(dlm_id, tokens_dir, False, 0, 0, None, None, None, None)
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
-        last = conn.execute(
-            "SELECT run_id, cache_hits, cache_misses FROM tokenization_events "
-            "WHERE cache_mode = 'on' ORDER BY run_id DESC LIMIT 1"
-        ).fetchone()
-    except sqlite3.OperationalError:  # a store from before the cache existed
-        count, size, last = 0, 0, None
-    finally:
-        conn.close()
+    with read_only(db) as conn:
+        try:
+            count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
+            last = conn.execute(
+                "SELECT run_id, cache_hits, cache_misses FROM tokenization_events "
+                "WHERE cache_mode = 'on' ORDER BY run_id DESC LIMIT 1"
+            ).fetchone()
+        except sqlite3.OperationalError:  # a store from before the cache existed
+            count, size, last = 0, 0, None
     if last is None:
         return CacheSummary(dlm_id, tokens_dir, True, count, size, None, None, None, None)
     run_id, hits, misses = last
@@ -205,7 +208,7 @@ def clear(store: Store) -> ClearResult:
 class Problem:
     """One thing ``verify`` found wrong."""
 
-    kind: str  # missing_pack | short_pack | bad_entry | orphan_file | temp_file | wrong_totals
+    kind: str  # damaged_database | missing_pack | short_pack | bad_entry | orphan_file | temp_file | wrong_totals
     path: str
     detail: str
     repaired: bool = False
@@ -225,7 +228,19 @@ class VerifyResult:
 
 
 def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_S) -> VerifyResult:
-    """Check every entry against its bytes and every file against the rows."""
+    """Check store.db itself, then every entry against its bytes and every file against the rows.
+
+    A damaged store.db is the one problem reported: rows read from it cannot
+    be trusted, so no entry or file is checked, and ``repair`` writes
+    nothing to it (it is restored or moved aside by hand).
+    """
+    damage = store.integrity_problems()
+    if damage:
+        detail = (
+            f"SQLite's integrity_check: {'; '.join(damage)}; nothing else was checked or repaired: "
+            "restore store.db from a backup, or move it aside to start the store afresh"
+        )
+        return VerifyResult(0, 0, [Problem("damaged_database", DB_NAME, detail)])
     problems: list[Problem] = []
     with store.read() as conn:
         packs = conn.execute("SELECT id, path, bytes FROM token_packs").fetchall()

@@ -1,0 +1,289 @@
+"""A damaged store.db: every command that opens a store says so in one error line, never a traceback.
+
+One real ``dlm tokenize`` builds a store once per module; each test copies
+it into its own home, damages the copy's store.db and runs a command
+through the CLI. The damage kinds are what happens to files in practice:
+pages overwritten with garbage (the header and schema page intact),
+truncation, and the whole file replaced by text. A second set of garbage
+spares the tables opening a store reads, so the damage is first met by a
+later statement of the command itself. The command tests also check
+store.db is byte-for-byte what the damage left: dlm never writes to a
+store it has found damaged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.errors import StoreDamagedError, StoreError
+from dlmstore.home import store_dir
+from dlmstore.store import database
+from dlmstore.store.database import open_store
+
+from .helpers import VALID_ID, write_doc
+
+#: Tables opening a store reads (``alembic_version``, ``store_info``); damage elsewhere is met later.
+OPENING_TABLES = ("alembic_version", "store_info")
+
+HINT = (
+    "hint: restore it from a backup, or move it aside (rename it store.db.damaged) to start the store "
+    "afresh, losing the runs, metrics, lock history and cache, adapter and dataset records it holds "
+    "(the files beside it stay; the cache refills on the next run)"
+)
+
+#: Every command that opens a store, as argv before the document path.
+COMMANDS = {
+    "show": ["show"],
+    "cache show": ["cache", "show"],
+    "cache prune": ["cache", "prune"],
+    "cache clear": ["cache", "clear", "--force"],
+    "cache verify": ["cache", "verify"],
+    "cache verify --repair": ["cache", "verify", "--repair"],
+    "tokenize": ["tokenize"],
+    "metrics": ["metrics"],
+    "lock show": ["lock", "show"],
+    "lock diff": ["lock", "diff"],
+    "train": ["train"],
+}
+
+
+def _root_pages(db: Path, *, skip: tuple[str, ...] = ()) -> list[int]:
+    """Root pages of every table and index (page 1, the schema, excluded) but those of ``skip``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT tbl_name, rootpage FROM sqlite_master WHERE rootpage > 1").fetchall()
+    finally:
+        conn.close()
+    return sorted(page for table, page in rows if table not in skip)
+
+
+def _scribble(db: Path, offsets: list[int], size: int) -> None:
+    """Overwrite ``size`` bytes at each offset with seeded random bytes (the same every run)."""
+    rng = random.Random(0)
+    with open(db, "r+b") as f:
+        for offset in offsets:
+            f.seek(offset)
+            f.write(rng.randbytes(size))
+
+
+def _page_size(db: Path) -> int:
+    return int.from_bytes(db.read_bytes()[16:18], "big")  # the header's page size field
+
+
+def garbage_over_every_table(db: Path) -> None:
+    size = _page_size(db)
+    _scribble(db, [(page - 1) * size for page in _root_pages(db)], size)
+
+
+def garbage_past_the_opening_tables(db: Path) -> None:
+    size = _page_size(db)
+    _scribble(db, [(page - 1) * size for page in _root_pages(db, skip=OPENING_TABLES)], size)
+
+
+def garbage_at_offset_8192(db: Path) -> None:
+    _scribble(db, [8192], 4096)
+
+
+def truncated_to_half(db: Path) -> None:
+    os.truncate(db, db.stat().st_size // 2)
+
+
+def replaced_by_text(db: Path) -> None:
+    db.write_text("notes saved over the store by mistake\n")
+
+
+@pytest.fixture(scope="module")
+def pristine(tiny_base: Path, session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store directory made by one real `dlm tokenize` of the document ``_doc`` writes."""
+    home = tmp_path_factory.mktemp("pristine-home")
+    (home / "bases").symlink_to(session_bases, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLM_HOME", str(home))
+        result = CliRunner().invoke(cli, ["tokenize", str(_doc(home, tiny_base))])
+        assert result.exit_code == 0, result.output
+        path = store_dir(VALID_ID)
+    assert not (path / "store.db-wal").exists()  # everything is in store.db, where the damage goes
+    return path
+
+
+def _doc(directory: Path, base: Path) -> Path:
+    return write_doc(
+        directory / "doc.dlm",
+        body="Prose.\n\n::instruction::\n### Q\nq?\n### A\na.\n",
+        frontmatter=f"base_model: {base}\n",
+    )
+
+
+@pytest.fixture
+def doc(pristine: Path, tiny_base: Path, tmp_path: Path) -> Path:
+    """The document, its store a fresh copy of the pristine one in this test's home."""
+    shutil.copytree(pristine, store_dir(VALID_ID))
+    return _doc(tmp_path, tiny_base)
+
+
+def _run(doc: Path, command: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, [*COMMANDS[command], str(doc)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (garbage_over_every_table, "database disk image is malformed"),
+        (truncated_to_half, "database disk image is malformed"),
+        (replaced_by_text, "file is not a database"),
+    ],
+    ids=["garbage", "truncated", "text"],
+)
+def test_every_command_on_a_damaged_store_db_prints_one_error_line_and_exits_1(
+    doc: Path, command: str, damage: Callable[[Path], None], reason: str
+) -> None:
+    db = store_dir(VALID_ID) / "store.db"
+    damage(db)
+    damaged = db.read_bytes()
+    code, stdout, stderr = _run(doc, command)
+    assert (code, stdout) == (1, "")
+    assert stderr.splitlines() == [f"error: {db} is damaged: {reason}", HINT]
+    assert db.read_bytes() == damaged
+
+
+@pytest.mark.parametrize(
+    "command",
+    # `lock show` reads dlm.lock, not the database, once the store is open.
+    [c for c in COMMANDS if c not in ("cache verify", "cache verify --repair", "lock show")],
+)
+def test_damage_first_met_by_a_later_statement_is_the_same_one_error_line(doc: Path, command: str) -> None:
+    db = store_dir(VALID_ID) / "store.db"
+    garbage_past_the_opening_tables(db)
+    damaged = db.read_bytes()
+    open_store(VALID_ID, create=False).close()  # opening still works: the damage is met later
+    code, stdout, stderr = _run(doc, command)
+    assert (code, stdout) == (1, "")
+    assert stderr.splitlines() == [f"error: {db} is damaged: database disk image is malformed", HINT]
+    assert db.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("damage", [garbage_past_the_opening_tables, garbage_at_offset_8192])
+@pytest.mark.parametrize("repair", [False, True], ids=["verify", "verify --repair"])
+def test_verify_reports_a_damaged_store_db_that_opens_as_a_problem_and_never_repairs_it(
+    doc: Path, damage: Callable[[Path], None], repair: bool
+) -> None:
+    db = store_dir(VALID_ID) / "store.db"
+    damage(db)
+    damaged = db.read_bytes()
+    result = CliRunner().invoke(
+        cli, ["cache", "verify", str(doc), "--json", *(["--repair"] if repair else [])]
+    )
+    assert result.exit_code == 1, result.output
+    payload = json.loads(result.stdout)
+    [problem] = payload["problems"]
+    assert (payload["remaining"], payload["entries_checked"], problem["kind"], problem["path"]) == (
+        1, 0, "damaged_database", "store.db",
+    )  # fmt: skip
+    assert problem["repaired"] is False
+    assert problem["detail"].startswith("SQLite's integrity_check: ")
+    assert problem["detail"].endswith(
+        "; nothing else was checked or repaired: "
+        "restore store.db from a backup, or move it aside to start the store afresh"
+    )
+    assert db.read_bytes() == damaged
+
+
+def test_verify_names_the_page_of_damage_no_other_command_reads(doc: Path) -> None:
+    # Page 3 is alembic_version's index, which no statement of dlm reads:
+    # only verify's full check meets it.
+    db = store_dir(VALID_ID) / "store.db"
+    garbage_at_offset_8192(db)
+    assert _run(doc, "metrics")[0] == 0
+    code, stdout, _ = _run(doc, "cache verify")
+    assert code == 1
+    assert stdout.splitlines() == [
+        "problem: damaged_database: store.db: SQLite's integrity_check: "
+        "Page 3: btreeInitPage() returns error code 11; nothing else was checked or repaired: "
+        "restore store.db from a backup, or move it aside to start the store afresh",
+        "checked 0 entries in 0 token files: 1 problems, 1 remaining",
+    ]
+
+
+def test_a_sound_store_passes_sqlites_integrity_check(doc: Path) -> None:
+    with open_store(VALID_ID, create=False) as store:
+        assert store.integrity_problems() == []
+    code, stdout, _ = _run(doc, "cache verify")
+    assert (code, stdout.splitlines()[-1]) == (
+        0,
+        "checked 2 entries in 1 token files: 0 problems, 0 remaining",
+    )
+
+
+def test_show_leaves_a_damaged_store_directory_exactly_as_it_was(doc: Path) -> None:
+    path = store_dir(VALID_ID)
+    garbage_over_every_table(path / "store.db")
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    for command in ("show", "cache show"):
+        assert _run(doc, command)[0] == 1
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
+
+
+def test_damage_met_by_the_second_statement_of_a_transaction_is_a_store_damaged_error(doc: Path) -> None:
+    db = store_dir(VALID_ID) / "store.db"
+    with open_store(VALID_ID, create=False) as store:
+        garbage_past_the_opening_tables(db)
+        with pytest.raises(StoreDamagedError) as err, store.read() as conn:
+            assert conn.execute("SELECT dlm_id FROM store_info").fetchone()[0] == VALID_ID
+            conn.execute("SELECT * FROM runs").fetchall()
+    assert (err.value.path, err.value.reason) == (str(db), "database disk image is malformed")
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_a_constraint_violation_is_a_bug_and_not_reported_as_damage(doc: Path) -> None:
+    with open_store(VALID_ID, create=False) as store:
+        with pytest.raises(sqlite3.IntegrityError), store.write() as conn:
+            conn.execute(
+                "INSERT INTO store_info (id, dlm_id, created_at, dlmstore_version) VALUES (1, 'x', 'x', 'x')"
+            )
+        assert store.integrity_problems() == []
+
+
+def test_a_locked_database_keeps_its_own_error_and_is_not_called_damaged(
+    doc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.05)
+    db = store_dir(VALID_ID) / "store.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with open_store(VALID_ID, create=False) as store, pytest.raises(StoreError) as err, store.write():
+            pass
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not isinstance(err.value, StoreDamagedError)
+    assert str(err.value) == f"cannot write {db}: database is locked"
+
+
+def test_a_store_that_found_damage_writes_nothing_more_not_even_the_failed_run(doc: Path) -> None:
+    # Only the cache's pages: `dlm tokenize` records its run, then its cache lookup meets the damage.
+    db = store_dir(VALID_ID) / "store.db"
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    tables = {table for (table,) in conn.execute("SELECT tbl_name FROM sqlite_master")}
+    conn.close()
+    size = _page_size(db)
+    spared = tuple(tables - {"cache_entries", "token_packs"})
+    _scribble(db, [(page - 1) * size for page in _root_pages(db, skip=spared)], size)
+    code, _, stderr = _run(doc, "tokenize")
+    assert (code, stderr.splitlines()[0]) == (1, f"error: {db} is damaged: database disk image is malformed")
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    runs = conn.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
+    conn.close()
+    assert runs == [(1, "completed"), (2, "running")]  # not marked failed: that would be a write
