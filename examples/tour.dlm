@@ -7,6 +7,8 @@ training:
   sequence_len: 256
   seed: 42
   max_steps: 10
+  micro_batch_size: 2           # auto would pick 16 on a CPU: slower than a tour needs
+  grad_accum: 1
   sources:
     # The project's own documentation, one prose section per file.
     - path: ../docs

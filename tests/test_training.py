@@ -18,10 +18,21 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dlmstore.bases import BaseModelRef
 from dlmstore.cli.main import cli
+from dlmstore.document.frontmatter import TrainingSettings
 from dlmstore.errors import BaseModelError, StoreError, TrainingError
 from dlmstore.home import store_dir
 from dlmstore.train.adapters import file_sha256
+from dlmstore.train.plan import (
+    ATTENTION_PROJECTIONS,
+    Hardware,
+    check_settings,
+    dlm_target_modules,
+    lora_config_kwargs,
+    resolve_plan,
+    sft_config_kwargs,
+)
 from dlmstore.train.trainer import train_document
 
 from .helpers import VALID_ID, write_doc
@@ -47,7 +58,7 @@ c
 ### Rejected
 r
 """
-FRONT = "training:\n  sequence_len: 64\n  max_steps: 2\n  batch_size: 2\n  seed: 7\n"
+FRONT = "training:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n  seed: 7\n"
 
 
 def _training_doc(tmp_path: Path, base_model: str) -> Path:
@@ -206,6 +217,7 @@ def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: p
         "final_loss",
         "tokenization",
         "lock_decision",
+        "plan",
     }
     assert "1 preference rows are not trained" in result.stderr
     metrics = json.loads(
@@ -290,3 +302,205 @@ def test_a_corrupt_dlm_lock_is_a_clear_error_unless_updating(doc: Path) -> None:
     result = runner.invoke(cli, ["train", str(doc)])
     assert result.exit_code == 1 and result.output.startswith("error: ") and "Traceback" not in result.output
     assert runner.invoke(cli, ["train", str(doc), "--update-lock"]).exit_code == 0
+
+
+# --- the training plan: every key reaches TRL, transformers and peft ------------------------
+
+CPU = Hardware("cpu", bf16=True, memory_gib=16.0, packages=frozenset())
+SMOLLM2_PARAMS = 134_515_008
+
+
+def test_every_training_key_reaches_the_sft_and_lora_configs(tmp_path: Path) -> None:
+    from peft import LoraConfig
+    from trl.trainer.sft_config import SFTConfig
+
+    settings = TrainingSettings(
+        adapter="dora", lora_r=4, lora_alpha=32, lora_dropout=0.1, target_modules=["q_proj", "o_proj"],
+        sequence_len=128, micro_batch_size=3, grad_accum=2, learning_rate=1e-3, num_epochs=5,
+        optimizer="adamw_torch", lr_scheduler="linear", warmup_ratio=0.2, precision="bf16", seed=11, max_steps=7,
+    )  # fmt: skip
+    plan = resolve_plan(settings, CPU, base_params=SMOLLM2_PARAMS)
+    args = SFTConfig(**sft_config_kwargs(plan, str(tmp_path)))
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (3, 2)
+    assert (args.learning_rate, args.num_train_epochs, args.max_steps) == (1e-3, 5.0, 7)
+    assert (args.lr_scheduler_type, args.get_warmup_steps(100), args.get_warmup_steps(7)) == ("linear", 20, 2)
+    assert (args.optim, args.bf16, args.fp16, args.use_cpu) == ("adamw_torch", True, False, True)
+    assert (args.seed, args.data_seed, args.max_length) == (11, 11, 128)
+    lora = LoraConfig(**lora_config_kwargs(plan))
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.use_dora) == (4, 32, 0.1, True)
+    assert lora.target_modules == {"q_proj", "o_proj"}
+
+
+def test_the_command_line_overrides_epochs_steps_and_seed() -> None:
+    settings = TrainingSettings(num_epochs=4, max_steps=9, seed=1)
+    plan = resolve_plan(settings, CPU, base_params=SMOLLM2_PARAMS, epochs=2, max_steps=3, seed=5)
+    assert (plan.num_epochs, plan.max_steps, plan.seed) == (2, 3, 5)
+    args = sft_config_kwargs(resolve_plan(TrainingSettings(), CPU, base_params=SMOLLM2_PARAMS), "out")
+    assert (args["num_train_epochs"], args["max_steps"]) == (3.0, -1)  # DLM's 3 epochs, no step cap
+
+
+def test_the_defaults_are_dlms_cosine_schedule_with_a_tenth_of_warmup_and_adamw() -> None:
+    plan = resolve_plan(TrainingSettings(), CPU, base_params=SMOLLM2_PARAMS)
+    assert (plan.lr_scheduler, plan.warmup_ratio, plan.optimizer, plan.learning_rate) == (
+        "cosine", 0.1, "adamw_torch", 2e-4,
+    )  # fmt: skip
+    assert (plan.adapter, plan.lora_r, plan.lora_alpha, plan.lora_dropout) == ("lora", 8, 16, 0.05)
+
+
+def test_auto_batch_sizes_follow_dlms_doctor() -> None:
+    def batch(hardware: Hardware = CPU, params: int = SMOLLM2_PARAMS, **keys: object) -> tuple[int, int]:
+        plan = resolve_plan(TrainingSettings(**keys), hardware, base_params=params)
+        assert plan.effective_batch_size == plan.micro_batch_size * plan.grad_accum
+        return plan.micro_batch_size, plan.grad_accum
+
+    assert batch() == (16, 1)  # the base fits in half the RAM many times over
+    assert batch(Hardware("cpu", True, 1.0, frozenset())) == (1, 8)  # 0.5 GiB budget: not even the weights
+    assert batch(params=3_000_000_000) == (1, 8)  # 3B in fp32 is over half of 16 GiB
+    assert batch(micro_batch_size=2) == (2, 4)  # grad_accum reaches an effective batch of 8
+    assert batch(micro_batch_size=3) == (3, 2)
+    assert batch(micro_batch_size=8) == (8, 1)
+    assert batch(grad_accum=3) == (16, 3)
+    assert batch(Hardware("cuda", True, 80.0, frozenset()), params=7_000_000_000) == (16, 1)
+
+
+def test_precision_unset_is_fp32_on_cpu_and_bf16_or_fp16_on_cuda() -> None:
+    assert check_settings(TrainingSettings(), CPU) == "fp32"
+    assert check_settings(TrainingSettings(), Hardware("cuda", True, 80.0, frozenset())) == "bf16"
+    assert check_settings(TrainingSettings(), Hardware("cuda", False, 16.0, frozenset())) == "fp16"
+    assert check_settings(TrainingSettings(precision="bf16"), CPU) == "bf16"
+
+
+def test_auto_target_modules_are_dlms_list_for_the_built_in_base_else_peft_picks() -> None:
+    builtin = BaseModelRef("smollm2-135m", "builtin", "/x.gguf")
+    assert dlm_target_modules(builtin) == ATTENTION_PROJECTIONS
+    phi = BaseModelRef("phi-3.5-mini", "registry", "microsoft/Phi-3.5-mini-instruct", "2fe1924")
+    assert dlm_target_modules(phi) == ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    assert dlm_target_modules(BaseModelRef("./m", "local", "/m")) is None
+    auto = resolve_plan(TrainingSettings(), CPU, base_params=1, auto_target_modules=ATTENTION_PROJECTIONS)
+    assert auto.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert resolve_plan(TrainingSettings(), CPU, base_params=1).target_modules is None
+    explicit = TrainingSettings(target_modules=["o_proj"])
+    assert resolve_plan(
+        explicit, CPU, base_params=1, auto_target_modules=ATTENTION_PROJECTIONS
+    ).target_modules == ["o_proj"]
+
+
+def test_galore_is_told_which_layers_to_project() -> None:
+    hardware = Hardware("cpu", True, 16.0, frozenset({"galore-torch"}))
+    plan = resolve_plan(TrainingSettings(optimizer="galore_adamw"), hardware, base_params=SMOLLM2_PARAMS)
+    assert sft_config_kwargs(plan, "out")["optim_target_modules"] == "all-linear"
+    assert "optim_target_modules" not in sft_config_kwargs(
+        resolve_plan(TrainingSettings(), CPU, base_params=1), "out"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "hardware", "message", "hint"),
+    [
+        (
+            {"adapter": "qlora"}, CPU,
+            "training.adapter: qlora needs a CUDA GPU (it loads the base in 4 bits with bitsandbytes), "
+            "and this machine has none",
+            "set training.adapter to lora (or dora) to train on this machine",
+        ),
+        (
+            {"adapter": "qlora"}, Hardware("cuda", True, 80.0, frozenset()),
+            "training.adapter: qlora needs the bitsandbytes package, which is not installed",
+            "pip install bitsandbytes, or set training.adapter to lora",
+        ),
+        (
+            {"optimizer": "paged_adamw_8bit"}, CPU,
+            "training.optimizer: paged_adamw_8bit needs the bitsandbytes package, which is not installed",
+            "pip install bitsandbytes, or set training.optimizer to adamw_torch",
+        ),
+        (
+            {"optimizer": "galore_adamw_8bit"}, Hardware("cpu", True, 16.0, frozenset({"bitsandbytes"})),
+            "training.optimizer: galore_adamw_8bit needs the galore-torch package, which is not installed",
+            "pip install galore-torch, or set training.optimizer to adamw_torch",
+        ),
+        (
+            {"optimizer": "galore_adamw_8bit"}, CPU,
+            "training.optimizer: galore_adamw_8bit needs the galore-torch and bitsandbytes packages, "
+            "which are not installed",
+            "pip install galore-torch bitsandbytes, or set training.optimizer to adamw_torch",
+        ),
+        (
+            {"precision": "fp16"}, CPU,
+            "training.precision: fp16 needs a CUDA GPU; on CPU transformers would silently train in fp32",
+            "set training.precision to fp32 (or bf16), or leave it unset to use fp32 on CPU",
+        ),
+        (
+            {"precision": "bf16"}, Hardware("cpu", False, 16.0, frozenset()),
+            "training.precision: bf16 is not supported by torch on this CPU",
+            "set training.precision to fp32, or leave it unset to pick one for this machine",
+        ),
+        (
+            {"precision": "bf16"}, Hardware("cuda", False, 16.0, frozenset()),
+            "training.precision: bf16 is not supported by this GPU",
+            "set training.precision to fp32 or fp16, or leave it unset to pick one for this machine",
+        ),
+    ],
+)  # fmt: skip
+def test_what_the_machine_cannot_train_is_a_clear_error(
+    keys: dict[str, object], hardware: Hardware, message: str, hint: str
+) -> None:
+    with pytest.raises(TrainingError) as err:
+        check_settings(TrainingSettings(**keys), hardware)  # type: ignore[arg-type]
+    assert (str(err.value), err.value.hint) == (message, hint)
+
+
+@pytest.mark.parametrize(
+    "key", ["adapter: qlora", "optimizer: adamw_bnb_8bit", "optimizer: galore_adamw", "precision: fp16"]
+)
+def test_settings_this_machine_cannot_train_fail_before_the_model_loads(
+    tmp_path: Path, tiny_base: Path, dlm_home: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    import dlmstore.bases
+    import dlmstore.train.plan
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(dlmstore.train.plan, "probe_hardware", lambda: CPU)  # no CUDA, no optional packages
+    monkeypatch.setattr(dlmstore.bases, "load_model", no_load)
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter=f"base_model: {tiny_base}\ntraining:\n  {key}\n")
+    result = CliRunner().invoke(cli, ["train", str(doc)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: training.{key.split(':')[0]}: ")
+    assert "\nhint: " in result.output and "Traceback" not in result.output
+    assert not (dlm_home / "store").exists()
+
+
+def test_dora_with_a_constant_schedule_and_grad_accum_trains(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        body=BODY,
+        frontmatter=f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  max_steps: 2\n"
+        "  micro_batch_size: 1\n  grad_accum: 2\n  adapter: dora\n  lr_scheduler: constant\n"
+        "  learning_rate: 0.001\n  lora_r: 4\n",
+    )
+    summary = train_document(str(doc))
+    assert summary.steps == 2
+    plan = summary.plan
+    assert (plan.adapter, plan.micro_batch_size, plan.grad_accum, plan.lr_scheduler) == (
+        "dora",
+        1,
+        2,
+        "constant",
+    )
+    assert plan.target_modules == ["q_proj", "v_proj"]  # peft's default for a Llama with no DLM list
+    config = json.loads((Path(summary.adapter_path) / "adapter_config.json").read_text())
+    assert (config["use_dora"], config["r"], sorted(config["target_modules"])) == (
+        True,
+        4,
+        ["q_proj", "v_proj"],
+    )
+    rates = (
+        _db().execute("SELECT learning_rate FROM train_steps WHERE run_id = ?", (summary.run_id,)).fetchall()
+    )
+    assert rates == [
+        (0.001,),
+        (0.001,),
+    ]  # constant from the first step: warmup_ratio shapes cosine and linear only

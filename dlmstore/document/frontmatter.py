@@ -207,7 +207,7 @@ class TrainingSettings(_Strict):
     )
     target_modules: Literal["auto"] | list[str] = Field(
         default="auto",
-        description="Module names to adapt; `auto` lets peft pick the attention projections.",
+        description="Module names to adapt; `auto` uses DLM's list for the base, else peft's default.",
     )
     sequence_len: int = Field(
         default=2048,

@@ -35,7 +35,7 @@ system_prompt: Answer in one short sentence.
 training:
   sequence_len: 64
   max_steps: 3
-  batch_size: 2
+  micro_batch_size: 2
   seed: 1234
 ---
 dlmstore keeps every run in one SQLite database per store.

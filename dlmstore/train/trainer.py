@@ -3,14 +3,19 @@
 The pipeline, each step timed (the split ``bench/bench_train.py`` prints):
 
 1. **startup** - parse the document, resolve the base model (a missing or
-   unloadable base is an error before any work), open the store, validate
-   the reproducibility lock (``dlmstore.lock``);
+   unloadable base is an error before any work), check the training
+   settings against this machine (``dlmstore.train.plan``: QLoRA without
+   CUDA, an optimizer's missing package or a precision the device cannot
+   train in is an error before any work too), open the store, validate the
+   reproducibility lock (``dlmstore.lock``);
 2. **tokenize** - the same pass as ``dlm tokenize`` (through the cache unless
    ``--no-cache``), recorded as this run's tokenization event;
 3. **dataset** - an Arrow table built from the token arrays (no per-token
    Python objects); TRL sees ``input_ids`` and skips its own tokenization;
-4. **model load** - the base model from its converted folder, LoRA applied
-   by TRL through peft;
+4. **model load** - the base model from its converted folder, in the
+   plan's precision; the rest of the plan (the automatic micro-batch needs
+   the parameter count) is resolved, and LoRA or DoRA applied by TRL
+   through peft;
 5. **train** - TRL's ``SFTTrainer``; loss and learning rate of every logged
    step go to ``train_steps``;
 6. **save** - the adapter folder is published as the next version and
@@ -26,6 +31,7 @@ are not used for SFT: they are counted and reported.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -37,6 +43,7 @@ from typing import Any
 
 from dlmstore.errors import TrainingError
 from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.train.plan import Precision, TrainingPlan
 
 #: progress(step, total_steps, loss, tokens_per_second)
 TrainProgress = Callable[[int, int, float | None, float | None], None]
@@ -74,6 +81,7 @@ class TrainSummary:
     tokenization: TokenizationEvent
     lock_decision: str
     lock_warnings: list[str]
+    plan: TrainingPlan
     timings: TrainTimings
     warnings: list[str] = field(default_factory=list)
 
@@ -104,7 +112,8 @@ def train_document(
         BaseModelError: the base model cannot be resolved or loaded.
         LockValidationError: the runtime differs from the lock in an ERROR field.
         StoreError: the store or the adapter cannot be written.
-        TrainingError: the document has nothing to train on.
+        TrainingError: the document has nothing to train on, or asks for
+            what this machine cannot train (``dlmstore.train.plan.check_settings``).
     """
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
     from dlmstore.cache.fingerprint import tokenizer_sha256
@@ -118,12 +127,18 @@ def train_document(
     from dlmstore.store.metrics import record_tokenization_event
     from dlmstore.store.runs import recorded_run
     from dlmstore.train.adapters import save_version, sweep_temporary
+    from dlmstore.train.plan import check_settings, dlm_target_modules, probe_hardware, resolve_plan
 
     started = time.perf_counter()
     document = parse_document(path)
     settings = document.frontmatter.training
     seed = settings.seed if seed is None else seed
     ref = resolve_base(document.base_model, relative_to=document.directory)
+    t0 = time.perf_counter()
+    _import_frameworks()
+    framework_import = time.perf_counter() - t0
+    hardware = probe_hardware()
+    precision = check_settings(settings, hardware)
     tokenizer_source(ref)  # converts a built-in once; fails fast on a broken base
     model_source(ref)
     fingerprint = tokenizer_sha256(ref)
@@ -134,9 +149,7 @@ def train_document(
         with recorded_run(
             store, command="train", dlm_path=document.path, dlm_sha256=document.sha256
         ) as run_id:
-            t0 = time.perf_counter()
-            _import_frameworks()
-            marks = {"framework_import": time.perf_counter() - t0}
+            marks = {"framework_import": framework_import}
             lock = begin_lock(store, document, ref, seed=seed, run_id=run_id, mode=lock_mode)
             marks["startup"] = time.perf_counter() - started - marks["framework_import"]
             t0 = time.perf_counter()
@@ -167,10 +180,14 @@ def train_document(
             with warnings.catch_warnings():
                 # transformers deprecation notices about its own internals are noise here
                 warnings.filterwarnings("ignore", category=FutureWarning)
-                outcome = _fit(
-                    store, run_id, ref, tokenizer, dataset, settings,
-                    seed=seed, max_steps=max_steps, epochs=epochs, progress=progress,
+                t0 = time.perf_counter()
+                model = _load_model(ref, settings.adapter, precision, seed=seed)
+                marks["model_load"] = time.perf_counter() - t0
+                plan = resolve_plan(
+                    settings, hardware, base_params=model.num_parameters(),
+                    auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
                 )  # fmt: skip
+                outcome = _fit(store, run_id, model, tokenizer, dataset, plan, progress=progress)
             t0 = time.perf_counter()
             adapter = save_version(
                 store, run_id=run_id, write=outcome.save, base_model=document.base_model,
@@ -192,12 +209,13 @@ def train_document(
         tokenization=result.event,
         lock_decision=decision,
         lock_warnings=list(lock.warnings),
+        plan=outcome.plan,
         timings=TrainTimings(
             startup=round(marks["startup"], 3),
             framework_import=round(marks["framework_import"], 3),
             tokenize=round(marks["tokenize"], 3),
             dataset=round(marks["dataset"], 3),
-            model_load=round(outcome.model_load, 3),
+            model_load=round(marks["model_load"], 3),
             trainer_setup=round(outcome.trainer_setup, 3),
             first_step=round(outcome.first_step, 3),
             train=round(outcome.train, 3),
@@ -216,11 +234,29 @@ def _import_frameworks() -> None:
     import trl  # noqa: F401
 
 
+def _load_model(ref: Any, adapter: str, precision: Precision, *, seed: int) -> Any:
+    """The base model in the plan's precision (4-bit for QLoRA), seeded and deterministic first."""
+    from dlmstore.bases import load_model
+    from dlmstore.train.determinism import apply_determinism, seed_everything
+    from dlmstore.train.plan import model_load_kwargs
+
+    seed_everything(seed)
+    apply_determinism()
+    model = load_model(ref, **model_load_kwargs(adapter, precision))
+    if adapter == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        # What peft and bitsandbytes require before LoRA wraps a 4-bit model
+        # (DLM does the same, without gradient checkpointing unless memory is short).
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # type: ignore[no-untyped-call]
+    return model
+
+
 @dataclass
 class _Fit:
     steps: int
     final_loss: float | None
-    model_load: float
+    plan: TrainingPlan
     trainer_setup: float
     first_step: float
     train: float
@@ -230,66 +266,37 @@ class _Fit:
 def _fit(
     store: Any,
     run_id: int,
-    ref: Any,
+    model: Any,
     tokenizer: Any,
     dataset: Any,
-    settings: Any,
+    plan: TrainingPlan,
     *,
-    seed: int,
-    max_steps: int | None,
-    epochs: int | None,
     progress: TrainProgress | None,
 ) -> _Fit:
-    """Load the model, train with TRL, and return how to save the adapter."""
+    """Train ``model`` with TRL as ``plan`` says, and return how to save the adapter.
+
+    The plan's ``target_modules`` is replaced by the modules peft adapted,
+    so the summary says what ``auto`` picked.
+    """
     import datasets
-    import torch
     from peft import LoraConfig
     from transformers import PrinterCallback, ProgressCallback
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
 
-    from dlmstore.bases import load_model
     from dlmstore.train.callbacks import StepRecorder
-    from dlmstore.train.determinism import apply_determinism, seed_everything
+    from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
 
     datasets.disable_progress_bars()
-    seed_everything(seed)
-    apply_determinism()
-    t0 = time.perf_counter()
-    model = load_model(ref)
-    model_load = time.perf_counter() - t0
-
-    steps_total = max_steps if max_steps is not None else settings.max_steps
     output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
-    args = SFTConfig(
-        output_dir=str(output),
-        max_steps=steps_total if steps_total is not None else -1,
-        num_train_epochs=float(epochs if epochs is not None else settings.num_epochs),
-        per_device_train_batch_size=settings.micro_batch_size if settings.micro_batch_size != "auto" else 2,
-        learning_rate=settings.learning_rate,
-        seed=seed,
-        data_seed=seed,
-        max_length=settings.sequence_len,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0,
-    )
     recorder = StepRecorder(store, run_id, progress)
     t0 = time.perf_counter()
     trainer = SFTTrainer(
         model=model,
-        args=args,
+        args=SFTConfig(**sft_config_kwargs(plan, str(output))),
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=LoraConfig(
-            r=settings.lora_r,
-            lora_alpha=settings.lora_alpha,
-            lora_dropout=settings.lora_dropout,
-            task_type="CAUSAL_LM",
-        ),
+        peft_config=LoraConfig(**lora_config_kwargs(plan)),
         callbacks=[recorder],
     )
     trainer.remove_callback(PrinterCallback)
@@ -309,10 +316,11 @@ def _fit(
         trained.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
+    adapted = sorted(trained.peft_config["default"].target_modules)
     return _Fit(
         steps=int(outcome.global_step),
         final_loss=recorder.last_loss,
-        model_load=model_load,
+        plan=dataclasses.replace(plan, target_modules=adapted),
         trainer_setup=trainer_setup,
         first_step=recorder.first_step_s or 0.0,
         train=train_s,
