@@ -106,7 +106,7 @@ def render_frontmatter_reference() -> str:
     from pydantic import BaseModel
 
     from dlmstore.document import frontmatter as fm
-    from dlmstore.sources.walk import DEFAULT_EXCLUDES
+    from dlmstore.sources.defaults import DEFAULT_EXCLUDES
 
     sections: list[tuple[str, type[BaseModel]]] = [
         ("top level", fm.Frontmatter),
@@ -150,7 +150,14 @@ def render_frontmatter_reference() -> str:
             )
             out.append(f"| `{name}` | {annotation} | {default} | {limits} | {info.description or ''} |\n")
     out.append("\n## Default source excludes\n\n")
-    out.append("Applied to every `training.sources` directive unless it sets `default_excludes: false`:\n\n")
+    out.append(
+        "DocumentLanguageModel's list, applied to every `training.sources` directive unless it sets "
+        "`default_excludes: false` or the nearest `.dlm/training.yaml` sets `exclude_defaults: false`. "
+        "Each is a DLM glob matched against the path relative to the directive root: without `**` a "
+        "pattern matches at the top only (`node_modules/**` is the top-level folder), and `**/X` matches "
+        "any path ending in `X` (`**/.env` also skips `prod.env`). "
+        "See [the format guide](format.md#trainingsources).\n\n"
+    )
     out.extend(f"- `{pattern}`\n" for pattern in DEFAULT_EXCLUDES)
     return "".join(out)
 

@@ -1,86 +1,126 @@
-"""Glob compilation and ``.dlm/ignore`` parsing/matching (dlmstore.sources.ignore)."""
+"""DLM's globs and ``.dlm/ignore`` rules (dlmstore.sources.glob, dlmstore.sources.ignore)."""
 
 from __future__ import annotations
 
-import fnmatch
 import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlmstore.sources.ignore import (
-    GlobSet,
-    IgnoreRule,
-    IgnoreRules,
-    glob_regex,
-    is_ignored,
-    parse_ignore,
-)
+from dlmstore.sources.glob import Globs, Predicate, match_all, name_test
+from dlmstore.sources.ignore import IgnoreRule, parse_ignore, rule_predicate
+
+# -- an independent reference: DLM's translation and ignore matching, written plainly --------
 
 
-def matches(pattern: str, path: str) -> bool:
-    return re.fullmatch(f"(?s:{glob_regex(pattern)})", path) is not None
+def reference_regex(pattern: str) -> re.Pattern[str]:
+    """DLM's ``_compile_glob``: ``**`` (eating a following ``/``) -> ``.*``, ``*`` -> ``[^/]*``, ``?`` -> ``[^/]``."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern[i : i + 2] == "**":
+            out += ".*"
+            i += 3 if pattern[i + 2 : i + 3] == "/" else 2
+        else:
+            out += {"*": "[^/]*", "?": "[^/]"}.get(pattern[i], re.escape(pattern[i]))
+            i += 1
+    return re.compile(out)
 
 
-# -- directive globs ---------------------------------------------------------
+def reference_ignore(rule: IgnoreRule, path: str) -> bool:
+    """DLM's ``ignore_parser.matches`` for a file."""
+    regex = reference_regex(rule.pattern)
+    parts = path.split("/")
+    if not rule.dir_only:
+        tails = [path] if rule.anchored else ["/".join(parts[i:]) for i in range(len(parts))]
+        return any(regex.fullmatch(tail) for tail in tails)
+    return not rule.anchored and any(regex.fullmatch(folder) for folder in parts[:-1])
+
+
+def fast(predicate: Predicate, path: str) -> bool:
+    """The walk's way: the directory's active name globs, then one name test."""
+    directory, _, name = path.rpartition("/")
+    test = name_test(predicate.active(directory))
+    return test is not None and bool(test(name))
+
+
+# -- globs ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("pattern", "path", "expected"),
     [
-        ("**/*.py", "a.py", True),  # "**/" matches zero segments
+        ("**/*.py", "a.py", True),  # "**/" eats its "/": ".*[^/]*\.py"
         ("**/*.py", "pkg/sub/a.py", True),
         ("**/*.py", "a.pyc", False),
-        ("**/*.py", "a/py", False),
         ("*.py", "a.py", True),
-        ("*.py", "pkg/a.py", False),  # "*" never crosses "/"
+        ("*.py", "pkg/a.py", False),  # "*" never crosses "/": top level only
         ("?.md", "a.md", True),
         ("?.md", "ab.md", False),
-        ("?.md", "/.md", False),
-        ("docs/**/*.md", "docs/a.md", True),
-        ("docs/**/*.md", "docs/x/y/a.md", True),
-        ("docs/**/*.md", "src/docs/a.md", False),
-        ("build/**", "build/x", True),
         ("build/**", "build/x/y.o", True),
-        ("build/**", "build", False),  # as in git: everything *inside* build
+        ("build/**", "build", False),
+        ("build/**", "pkg/build/x", False),  # no "**" in front: top level only
+        ("**/.env", "prod.env", True),  # ".*\.env": any path ending in ".env"
+        ("**/id_rsa", "keys/my_id_rsa", True),
+        ("**/secrets.*", "mysecrets.txt", True),
+        ("**/__pycache__/**", "a/x__pycache__/m.pyc", True),
         ("**", "anything/at/all", True),
-        ("**/**/x", "x", True),  # runs of "**" collapse
-        ("a**b", "aXXb", True),  # "**" inside a segment is a plain "*"
-        ("a**b", "a/b", False),
-        ("*.py[cod]", "m.pyc", True),
-        ("*.py[cod]", "m.pyx", False),
-        ("[!a]*", "b.txt", True),
-        ("[!a]*", "a.txt", False),
-        ("[a-c].txt", "b.txt", True),
-        ("[a-c].txt", "d.txt", False),
-        ("[ab", "[ab", True),  # an unclosed bracket is literal
-        ("\\*.txt", "*.txt", True),  # backslash escapes
-        ("\\*.txt", "a.txt", False),
-        ("a//b/", "a/b", True),  # empty segments are ignored
+        ("a**b", "a/x/b", True),  # "**" anywhere is ".*"
+        ("[ab].txt", "[ab].txt", True),  # no classes: literal
+        ("[ab].txt", "a.txt", False),
+        ("\\*.txt", "\\x.txt", True),  # no escapes: a literal backslash, then "*"
+        ("**/*", "dir\nname/x", False),  # DLM's ".*" stops at a newline
+        ("**/*", "dir/odd\nname", True),  # "[^/]*" does not
     ],
 )
-def test_glob_regex_matches_relative_paths_by_segment(pattern: str, path: str, expected: bool) -> None:
-    assert matches(pattern, path) is expected
+def test_globs_match_as_dlms_regexes_do(pattern: str, path: str, expected: bool) -> None:
+    assert Globs([pattern]).exact(path) is expected
+    if "\n" not in path:
+        assert fast(Globs([pattern]), path) is expected
 
 
-def test_glob_set_matches_when_any_pattern_does_and_uses_names_for_double_star_globs() -> None:
-    globs = GlobSet.compile(["**/*.py", "**/*.md"])
-    assert globs.name_matcher() is not None
-    assert globs.matches("pkg/a.py", "a.py")
-    assert globs.matches("README.md", "README.md")
-    assert not globs.matches("pkg/a.txt", "a.txt")
-    mixed = GlobSet.compile(["src/*.py", "**/*.md"])
-    assert mixed.name_matcher() is None
-    assert mixed.matches("src/a.py", "a.py")
-    assert not mixed.matches("lib/a.py", "a.py")
+def test_a_glob_list_matches_when_any_glob_does_and_an_empty_one_matches_nothing() -> None:
+    globs = Globs(["src/*.py", "**/*.md"])
+    assert globs.exact("src/a.py") and fast(globs, "src/a.py")
+    assert globs.exact("x/README.md") and fast(globs, "x/README.md")
+    assert not globs.exact("lib/a.py") and not fast(globs, "lib/a.py")
+    empty = Globs([])
+    assert not empty.exact("a") and not fast(empty, "a")
+    assert not empty.covers("a") and not empty.reaches("a")
 
 
-def test_an_empty_glob_set_matches_nothing() -> None:
-    globs = GlobSet.compile([])
-    assert not globs.matches("a", "a")
-    assert not globs.covers_dir("a")
-    assert not globs.can_contain("a")
+def test_name_tests_take_the_cheapest_form_for_each_kind_of_name_glob() -> None:
+    assert name_test([]) is None
+    assert name_test([("*",)]) is match_all
+    exact = name_test([tuple("Makefile")])
+    assert exact is not None and exact("Makefile") and not exact("makefile")
+    mixed = name_test(
+        [tuple("*.pyc"), tuple("*.o"), tuple("id_*"), tuple("*secret*"), tuple("?.md"), tuple("LICENSE")]
+    )
+    assert mixed is not None
+    for name in ("m.pyc", "x.o", "id_rsa", "my-secret.txt", "a.md", "LICENSE"):
+        assert mixed(name), name
+    for name in ("m.py", "o", "xid_rsa", "ab.md", "LICENSE.txt", "secre"):
+        assert not mixed(name), name
+
+
+@pytest.mark.parametrize(
+    ("patterns", "directory", "expected"),
+    [
+        (["build/**"], "build", True),
+        (["build/**"], "builder", False),
+        (["build/**"], "x/build", False),
+        (["**/node_modules/**"], "x/y/node_modules", True),
+        (["**/node_modules/**"], "x/my_node_modules", True),  # ".*node_modules/.*"
+        (["**"], "anything", True),
+        (["build/*"], "build", False),  # only direct children
+        (["**/*.log"], "logs", False),
+    ],
+)
+def test_covers_is_true_only_when_everything_below_a_directory_matches(
+    patterns: list[str], directory: str, expected: bool
+) -> None:
+    assert Globs(patterns).covers(directory) is expected
 
 
 @pytest.mark.parametrize(
@@ -91,166 +131,132 @@ def test_an_empty_glob_set_matches_nothing() -> None:
         (["src/**/*.py"], "src/deep/er", True),
         (["src/**/*.py"], "docs", False),
         (["*.md"], "docs", False),  # only top-level files can match
-        (["a/b/c.md"], "a", True),
         (["a/b/c.md"], "a/b", True),
         (["a/b/c.md"], "a/b/c", False),
-        (["a/b/c.md"], "x", False),
-        (["a/*/x/**"], "a/q/x/r/s", True),
-        (["a/*/x/**"], "a/q/y", False),
         (["docs/**", "*.txt"], "docs", True),
     ],
 )
-def test_can_contain_tells_which_directories_may_hold_a_match(
+def test_reaches_is_false_only_when_nothing_below_a_directory_can_match(
     patterns: list[str], directory: str, expected: bool
 ) -> None:
-    assert GlobSet.compile(patterns).can_contain(directory) is expected
+    assert Globs(patterns).reaches(directory) is expected
 
 
-@pytest.mark.parametrize(
-    ("patterns", "directory", "expected"),
-    [
-        (["build/**"], "build", True),
-        (["build/**"], "builder", False),
-        (["build/**"], "x/build", False),
-        (["**/node_modules/**"], "x/y/node_modules", True),
-        (["**"], "anything", True),
-        (["build/*"], "build", False),  # only direct children, not everything below
-        (["*.log"], "logs.log", False),
-    ],
-)
-def test_covers_dir_is_true_only_when_everything_below_matches(
-    patterns: list[str], directory: str, expected: bool
-) -> None:
-    assert GlobSet.compile(patterns).covers_dir(directory) is expected
+# -- ignore files ----------------------------------------------------------------------------
 
 
-# -- ignore files --------------------------------------------------------------
-
-
-def test_parse_ignore_reads_comments_negation_dir_only_and_anchoring() -> None:
+def test_parse_ignore_reads_dlms_grammar() -> None:
     text = "\n".join(
         [
             "# a comment",
+            "   # an indented comment",
             "",
             "*.log",
             "!keep.log",
             "build/",
             "/top.txt",
             "docs/*.md",
+            "!/gen/",
             "\\#literal",
             "trailing   ",
-            "kept\\ ",
+            "  leading",
         ]
     )
-    assert parse_ignore(text) == [
-        IgnoreRule("*.log", negated=False, dir_only=False, anchored=False),
-        IgnoreRule("keep.log", negated=True, dir_only=False, anchored=False),
-        IgnoreRule("build", negated=False, dir_only=True, anchored=False),
-        IgnoreRule("top.txt", negated=False, dir_only=False, anchored=True),
-        IgnoreRule("docs/*.md", negated=False, dir_only=False, anchored=True),
-        IgnoreRule("\\#literal", negated=False, dir_only=False, anchored=False),
-        IgnoreRule("trailing", negated=False, dir_only=False, anchored=False),
-        IgnoreRule("kept\\ ", negated=False, dir_only=False, anchored=False),
+    rules, dropped = parse_ignore(text)
+    assert rules == [
+        IgnoreRule("*.log", negated=False, anchored=False, dir_only=False, line=4),
+        IgnoreRule("keep.log", negated=True, anchored=False, dir_only=False, line=5),
+        IgnoreRule("build", negated=False, anchored=False, dir_only=True, line=6),
+        IgnoreRule("top.txt", negated=False, anchored=True, dir_only=False, line=7),
+        IgnoreRule(
+            "docs/*.md", negated=False, anchored=False, dir_only=False, line=8
+        ),  # "/" inside: not anchored
+        IgnoreRule("gen", negated=True, anchored=True, dir_only=True, line=9),
+        IgnoreRule("\\#literal", negated=False, anchored=False, dir_only=False, line=10),
+        IgnoreRule("trailing", negated=False, anchored=False, dir_only=False, line=11),
+        IgnoreRule("  leading", negated=False, anchored=False, dir_only=False, line=12),
+    ]
+    assert dropped == []
+
+
+def test_lines_that_leave_no_pattern_are_dropped_with_a_note() -> None:
+    rules, dropped = parse_ignore("!\n/\n//\n!/\nok\n")
+    assert [rule.pattern for rule in rules] == ["ok"]
+    assert dropped == [
+        "line 1: '!' with no pattern",
+        "line 2: '/' with no pattern",
+        "line 3: no pattern left",
+        "line 4: '/' with no pattern",
     ]
 
 
-def test_the_last_matching_rule_wins() -> None:
-    rules = IgnoreRules.parse("*.log\n!keep.log\n")
-    assert rules.verdict("a.log", "a.log", False) is True
-    assert rules.verdict("x/keep.log", "keep.log", False) is False
-    assert rules.verdict("a.txt", "a.txt", False) is None
-    reordered = IgnoreRules.parse("!keep.log\n*.log\n")
-    assert reordered.verdict("keep.log", "keep.log", False) is True
+@pytest.mark.parametrize(
+    ("line", "path", "expected"),
+    [
+        ("*.log", "deep/er/a.log", True),  # unanchored: any part after a "/"
+        ("docs/*.md", "x/docs/a.md", True),
+        ("/top.txt", "top.txt", True),
+        ("/top.txt", "sub/top.txt", False),
+        ("build/", "a/build/x.py", True),  # a folder of the file is named build
+        ("build/", "build", False),  # a file named build is no folder
+        ("build", "build/x.py", False),  # without "/", only files are named
+        ("/build/", "build/x.py", False),  # anchored and folder-only: DLM never matches
+        ("a/b/", "a/b/c.txt", False),  # folder-only with "/" inside: never matches
+        ("**/gen/", "x/src-gen/y", True),  # ".*gen" against each folder name
+    ],
+)
+def test_ignore_rules_match_files_as_dlm_does(line: str, path: str, expected: bool) -> None:
+    (rule,), _ = parse_ignore(line)
+    predicate = rule_predicate(rule)
+    assert predicate.exact(path) is expected
+    assert fast(predicate, path) is expected
 
 
-def test_a_trailing_slash_rule_matches_directories_only() -> None:
-    rules = IgnoreRules.parse("build/\n")
-    assert rules.verdict("build", "build", True) is True
-    assert rules.verdict("x/build", "build", True) is True
-    assert rules.verdict("build", "build", False) is None
+# -- properties: the fast path and the pruning answers agree with the reference ---------------
 
-
-def test_anchored_rules_match_from_the_ignore_files_directory_only() -> None:
-    rules = IgnoreRules.parse("/top.txt\ndocs/*.md\n*.tmp\n")
-    assert rules.verdict("top.txt", "top.txt", False) is True
-    assert rules.verdict("sub/top.txt", "top.txt", False) is None
-    assert rules.verdict("docs/a.md", "a.md", False) is True
-    assert rules.verdict("x/docs/a.md", "a.md", False) is None
-    assert rules.verdict("deep/er/a.tmp", "a.tmp", False) is True  # unanchored: any depth
-
-
-def test_escapes_make_hash_and_trailing_space_literal() -> None:
-    rules = IgnoreRules.parse("\\#notes\nspace\\ \n")
-    assert rules.verdict("#notes", "#notes", False) is True
-    assert rules.verdict("space ", "space ", False) is True
-    assert rules.verdict("space", "space", False) is None
-
-
-def test_deeper_ignore_files_override_shallower_ones() -> None:
-    chain = (
-        IgnoreRules.parse("*.txt\n"),
-        IgnoreRules.parse("!keep.txt\n", base="sub"),
-    )
-    assert is_ignored(chain, "keep.txt", "keep.txt", False) is True
-    assert is_ignored(chain, "sub/keep.txt", "keep.txt", False) is False
-    assert is_ignored(chain, "sub/other.txt", "other.txt", False) is True
-    assert is_ignored(chain, "sub/deeper/keep.txt", "keep.txt", False) is False
-    assert is_ignored(chain, "a.md", "a.md", False) is False
-
-
-def test_rules_of_a_nested_ignore_file_are_relative_to_its_directory() -> None:
-    chain = (IgnoreRules.parse("/gen.txt\nout/\n", base="pkg/sub"),)
-    assert is_ignored(chain, "pkg/sub/gen.txt", "gen.txt", False) is True
-    assert is_ignored(chain, "pkg/sub/x/gen.txt", "gen.txt", False) is False
-    assert is_ignored(chain, "pkg/sub/x/out", "out", True) is True
-
-
-def test_simple_matchers_are_offered_only_for_name_only_rules_without_negation() -> None:
-    assert IgnoreRules.parse("*.log\nbuild/\n").simple_matchers() is not None
-    assert IgnoreRules.parse("*.log\n!keep.log\n").simple_matchers() is None
-    assert IgnoreRules.parse("/top.txt\n").simple_matchers() is None
-
-
-# -- property: the compiled regex agrees with a plain segment matcher -----------
-
-
-def reference_match(pattern: str, path: str) -> bool:
-    """Segment by segment, ``fnmatch`` within a segment, ``**`` across them."""
-    pats: list[str] = []
-    for seg in pattern.split("/"):
-        if seg and not (seg == "**" and pats and pats[-1] == "**"):
-            pats.append(seg)
-    segs = path.split("/")
-
-    def match(i: int, j: int) -> bool:
-        if i == len(pats):
-            return j == len(segs)
-        if pats[i] == "**":
-            if i == len(pats) - 1:  # trailing: one or more segments
-                return len(segs) - j >= 1
-            return any(match(i + 1, k) for k in range(j, len(segs) + 1))
-        return j < len(segs) and fnmatch.fnmatchcase(segs[j], pats[i]) and match(i + 1, j + 1)
-
-    return bool(pats) and match(0, 0)
-
-
-PATTERN_TOKENS = ["a", "b", ".", "*", "?", "**", "/", "[ab]", "[!ab]", "[a-c]", "[", "]", "!"]
-segments = st.text(alphabet="ab.c[]!-", min_size=1, max_size=4)
+PATTERN_TOKENS = ["a", "b", ".", "*", "?", "**", "/", "ab", "[", "\\"]
+segments = st.text(alphabet="ab.*?[\\", min_size=1, max_size=4)
 paths = st.lists(segments, min_size=1, max_size=5).map("/".join)
 patterns = st.lists(st.sampled_from(PATTERN_TOKENS), min_size=1, max_size=8).map("".join)
 
 
-@given(pattern=patterns, path=paths)
-def test_compiled_globs_agree_with_a_reference_matcher(pattern: str, path: str) -> None:
-    assert matches(pattern, path) is reference_match(pattern, path)
-
-
-@given(pattern=patterns, path=paths)
-def test_pruning_never_loses_a_match(pattern: str, path: str) -> None:
-    globs = GlobSet.compile([pattern])
+def ancestors(path: str) -> list[str]:
     parts = path.split("/")
-    ancestors = ["/".join(parts[:i]) for i in range(1, len(parts))]
-    if globs.matches(path, parts[-1]):
-        assert all(globs.can_contain(d) for d in ancestors)
-    if any(globs.covers_dir(d) for d in ancestors):
-        assert globs.matches(path, parts[-1])
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+@given(pattern_list=st.lists(patterns, min_size=1, max_size=3), path=paths)
+def test_globs_agree_with_the_reference_and_pruning_never_loses_a_match(
+    pattern_list: list[str], path: str
+) -> None:
+    globs = Globs(pattern_list)
+    expected = any(reference_regex(p).fullmatch(path) for p in pattern_list)
+    assert globs.exact(path) is expected
+    assert fast(globs, path) is expected
+    for directory in ancestors(path):
+        if expected:
+            assert globs.reaches(directory)
+        if globs.covers(directory):
+            assert expected
+
+
+@given(
+    prefix=st.sampled_from(["", "!", "/", "!/"]),
+    pattern=patterns,
+    suffix=st.sampled_from(["", "/"]),
+    path=paths,
+)
+def test_ignore_rules_agree_with_the_reference_and_pruning_never_loses_a_match(
+    prefix: str, pattern: str, suffix: str, path: str
+) -> None:
+    rules, _ = parse_ignore(prefix + pattern + suffix)
+    for rule in rules:
+        predicate = rule_predicate(rule)
+        expected = reference_ignore(rule, path)
+        assert predicate.exact(path) is expected
+        assert fast(predicate, path) is expected
+        for directory in ancestors(path):
+            if expected:
+                assert predicate.reaches(directory)
+            if predicate.covers(directory):
+                assert expected

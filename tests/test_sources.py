@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,8 @@ import pytest
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section, section_digest
 from dlmstore.errors import SourceError
-from dlmstore.sources import walk
+from dlmstore.sources.defaults import DEFAULT_EXCLUDES
 from dlmstore.sources.expand import SourceExpansion, expand_sources
-from dlmstore.sources.walk import DEFAULT_EXCLUDES
 
 
 @pytest.fixture
@@ -47,14 +45,22 @@ def rels(expansion: SourceExpansion) -> list[str]:
 # -- output shape ------------------------------------------------------------------
 
 
-def test_sections_come_out_in_sorted_relpath_order_with_dirs_and_files_interleaved(
-    doc_dir: Path,
-) -> None:
+def test_sections_come_out_in_dlms_path_order_folder_by_folder(doc_dir: Path) -> None:
     names = ["b.txt", "a/x.txt", "a.txt", "a-b/y.txt", "A.txt", "a/b/z.txt", "é.txt", "a0"]
     make_tree(doc_dir / "src", {name: name for name in reversed(names)})
-    assert rels(expand(doc_dir)) == sorted(names)
-    # "a.txt" < "a/x.txt" because "." sorts before "/"
-    assert rels(expand(doc_dir)).index("a.txt") < rels(expand(doc_dir)).index("a/x.txt")
+    assert rels(expand(doc_dir)) == sorted(names, key=lambda name: name.split("/"))
+    # DLM sorts Path objects, which compare folder by folder: folder "a" sorts
+    # before "a-b" and "a.txt", so everything in it comes first
+    assert rels(expand(doc_dir)) == [
+        "A.txt",
+        "a/b/z.txt",
+        "a/x.txt",
+        "a-b/y.txt",
+        "a.txt",
+        "a0",
+        "b.txt",
+        "é.txt",
+    ]
 
 
 def test_section_content_and_id_equal_a_plainly_built_section(doc_dir: Path) -> None:
@@ -146,36 +152,44 @@ def test_exclude_double_star_prunes_the_directory(doc_dir: Path) -> None:
     assert got.provenance[0].excluded == 0  # pruned, never listed
 
 
-def test_include_globs_prune_directories_that_cannot_hold_a_match(
-    doc_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_include_globs_skip_folders_that_cannot_hold_a_match_without_counting_their_files(
+    doc_dir: Path,
 ) -> None:
-    make_tree(doc_dir / "src", {"docs/a.md": "", "lib/x/b.py": "", "lib/c.py": ""})
-    listed = record_scandir(monkeypatch)
-    assert rels(expand(doc_dir, include=["lib/**/*.py"])) == ["lib/c.py", "lib/x/b.py"]
-    assert not any(path.endswith("docs") for path in listed)
+    make_tree(doc_dir / "src", {"docs/a.md": "", "lib/x/b.py": "", "lib/c.py": "", "lib/d.md": ""})
+    got = expand(doc_dir, include=["lib/**/*.py"])
+    assert rels(got) == ["lib/c.py", "lib/x/b.py"]
+    assert (got.provenance[0].excluded_dirs, got.provenance[0].excluded) == (1, 1)  # docs/; lib/d.md
 
 
-def test_a_new_filter_is_one_more_matcher_and_counts_like_the_others(
-    doc_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    make_tree(doc_dir / "src", {"a.txt": "", "skip-b.txt": "", "skip-c/d.txt": "", "e.md": "", "t.py": ""})
-    (doc_dir / "src" / "skip-link.txt").symlink_to(doc_dir / "src" / "a.txt")
-
-    class NoSkipPrefix:
-        """Skips files and directories named ``skip-*``."""
-
-        name = "no-skip-prefix"
-
-        def tests(self, chain: walk.Chain) -> tuple[walk.Test | None, walk.Test | None]:
-            test = walk.Test(True, re.compile(r"skip-.*").fullmatch, False)
-            return test, test
-
-    standard = walk.matchers
-    # Three matchers already (include, exclude, ignore): the fourth is past the hot loop's slots.
-    monkeypatch.setattr(walk, "matchers", lambda directive: (*standard(directive), NoSkipPrefix()))
-    got = expand(doc_dir, exclude=["**/*.md"])
-    assert rels(got) == ["a.txt", "t.py"]
-    assert (got.provenance[0].excluded, got.provenance[0].excluded_dirs) == (3, 1)
+def test_every_filter_counts_the_files_it_drops_and_the_folders_it_skips(doc_dir: Path) -> None:
+    make_tree(
+        doc_dir / "src",
+        {
+            ".dlm/training.yaml": "exclude: ['*.bak']\n",
+            ".dlm/ignore": "*.tmp\nprivate/\n",
+            "a.txt": "",
+            "b.md": "",  # include
+            "c.log": "",  # directive exclude
+            "d.pyc": "",  # default exclude
+            "e.bak": "",  # training.yaml exclude
+            "f.tmp": "",  # ignore rule
+            "gen/x.txt": "",  # a folder the directive exclude covers
+            "build/y.txt": "",  # a folder the defaults cover
+            "private/z.txt": "",  # a folder an ignore rule covers
+        },
+    )
+    (doc_dir / "src" / "link.log").symlink_to(doc_dir / "src" / "a.txt")
+    got = expand(
+        doc_dir,
+        include=["**/*.txt", "**/*.log", "**/*.pyc", "**/*.bak", "**/*.tmp"],
+        exclude=["*.log", "gen/**"],
+    )
+    assert rels(got) == ["a.txt"]
+    prov = got.provenance[0]
+    assert (prov.excluded, prov.excluded_dirs) == (
+        6,
+        4,
+    )  # b.md c.log d.pyc e.bak f.tmp link.log; .dlm gen build private
 
 
 # -- default excludes and ignore files ----------------------------------------------------
@@ -189,38 +203,48 @@ NOISE = {
     "__pycache__/m.txt": "x",
     "build/out.txt": "o",
     "dist/pkg.txt": "d",
-    "pkg.egg-info/PKG-INFO": "p",
+    "generated/api.py": "g",
     "poetry.lock": "l",
     "package-lock.json": "{}",
     "backup.zip": "not really a zip",
     "server.pem": "key",
     "id_rsa": "key",
-    "id_ed25519.pub": "key",
+    "id_ed25519": "key",
     ".env": "SECRET=1",
     ".env.local": "SECRET=2",
-    ".DS_Store": "mac",
+    "secrets.yaml": "token: x",
+    "lib.so": "elf",
+    "app.min.js": "js",
 }
 
 
 def test_default_excludes_skip_vcs_venvs_build_output_locks_archives_and_secrets(
     doc_dir: Path,
 ) -> None:
-    make_tree(doc_dir / "src", {**NOISE, "keep.txt": "kept", "pkg/build.py": "a file named build"})
+    kept = {
+        "keep.txt": "",
+        "pkg/build.py": "",
+        "pkg.egg-info/PKG-INFO": "",
+        ".DS_Store": "",
+        "id_ed25519.pub": "",
+    }
+    make_tree(doc_dir / "src", {**NOISE, **kept})
     got = expand(doc_dir)
-    assert rels(got) == ["keep.txt", "pkg/build.py"]
+    # DLM's list: no .DS_Store, *.egg-info or public keys in it
+    assert rels(got) == [".DS_Store", "id_ed25519.pub", "keep.txt", "pkg/build.py", "pkg.egg-info/PKG-INFO"]
     prov = got.provenance[0]
-    assert prov.excluded_dirs == 8  # .git node_modules .venv venv __pycache__ build dist *.egg-info
-    assert prov.excluded == 9  # the top-level lock, archive, key and dot files
+    assert prov.excluded_dirs == 8  # .git node_modules .venv venv __pycache__ build dist generated
+    assert prov.excluded == 11  # the top-level locks, archive, keys, secrets and binaries
 
 
 def test_default_excludes_can_be_switched_off(doc_dir: Path) -> None:
     make_tree(doc_dir / "src", {**NOISE, "keep.txt": "kept"})
     got = expand(doc_dir, default_excludes=False)
-    assert rels(got) == sorted([*NOISE, "keep.txt"])
+    assert rels(got) == sorted([*NOISE, "keep.txt"], key=lambda name: name.split("/"))
 
 
 def test_default_excludes_are_exposed_as_a_constant() -> None:
-    for pattern in (".git", "node_modules/", "*.lock", "*.zip", "*.pem", ".env", ".DS_Store"):
+    for pattern in (".git/**", "node_modules/**", "**/*.pem", ".env", "**/secrets.*", "**/.dlm/**"):
         assert pattern in DEFAULT_EXCLUDES
 
 
@@ -241,13 +265,8 @@ def test_dlm_ignore_supports_negation_dir_only_and_anchored_rules(doc_dir: Path)
             "sub/docs/x.tmp": "",
         },
     )
-    assert rels(expand(doc_dir)) == [
-        "keep.log",
-        "sub/cache",
-        "sub/docs/x.tmp",
-        "sub/keep.log",
-        "sub/top.txt",
-    ]
+    # As in DLM, "docs/*.tmp" is not anchored by its inner "/": it matches at any depth.
+    assert rels(expand(doc_dir)) == ["keep.log", "sub/cache", "sub/keep.log", "sub/top.txt"]
 
 
 def test_nested_ignore_files_override_shallower_ones_below_their_directory(doc_dir: Path) -> None:
@@ -272,14 +291,15 @@ def test_an_ignore_file_can_re_include_a_default_exclude(doc_dir: Path) -> None:
     assert rels(expand(doc_dir)) == [".env.example"]
 
 
-def test_a_negation_cannot_re_include_a_file_inside_an_ignored_directory(doc_dir: Path) -> None:
-    make_tree(doc_dir / "src", {".dlm/ignore": "out/\n!out/keep.txt\n", "out/keep.txt": ""})
-    assert rels(expand(doc_dir)) == []
+def test_a_negation_re_includes_a_file_inside_an_ignored_directory_as_in_dlm(doc_dir: Path) -> None:
+    make_tree(doc_dir / "src", {".dlm/ignore": "out/\n!out/keep.txt\n", "out/keep.txt": "", "out/x.txt": ""})
+    assert rels(expand(doc_dir)) == ["out/keep.txt"]
 
 
-def test_the_dlm_directory_is_never_a_source(doc_dir: Path) -> None:
+def test_dlm_folders_are_left_out_by_the_default_excludes_only(doc_dir: Path) -> None:
     make_tree(doc_dir / "src", {".dlm/notes.txt": "config", "sub/.dlm/x.txt": "", "a.txt": ""})
-    assert rels(expand(doc_dir, default_excludes=False)) == ["a.txt"]
+    assert rels(expand(doc_dir)) == ["a.txt"]
+    assert rels(expand(doc_dir, default_excludes=False)) == [".dlm/notes.txt", "a.txt", "sub/.dlm/x.txt"]
 
 
 def record_scandir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -294,7 +314,9 @@ def record_scandir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return listed
 
 
-def test_excluded_directories_are_never_listed(doc_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skipped_directories_are_listed_only_to_look_for_dlm_folders(
+    doc_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_tree(
         doc_dir / "src",
         {
@@ -306,9 +328,12 @@ def test_excluded_directories_are_never_listed(doc_dir: Path, monkeypatch: pytes
         },
     )
     listed = record_scandir(monkeypatch)
-    assert rels(expand(doc_dir, exclude=["gen/**"])) == ["ok/a.txt"]
-    names = {os.path.relpath(path, doc_dir / "src") for path in listed}
-    assert names == {".", "ok"}
+    got = expand(doc_dir, exclude=["gen/**"])
+    assert rels(got) == ["ok/a.txt"]
+    # .dlm node_modules private gen: skipped, their files never classified or counted
+    assert (got.provenance[0].excluded_dirs, got.provenance[0].excluded) == (4, 0)
+    names = sorted(os.path.relpath(path, doc_dir / "src") for path in listed)
+    assert names == [".", ".dlm", "gen", "node_modules", "node_modules/a", "ok", "private"]
 
 
 # -- size, count and content limits ------------------------------------------------------

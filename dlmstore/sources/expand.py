@@ -8,7 +8,13 @@ source: <relpath>\\n\\n<text>", source=<relpath>)`` each, with the content
 checks). :class:`SourceProvenance` adds up what each step left out.
 
 Output order is deterministic: directives in frontmatter order, then files
-in code-point (= UTF-8 byte) order of their relpath.
+in DocumentLanguageModel's order (its paths sorted as ``Path`` objects,
+folder by folder: ``a/b.py`` before ``a-b.py`` before ``a.py``).
+
+Relative directive paths start at the document's directory, or at its
+parent when the document is kept in a ``.dlm/`` folder
+(``corpus/.dlm/corpus.dlm`` anchors at ``corpus/``), as in DLM; the strict
+policy confines paths to that same directory.
 
 Speed: ``bench/bench_sources.py`` expands the CPython stdlib (~13K ``.py``
 files) and prints the time per included file against an ``os.walk`` +
@@ -25,6 +31,7 @@ from pathlib import Path
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section
+from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.read import read_files
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
@@ -47,11 +54,10 @@ class SourceProvenance:
         skipped_max_files: files past ``max_files`` in path order (not read).
         skipped_outside: symlinked files resolving outside the document's
             directory and the directive root (permissive policy).
-        excluded: files rejected by include/exclude globs, default excludes
-            or ignore files.
-        excluded_dirs: directories not descended into (default excludes,
-            ignore files, ``exclude`` covering them, no ``include`` possible
-            below them, symlinked directories); their files are not counted.
+        excluded: files rejected by include/exclude globs, default excludes,
+            ``.dlm/training.yaml`` or ``.dlm/ignore`` files.
+        excluded_dirs: directories not descended into (nothing below them
+            could be read, or they are symlinked); their files are not counted.
     """
 
     directive: str
@@ -86,6 +92,9 @@ def expand_sources(
 ) -> SourceExpansion:
     """Expand ``directives`` (relative to ``doc_dir``) into prose sections.
 
+    ``doc_dir`` is the .dlm file's directory; when it is a ``.dlm`` folder,
+    its parent is used instead (relative paths and the strict policy).
+
     ``document`` is the .dlm file itself: a directive whose walk reaches it
     (``path: .``) skips it, counted as excluded, so a document never trains
     on its own source text.
@@ -95,12 +104,17 @@ def expand_sources(
     digest and load their text only when asked.
 
     Raises:
-        SourceError: a directive path does not exist, or (``strict`` policy)
-            it or a symlinked file below it resolves outside ``doc_dir``.
+        SourceError: a directive path does not exist; (``strict`` policy)
+            it or a symlinked file below it resolves outside ``doc_dir``; a
+            ``.dlm/training.yaml`` or ``.dlm/ignore`` is unreadable or
+            malformed.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    doc_root = os.path.realpath(os.path.expanduser(doc_dir))
+    doc_dir = Path(os.path.expanduser(doc_dir))
+    if os.path.basename(os.path.abspath(doc_dir)) == DLM_FOLDER:
+        doc_dir = Path(os.path.dirname(os.path.abspath(doc_dir)))
+    doc_root = os.path.realpath(doc_dir)
     itself = os.path.realpath(document) if document is not None else None
     sections: list[Section] = []
     provenance: list[SourceProvenance] = []

@@ -1,225 +1,72 @@
-"""Walk a ``training.sources`` directive: which files belong, in path order.
+"""Walk a ``training.sources`` directive: which files belong, in DLM's order.
 
 A directive names a directory (or a single file) relative to the .dlm file's
-directory (``~`` expands). :func:`walk_directive` chooses the files below it
-that survive the filters, as ``(relpath, path)`` pairs where ``relpath`` is
-the POSIX path relative to the directive root; :mod:`dlmstore.sources.read`
-then reads them into sections. A directive naming a single file yields that
-file, as ``relpath`` its name, with globs and default excludes not applied.
+directory (``~`` expands); a .dlm file kept in a ``.dlm/`` folder
+(``corpus/.dlm/corpus.dlm``) anchors at the folder's parent (``corpus/``), as
+in DocumentLanguageModel (``dlmstore.sources.expand`` passes that directory
+in). :func:`walk_directive` chooses the files below it, as ``(relpath,
+path)`` pairs where ``relpath`` is the POSIX path relative to the directive
+root; :mod:`dlmstore.sources.read` then reads them into sections.
 
-Filters, in the order a file meets them:
+Which files: DLM's decision, file for file (``dlmstore.sources.rules``):
+include and exclude globs, the default excludes
+(``dlmstore.sources.defaults``), and the ``.dlm/training.yaml`` and
+``.dlm/ignore`` files of every ``.dlm/`` folder met on the way down
+(``dlmstore.sources.config``). A directive naming a single file matches its
+globs and the defaults against the file's name, as DLM does. A file a filter
+drops counts as ``excluded``.
 
-1. **Directories pruned on sight** are never listed: symlinked directories
-   (not followed, so a link cycle cannot loop the walk), ``.dlm`` (never a
-   source), directories matched by the default excludes or an ignore file,
-   directories an ``exclude`` glob covers in full (``build/**``), and
-   directories below which no ``include`` glob could match (``src/**/*.py``
-   never lists ``docs/``). Like git, a ``!`` rule cannot re-include a file
-   inside a directory that was itself excluded.
-2. **Globs** (``include``, default ``["**/*"]``, and ``exclude``) match the
-   path relative to the directive root; see ``dlmstore.sources.ignore`` for the
-   syntax. A file is kept when some include matches and no exclude does.
-3. **Built-in default excludes** (:data:`DEFAULT_EXCLUDES`, off with
-   ``default_excludes: false``), in gitignore syntax: VCS metadata
-   (``.git .hg .svn .bzr``), virtualenvs (``.venv/ venv/ .tox/ .nox/``),
-   dependencies and caches (``node_modules/ __pycache__/ .mypy_cache/
-   .pytest_cache/ .ruff_cache/``), build output (``build/ dist/ target/
-   .eggs/ *.egg-info/``), lock files (``*.lock package-lock.json
-   pnpm-lock.yaml``; ``*.lock`` covers yarn, poetry, Cargo and uv),
-   archives (``*.zip *.tar *.gz *.tgz *.bz2 *.xz *.7z *.rar``), keys and
-   secrets (``*.pem *.key *.p12 *.pfx id_rsa* id_ed25519* .env .env.*``)
-   and ``.DS_Store``. They act as an ignore file above the root, so a
-   ``.dlm/ignore`` can re-include a file (``!.env.example``).
-4. **``.dlm/ignore`` files** anywhere in the tree (gitignore subset); deeper
-   files override shallower ones, the last matching rule wins.
+Order: DLM sorts the paths (``sorted(root.rglob("*"))``), and a ``Path``
+compares folder by folder, so a folder's files come out right where its name
+sorts among its siblings: ``A.py``, ``a/b.py``, ``a-b.py``, ``a.py``. The
+walk lists each directory, sorts its entries by name (code point order) and
+descends into a folder in its place, which is that order.
 
-Filters 2-4 are :class:`Matcher` objects, in the ordered list that
-:func:`matchers` builds: adding a filter is writing one matcher and adding it
-there. A file a matcher skips counts as ``excluded``, a directory as
-``excluded_dirs``. Default excludes and ignore files are one matcher
-(:class:`IgnoreFiles`), not two, because a ``!`` rule in an ignore file can
-re-include a default exclude: they are one chain of rules. A matcher is not
-called per entry; it hands the walk compiled :class:`Test` objects, mostly a
-regex ``fullmatch`` over the bare name, which the walk's loop calls inline.
-Calling a Python ``skip(entry)`` method per entry per matcher was measurably
-slower over the entries of the walk below (``bench/bench_sources.py``).
+Skipping folders unread: DLM lists every folder; a walk that never lists
+``.git/`` or ``node_modules/`` is much faster, and gives the same answer
+when no file below could be read anyway (:meth:`~.rules.Scope.may_skip`:
+no include glob can match below, or an exclude covers it and no ``!`` rule
+reaches in). Two things below a folder could still change the answer: a
+``.dlm/`` folder (its training.yaml can turn the defaults off or replace
+the include, its ignore file can re-include) and a name holding a newline
+(DLM's ``**`` stops at one). So before skipping a folder, the walk lists
+what is below it for those two only (:func:`_nothing_below`), without
+classifying files; a folder that holds either is walked like any other. A
+skipped folder counts as one ``excluded_dirs``; its files are not counted.
 
 Symlinked *files* are followed when the target lies inside the document's
-directory (or inside the directive root). Otherwise the ``strict`` policy
-raises :class:`SourceError` and ``permissive`` skips the file with a warning
-(counted as ``skipped_outside``). A directive path outside the document's
-directory is an error under ``strict``; ``permissive`` reads it (``path:
-~/notes`` is a deliberate choice, and what that policy is for). The symlink
-policy is not a matcher: it resolves the link (two syscalls), may raise, and
-counts apart; a link that resolves to a file then meets the same tests as a
-file would.
-
-Output order is deterministic: entries are sorted so that files come out in
-code-point (= UTF-8 byte) order of their relpath, directories and files
-interleaved (``a.py`` sorts before ``a/b.py``).
+directory (or inside the directive root); the link's own path is what the
+filters see. Otherwise the ``strict`` policy raises :class:`SourceError` and
+``permissive`` skips the file with a warning (counted as
+``skipped_outside``). Symlinked directories are not followed, so a link
+cycle cannot loop the walk (DLM's ``rglob`` may follow them; dlmstore never
+does). A directive path outside the document's directory is an error under
+``strict``; ``permissive`` reads it (``path: ~/notes`` is a deliberate
+choice, and what that policy is for).
 
 Speed: the walk trusts ``os.scandir`` entry types (no ``stat`` per entry),
-builds a relpath only for entries that pass the name tests (or for a test
-that needs the path), and every glob list or ignore file is one compiled
-regex (``dlmstore.sources.ignore``). A chosen file is a plain tuple: building
-a dataclass or ``NamedTuple`` per file costs more than the tuple, for no
-gain inside the package.
+and the filters in force in a directory are a couple of name tests compiled
+once per distinct set (``dlmstore.sources.glob``), called inline in the loop
+over its entries; a relpath is built only for a file that is kept. A chosen
+file is a plain tuple: building a dataclass or ``NamedTuple`` per file costs
+more than the tuple, for no gain inside the package.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, NamedTuple, Protocol
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.errors import SourceError
-from dlmstore.sources.ignore import GlobSet, IgnoreRules, is_ignored
-
-#: Ignore rules applied below every directive root unless the directive sets
-#: ``default_excludes: false`` (gitignore syntax: ``/`` = directories only).
-DEFAULT_EXCLUDES: tuple[str, ...] = (
-    # version control
-    ".git", ".hg", ".svn", ".bzr",
-    # virtualenvs and tool environments
-    ".venv/", "venv/", ".tox/", ".nox/",
-    # dependencies and caches
-    "node_modules/", "__pycache__/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/",
-    # build output
-    "build/", "dist/", "target/", ".eggs/", "*.egg-info/",
-    # lock files (yarn.lock, poetry.lock, Cargo.lock, uv.lock, ...)
-    "*.lock", "package-lock.json", "pnpm-lock.yaml",
-    # archives
-    "*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.7z", "*.rar",
-    # keys and secrets
-    "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ed25519*", ".env", ".env.*",
-    # OS litter
-    ".DS_Store",
-)  # fmt: skip
-
-#: Where ignore files live, relative to the directory they apply to.
-IGNORE_FILE = ".dlm/ignore"
-
-#: The ignore files met on the way down to a directory, shallowest first.
-Chain = tuple[IgnoreRules, ...]
+from dlmstore.sources.config import DLM_FOLDER, load_folder
+from dlmstore.sources.rules import DirTests, Scope
 
 #: A chosen file: ``(relpath, path to open)``; the path is a symlink's target
 #: for a followed link.
 ChosenFile = tuple[str, str]
-
-
-class Test(NamedTuple):
-    """One compiled question a matcher asks of every file (or directory).
-
-    ``call`` gets the entry's bare name when ``on_name`` is true, else its
-    relpath; a truthy answer is a match. A miss skips the entry when
-    ``skip_on_miss`` is true (include globs); otherwise a match skips it.
-    """
-
-    on_name: bool
-    call: Callable[[str], object]
-    skip_on_miss: bool
-
-
-class Matcher(Protocol):
-    """One named filter of the walk; :func:`matchers` lists them in order."""
-
-    @property
-    def name(self) -> str:
-        """What the filter is, as a directive or the docs call it."""
-        ...
-
-    def tests(self, chain: Chain) -> tuple[Test | None, Test | None]:
-        """Its test of files and its test of directories in a directory
-        whose ignore files are ``chain``; ``None`` where it skips nothing."""
-        ...
-
-
-def _never(_: str) -> None:
-    """The answer of an empty glob list: no match."""
-    return None
-
-
-def _glob_test(globs: GlobSet, skip_on_miss: bool) -> Test:
-    names = globs.name_matcher()
-    if names is not None:
-        return Test(True, names, skip_on_miss)
-    return Test(False, globs.path_matcher() or _never, skip_on_miss)
-
-
-@dataclass(frozen=True)
-class IncludeGlobs:
-    """``include``: a file is kept only if a glob matches it; a directory only
-    if a glob could match below it."""
-
-    globs: GlobSet
-    name: ClassVar[str] = "include"
-
-    def tests(self, chain: Chain) -> tuple[Test | None, Test | None]:
-        return _glob_test(self.globs, skip_on_miss=True), Test(False, self.globs.can_contain, True)
-
-
-@dataclass(frozen=True)
-class ExcludeGlobs:
-    """``exclude``: a file a glob matches is skipped, and so is a directory a
-    glob covers in full (``build/**``)."""
-
-    globs: GlobSet
-    name: ClassVar[str] = "exclude"
-
-    def tests(self, chain: Chain) -> tuple[Test | None, Test | None]:
-        if not self.globs.patterns:
-            return None, None
-        return _glob_test(self.globs, skip_on_miss=False), Test(False, self.globs.covers_dir, False)
-
-
-@functools.cache
-def _default_rules() -> IgnoreRules:
-    return IgnoreRules.parse("\n".join(DEFAULT_EXCLUDES))
-
-
-def _chain_test(chain: Chain, is_dir: bool) -> Test:
-    def ignored(rel: str) -> bool:
-        return is_ignored(chain, rel, rel[rel.rfind("/") + 1 :], is_dir)
-
-    return Test(False, ignored, False)
-
-
-@dataclass(frozen=True)
-class IgnoreFiles:
-    """The built-in default excludes (unless ``default_excludes: false``) and
-    the ``.dlm/ignore`` files, as one chain of gitignore rules."""
-
-    default_excludes: bool
-    name: ClassVar[str] = "ignore"
-
-    def tests(self, chain: Chain) -> tuple[Test | None, Test | None]:
-        if self.default_excludes:
-            chain = (_default_rules(), *chain)
-        if not chain:
-            return None, None
-        simple = chain[0].simple_matchers() if len(chain) == 1 else None
-        if simple is None:
-            return _chain_test(chain, False), _chain_test(chain, True)
-        # Name-only rules without "!" (the defaults): any match means ignored.
-        files, dirs = simple
-        return (
-            Test(True, files, False) if files is not None else None,
-            Test(True, dirs, False) if dirs is not None else None,
-        )
-
-
-def matchers(directive: SourceDirective) -> tuple[Matcher, ...]:
-    """The filters of ``directive``, in the order an entry meets them."""
-    return (
-        IncludeGlobs(GlobSet.compile(directive.include)),
-        ExcludeGlobs(GlobSet.compile(directive.exclude)),
-        IgnoreFiles(directive.default_excludes),
-    )
 
 
 @dataclass(frozen=True)
@@ -228,10 +75,10 @@ class SourceWalk:
 
     Attributes:
         root: the resolved absolute path that was walked.
-        files: the chosen files, in relpath order.
-        excluded: files a matcher skipped, and the document itself.
-        excluded_dirs: directories not descended into (a matcher skipped
-            them, or they are symlinked); their files are not counted.
+        files: the chosen files, in DLM's path order.
+        excluded: files a filter dropped, and the document itself.
+        excluded_dirs: directories not descended into (nothing below them
+            could be read, or they are symlinked); their files are not counted.
         skipped_outside: symlinked files resolving outside the document's
             directory and the directive root (permissive policy).
         warnings: one line each, meant for stderr.
@@ -256,15 +103,18 @@ def walk_directive(
 ) -> SourceWalk:
     """Choose the files of ``directive``, a path relative to ``doc_dir``.
 
-    ``doc_root`` is the real path of ``doc_dir``. ``document`` is the real
-    path of the .dlm file: a walk that reaches it (``path: .``) skips it,
-    counted as excluded, so a document never trains on its own source text.
-    ``label`` starts every warning and error message.
+    ``doc_dir`` is where relative paths start (the document's directory, or
+    its parent for a document kept in a ``.dlm/`` folder) and ``doc_root``
+    its real path. ``document`` is the real path of the .dlm file: a walk
+    that reaches it (``path: .``) skips it, counted as excluded, so a
+    document never trains on its own source text. ``label`` starts every
+    warning and error message.
 
     Raises:
-        SourceError: the directive path does not exist, or (``strict``
-            policy) it or a symlinked file below it resolves outside
-            ``doc_dir``.
+        SourceError: the directive path does not exist; (``strict`` policy)
+            it or a symlinked file below it resolves outside ``doc_dir``; a
+            ``.dlm/training.yaml`` or ``.dlm/ignore`` below it is unreadable
+            or malformed.
     """
     given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
     if not os.path.exists(given):
@@ -275,11 +125,18 @@ def walk_directive(
     root = os.path.realpath(given)
     if policy == "strict" and not _inside(root, doc_root):
         raise SourceError(_outside_message(label, "the path", root, doc_root))
-    walker = _Walker(matchers(directive), label, root, doc_root, policy)
+    walker = _Walker(label, root, doc_root, policy)
+    scope = Scope.root(directive)
     if os.path.isdir(root):
-        walker.walk(root, "", walker.filters(()))
-    elif os.path.isfile(root):  # a file named explicitly is taken as is, globs aside
-        walker.files.append((os.path.basename(given), root))
+        walker.walk(root, "", scope)
+    elif os.path.isfile(root):
+        # DLM matches a single file's name (the resolved file's) against the
+        # directive's globs and the defaults, and names its section after it.
+        name = os.path.basename(root)
+        if _kept(scope, "", name):
+            walker.files.append((name, root))
+        else:
+            walker.excluded += 1
     else:
         raise SourceError(f"{label}: {root} is neither a regular file nor a directory")
     files = walker.files
@@ -311,56 +168,45 @@ def _outside_message(label: str, what: str, target: str, doc_root: str) -> str:
     )
 
 
-#: What ``_classify`` keeps of a directory's entries, sorted by their first
-#: element: a file's ``(relpath, path)`` (a :data:`ChosenFile`) or a
-#: directory's ``(relpath + "/", path, relpath)``, the slash making ``a.py``
-#: sort before ``a/b.py``.
-_Item = tuple[str, str] | tuple[str, str, str]
+def _kept(scope: Scope, directory: str, name: str) -> bool:
+    """Whether file ``name`` in ``directory`` (relative to the root) is kept."""
+    path = f"{directory}/{name}" if directory else name
+    if "\n" in path:
+        return scope.included_exactly(path)
+    return scope.tests(directory).keeps(name)
 
 
-#: A :class:`Test` as a plain tuple, and in a slot of the hot loop
-#: (``call`` ``None`` where there is no test).
-_Plain = tuple[bool, Callable[[str], object], bool]
-_Slot = tuple[bool, Callable[[str], object] | None, bool]
-_NO_TEST: _Slot = (True, None, False)
+def _nothing_below(path: str) -> bool:
+    """Whether no ``.dlm`` entry and no name with a newline lies anywhere below ``path``.
 
-
-@dataclass(frozen=True)
-class _Filters:
-    """The matchers' tests for directories whose ignore files are ``chain``.
-
-    ``files`` and ``dirs`` hold every test, in matcher order. For the hot
-    loop the first three file tests also sit in slots of their own and only
-    the others in ``later``: today's matchers give at most three, most
-    directives two (an include glob and the built-in defaults), so a file
-    costs those calls and no iterator object (looping over the tests
-    costs more instructions in that loop). The order is the matchers'
-    order, cheapest and most selective first: a file must pass every test,
-    so the order changes the cost, never the answer.
+    Lists folders only to look at names; an unreadable folder counts as
+    empty, as the walk could not list it either.
     """
-
-    chain: Chain
-    files: tuple[_Plain, ...]
-    dirs: tuple[_Plain, ...]
-    slots: tuple[_Slot, _Slot, _Slot]
-    later: tuple[_Plain, ...]
-
-
-def _passes(tests: Sequence[_Plain], name: str, rel: str) -> bool:
-    """Whether an entry with this name and relpath survives ``tests``."""
-    for on_name, call, skip_on_miss in tests:
-        if (not call(name if on_name else rel)) is skip_on_miss:
-            return False
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    name = entry.name
+                    if name == DLM_FOLDER or "\n" in name:
+                        return False
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
     return True
+
+
+#: What a directory's listing keeps, sorted by relpath (= by name): a file's
+#: ``(relpath, path)`` (a :data:`ChosenFile`) or a directory's
+#: ``(relpath, path, None)``.
+_Item = tuple[str, str] | tuple[str, str, None]
 
 
 class _Walker:
     """Mutable state of one directive's walk; its result is a frozen :class:`SourceWalk`."""
 
-    def __init__(
-        self, matchers: Sequence[Matcher], label: str, root: str, doc_root: str, policy: str
-    ) -> None:
-        self.matchers = matchers
+    def __init__(self, label: str, root: str, doc_root: str, policy: str) -> None:
         self.label = label
         self.boundaries = (doc_root, root)
         self.doc_root = doc_root
@@ -371,109 +217,85 @@ class _Walker:
         self.excluded_dirs = 0
         self.skipped_outside = 0
 
-    def filters(self, chain: Chain) -> _Filters:
-        """The tests of every matcher for directories whose ignore files are ``chain``."""
-        files: list[_Plain] = []
-        dirs: list[_Plain] = []
-        for matcher in self.matchers:
-            file_test, dir_test = matcher.tests(chain)
-            # As plain tuples: unpacking a NamedTuple (a tuple subclass) in a
-            # loop takes the slow path, an iterator object each time.
-            if file_test is not None:
-                files.append((file_test.on_name, file_test.call, file_test.skip_on_miss))
-            if dir_test is not None:
-                dirs.append((dir_test.on_name, dir_test.call, dir_test.skip_on_miss))
-        padded = (*files, _NO_TEST, _NO_TEST, _NO_TEST)
-        slots = (padded[0], padded[1], padded[2])
-        return _Filters(chain, tuple(files), tuple(dirs), slots, tuple(files[3:]))
-
-    def walk(self, dir_abs: str, dir_rel: str, filters: _Filters) -> None:
-        """Append the kept files below ``dir_abs`` to ``files``, sorted."""
+    def walk(self, dir_abs: str, dir_rel: str, scope: Scope) -> None:
+        """Append the kept files below ``dir_abs`` to ``files``, in DLM's order."""
         try:
             with os.scandir(dir_abs) as it:
                 entries = list(it)
         except OSError as exc:
             self.warnings.append(f"{self.label}: cannot list {dir_rel or '.'}: {exc.strerror}")
             return
-        items, links, has_dlm, excluded, pruned = self._classify(entries, dir_rel, filters)
-        if has_dlm:  # rare: classify again under this directory's ignore file
-            rules = self._ignore_file(dir_abs, dir_rel)
-            if rules is not None:
-                filters = self.filters((*filters.chain, rules))
-                items, links, _, excluded, pruned = self._classify(entries, dir_rel, filters)
+        items, dirs, links, excluded, has_folder = self._classify(entries, dir_rel, scope)
+        if has_folder:  # rare: a .dlm/ folder opens a new scope; classify again under it
+            folder = load_folder(dir_abs, dir_rel, label=self.label)
+            self.warnings.extend(folder.warnings)
+            scope = scope.enter(folder)
+            items, dirs, links, excluded, _ = self._classify(entries, dir_rel, scope)
         self.excluded += excluded
-        self.excluded_dirs += pruned
-        prefix = dir_rel + "/" if dir_rel else ""
+        exact = "\n" in dir_rel
+        for entry in dirs:
+            rel = f"{dir_rel}/{entry.name}" if dir_rel else entry.name
+            if not exact and "\n" not in rel and scope.may_skip(rel) and _nothing_below(entry.path):
+                self.excluded_dirs += 1
+            else:
+                items.append((rel, entry.path, None))
         for entry in links:
-            self._symlink(entry.path, prefix + entry.name, entry.name, filters, items)
+            self._symlink(entry.path, f"{dir_rel}/{entry.name}" if dir_rel else entry.name, scope, items)
         items.sort()
         files = self.files
         for item in items:
-            if len(item) == 3:  # a directory: (relpath + "/", path, relpath)
-                self.walk(item[1], item[2], filters)
+            if len(item) == 3:  # a directory: (relpath, path, None)
+                self.walk(item[1], item[0], scope)
             else:  # a file: (relpath, path), the chosen file itself
                 files.append(item)
 
     def _classify(
-        self, entries: list[os.DirEntry[str]], dir_rel: str, filters: _Filters
-    ) -> tuple[list[_Item], list[os.DirEntry[str]], bool, int, int]:
-        """Split one directory's entries into kept items (:data:`_Item`),
-        symlinks to look at, whether ``.dlm`` is there, and the two exclusion
-        counts.
+        self, entries: list[os.DirEntry[str]], dir_rel: str, scope: Scope
+    ) -> tuple[list[_Item], list[os.DirEntry[str]], list[os.DirEntry[str]], int, bool]:
+        """Split one directory's entries into kept files, directories,
+        symlinks, the count of files excluded, and whether a ``.dlm/`` folder
+        is there.
 
-        This is the hot loop of the walk: a file meets its first tests
-        in slots (see :class:`_Filters`), and its relpath is built only for
-        a test that needs it or once it passes. Directories, far fewer, loop
-        over their tests.
+        This is the hot loop of the walk: the name tests are called inline,
+        and a relpath is built only for a file that is kept. A path holding a
+        newline is decided in full (:meth:`~.rules.Scope.included_exactly`).
         """
         prefix = dir_rel + "/" if dir_rel else ""
-        (on_name_1, test_1, miss_1), (on_name_2, test_2, miss_2), (on_name_3, test_3, miss_3) = filters.slots
-        later, dir_tests = filters.later, filters.dirs
+        exact = "\n" in dir_rel  # DLM's "**" stops at a newline
+        tests: DirTests = scope.tests("" if exact else dir_rel)
+        include, exclude, ignore, negated = tests.include, tests.exclude, tests.ignore, tests.ignore_negated
         items: list[_Item] = []
+        dirs: list[os.DirEntry[str]] = []
         links: list[os.DirEntry[str]] = []
-        has_dlm = False
-        excluded = pruned = 0
+        has_folder = False
+        excluded = 0
         for entry in entries:
             name = entry.name
             if entry.is_file(follow_symlinks=False):
-                if (
-                    (test_1 is not None and (not test_1(name if on_name_1 else prefix + name)) is miss_1)
-                    or (test_2 is not None and (not test_2(name if on_name_2 else prefix + name)) is miss_2)
-                    or (test_3 is not None and (not test_3(name if on_name_3 else prefix + name)) is miss_3)
-                    or (later and not _passes(later, name, prefix + name))
-                ):
-                    excluded += 1
+                if exact or "\n" in name:
+                    keep = scope.included_exactly(prefix + name)
+                elif include is not None and not include(name):
+                    keep = False
+                elif ignore is not None and (found := ignore(name)) is not None:
+                    keep = negated[found.lastindex or 0]
                 else:
+                    keep = exclude is None or not exclude(name)
+                if keep:
                     items.append((prefix + name, entry.path))
-            elif entry.is_dir(follow_symlinks=False):
-                if name == ".dlm":
-                    has_dlm = True
-                    continue
-                rel = prefix + name
-                for on_name, call, skip_on_miss in dir_tests:
-                    if (not call(name if on_name else rel)) is skip_on_miss:
-                        pruned += 1
-                        break
                 else:
-                    items.append((rel + "/", entry.path, rel))
+                    excluded += 1
+            elif entry.is_dir(follow_symlinks=False):
+                dirs.append(entry)
+                if name == DLM_FOLDER:
+                    has_folder = True
             elif entry.is_symlink():
                 links.append(entry)
+                if name == DLM_FOLDER and entry.is_dir():
+                    has_folder = True
             # sockets, FIFOs and devices are never sources
-        return items, links, has_dlm, excluded, pruned
+        return items, dirs, links, excluded, has_folder
 
-    def _ignore_file(self, dir_abs: str, dir_rel: str) -> IgnoreRules | None:
-        where = f"{dir_rel}/{IGNORE_FILE}" if dir_rel else IGNORE_FILE
-        try:
-            with open(os.path.join(dir_abs, IGNORE_FILE), encoding="utf-8") as handle:
-                return IgnoreRules.parse(handle.read(), dir_rel)
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not valid UTF-8"
-            self.warnings.append(f"{self.label}: ignoring unreadable {where}: {reason}")
-            return None
-
-    def _symlink(self, path: str, rel: str, name: str, filters: _Filters, items: list[_Item]) -> None:
+    def _symlink(self, path: str, rel: str, scope: Scope, items: list[_Item]) -> None:
         """Apply the symlink policy to one link, appending a followed file to ``items``."""
         try:
             target = os.path.realpath(path, strict=True)
@@ -483,12 +305,13 @@ class _Walker:
             return
         if stat.S_ISDIR(mode):
             self.excluded_dirs += 1  # warn only if it would have been walked
-            if _passes(filters.dirs, name, rel):
+            if "\n" in rel or not scope.may_skip(rel):
                 self.warnings.append(f"{self.label}: not following symlinked directory {rel}")
             return
         if not stat.S_ISREG(mode):
             return
-        if not _passes(filters.files, name, rel):
+        directory, _, name = rel.rpartition("/")
+        if not _kept(scope, directory, name):
             self.excluded += 1
             return
         if not any(_inside(target, boundary) for boundary in self.boundaries):
