@@ -168,6 +168,28 @@ def test_ignore_rules_follow_dlm_anchoring_and_folder_rules(tmp_path: Path) -> N
     assert rels(expand(tmp_path)) == ["gen/d.txt", "logs/e.txt", "sub/top.txt"]
 
 
+def test_within_an_ignore_file_the_last_matching_rule_wins(tmp_path: Path) -> None:
+    make_tree(tmp_path / "a", {".dlm/ignore": "*.log\n!keep.log\n", "keep.log": "", "x.log": ""})
+    make_tree(tmp_path / "b", {".dlm/ignore": "!keep.log\n*.log\n", "keep.log": "", "x.log": ""})
+    assert rels(expand(tmp_path, "a")) == ["keep.log"]
+    assert rels(expand(tmp_path, "b")) == []
+
+
+def test_rules_of_a_nested_ignore_file_are_relative_to_its_folder(tmp_path: Path) -> None:
+    make_tree(
+        tmp_path / "src",
+        {
+            "pkg/sub/.dlm/ignore": "/gen.txt\nout/\n",
+            "pkg/sub/gen.txt": "",
+            "pkg/sub/x/gen.txt": "",
+            "pkg/sub/x/out/f.txt": "",
+            "gen.txt": "",
+            "out/g.txt": "",
+        },
+    )
+    assert rels(expand(tmp_path)) == ["gen.txt", "out/g.txt", "pkg/sub/x/gen.txt"]
+
+
 def test_a_dlm_folder_below_a_default_excluded_folder_still_applies(tmp_path: Path) -> None:
     make_tree(
         tmp_path / "src",
