@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.errors import SourceError
+from dlmstore.sources.config import load_folder
 from dlmstore.sources.expand import SourceExpansion, expand_sources
+from dlmstore.sources.rules import Scope
 
 from .helpers import REPO
 
@@ -161,6 +166,28 @@ def test_ignore_rules_follow_dlm_anchoring_and_folder_rules(tmp_path: Path) -> N
         },
     )
     assert rels(expand(tmp_path)) == ["gen/d.txt", "logs/e.txt", "sub/top.txt"]
+
+
+def test_within_an_ignore_file_the_last_matching_rule_wins(tmp_path: Path) -> None:
+    make_tree(tmp_path / "a", {".dlm/ignore": "*.log\n!keep.log\n", "keep.log": "", "x.log": ""})
+    make_tree(tmp_path / "b", {".dlm/ignore": "!keep.log\n*.log\n", "keep.log": "", "x.log": ""})
+    assert rels(expand(tmp_path, "a")) == ["keep.log"]
+    assert rels(expand(tmp_path, "b")) == []
+
+
+def test_rules_of_a_nested_ignore_file_are_relative_to_its_folder(tmp_path: Path) -> None:
+    make_tree(
+        tmp_path / "src",
+        {
+            "pkg/sub/.dlm/ignore": "/gen.txt\nout/\n",
+            "pkg/sub/gen.txt": "",
+            "pkg/sub/x/gen.txt": "",
+            "pkg/sub/x/out/f.txt": "",
+            "gen.txt": "",
+            "out/g.txt": "",
+        },
+    )
+    assert rels(expand(tmp_path)) == ["gen.txt", "out/g.txt", "pkg/sub/x/gen.txt"]
 
 
 def test_a_dlm_folder_below_a_default_excluded_folder_still_applies(tmp_path: Path) -> None:
@@ -378,3 +405,94 @@ def test_an_unreadable_dlm_file_is_an_error(
 def test_a_folder_named_like_a_dlm_file_is_no_file_as_in_dlm(tmp_path: Path) -> None:
     make_tree(tmp_path / "src", {".dlm/training.yaml/x": "", ".dlm/ignore/y": "", "a.pyc": "", "b.txt": ""})
     assert rels(expand(tmp_path)) == ["b.txt"]
+
+
+# -- property: the walk's name tests and folder skipping agree with DLM's rule-by-rule decision --
+
+NAMES = [
+    "a",
+    "b.py",
+    "a.py",
+    "x.txt",
+    ".env",
+    "prod.env",
+    "build",
+    "node_modules",
+    "__pycache__",
+    "m.pyc",
+    "gen",
+]
+GLOBS = ["**/*", "**/*.py", "*.py", "a/**", "**/*.txt", "**/b*", "**", "**/gen/**", "a/*.py"]
+IGNORE_LINES = ["*.py", "!a.py", "/x.txt", "build/", "!build/", "a/", "!*.env", "!m.pyc", "gen", "!gen/**"]
+
+trees = st.recursive(
+    st.dictionaries(st.sampled_from(NAMES), st.just(""), max_size=4),
+    lambda children: st.dictionaries(st.sampled_from(NAMES), children, min_size=1, max_size=3),
+    max_leaves=12,
+)
+folders = st.fixed_dictionaries(
+    {},
+    optional={
+        "include": st.lists(st.sampled_from(GLOBS), min_size=1, max_size=2),
+        "exclude": st.lists(st.sampled_from(GLOBS), max_size=2),
+        "exclude_defaults": st.booleans(),
+        "ignore": st.lists(st.sampled_from(IGNORE_LINES), min_size=1, max_size=3),
+    },
+)
+
+
+def write_tree(root: Path, tree: dict[str, Any], config: dict[str, Any] | None) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, child in tree.items():
+        if isinstance(child, dict):
+            write_tree(root / name, child, None)
+        else:
+            (root / name).write_text(name)
+    if config:
+        (root / ".dlm").mkdir(exist_ok=True)
+        settings = {key: value for key, value in config.items() if key != "ignore"}
+        (root / ".dlm/training.yaml").write_text(json.dumps(settings))
+        if "ignore" in config:
+            (root / ".dlm/ignore").write_text("\n".join(config["ignore"]) + "\n")
+
+
+def decided_file_by_file(root: Path, directive: SourceDirective) -> list[str]:
+    """DLM's way: every file, in Path order, through the rules of every .dlm/ folder above it."""
+    chosen = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        scope = Scope.root(directive)
+        parts = rel.split("/")[:-1]
+        for depth in range(len(parts) + 1):
+            anchor = "/".join(parts[:depth])
+            if (root / anchor / ".dlm").is_dir():
+                scope = scope.enter(load_folder(str(root / anchor), anchor, label="t"))
+        if scope.included_exactly(rel):
+            chosen.append(rel)
+    return chosen
+
+
+@settings(max_examples=60)
+@given(
+    tree=trees,
+    top=st.one_of(st.none(), folders),
+    deeper=folders,
+    include=st.lists(st.sampled_from(GLOBS), min_size=1, max_size=2),
+    exclude=st.lists(st.sampled_from(GLOBS), max_size=2),
+)
+def test_the_walk_agrees_with_deciding_every_file_by_dlms_rules(
+    tree: dict[str, Any],
+    top: dict[str, Any] | None,
+    deeper: dict[str, Any],
+    include: list[str],
+    exclude: list[str],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "src"
+        write_tree(root, tree, top)
+        subfolders = sorted(p for p in root.rglob("*") if p.is_dir() and ".dlm" not in p.parts)
+        if subfolders and deeper:
+            write_tree(subfolders[len(subfolders) // 2], {}, deeper)
+        directive = SourceDirective(path="src", include=include, exclude=exclude)
+        got = expand_sources([directive], doc_dir=Path(tmp))
+        assert [s.source for s in got.sections] == decided_file_by_file(root, directive)
