@@ -24,10 +24,10 @@ from dlmstore.document.frontmatter import (
     PreferenceSettings,
     SourceDirective,
     TrainingSettings,
-    load_frontmatter,
     set_keys,
     unused_keys,
 )
+from dlmstore.document.loading import load_frontmatter
 from dlmstore.document.parser import parse_text
 from dlmstore.document.show import document_warnings
 from dlmstore.document.versions import CURRENT_DLM_VERSION

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from dlmstore.document.frontmatter import FrontmatterLoader
+from dlmstore.document.loading import FrontmatterLoader
 from dlmstore.document.parser import parse_text
 from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, upgrade
 from dlmstore.errors import DocumentError

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlmstore.document.fences import FenceProblem, read_fence, strip_markers
-from dlmstore.document.frontmatter import Frontmatter, load_frontmatter
+from dlmstore.document.frontmatter import Frontmatter
+from dlmstore.document.loading import load_frontmatter
 from dlmstore.document.sections import Section, normalise_newlines
 from dlmstore.errors import DocumentError, DocumentProblems
 
