@@ -108,6 +108,11 @@ def test_a_missing_dlm_lock_reads_as_none(tmp_path: Path) -> None:
             lambda d: d.update(determinism_flags=[]),
             ": field 'determinism_flags' must map flag names to true, false or a string",
         ),
+        (
+            lambda d: d.update(preference={"method": "ppo"}),
+            ": field 'preference' must be null or an object with method dpo or orpo",
+        ),
+        (lambda d: d.pop("preference"), ": missing field 'preference'"),
     ],
 )
 def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: Any, message: str) -> None:
@@ -125,14 +130,36 @@ def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: A
 
 def test_a_lock_from_a_newer_dlmstore_is_refused_with_an_upgrade_hint(tmp_path: Path) -> None:
     path = tmp_path / LOCK_NAME
-    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 2}), encoding="utf-8")
+    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 3}), encoding="utf-8")
     with pytest.raises(LockError) as caught:
         read_lock(path)
-    assert caught.value.message == f"{path} has lock_version 2; this dlmstore reads up to 1"
+    assert caught.value.message == f"{path} has lock_version 3; this dlmstore reads up to 2"
     assert (
         caught.value.hint
         == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"
     )
+
+
+def test_a_version_1_lock_without_the_preference_field_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / LOCK_NAME
+    data = dataclasses.asdict(make_lock())
+    del data["preference"]
+    path.write_text(json.dumps({**data, "lock_version": 1}), encoding="utf-8")
+    assert read_lock(path) == make_lock(lock_version=1)
+
+
+def test_the_preference_record_keeps_only_the_knobs_its_method_uses() -> None:
+    from dlmstore.document.frontmatter import PreferenceHyperparams, PreferenceSettings
+    from dlmstore.lock.model import preference_record
+
+    hyper = PreferenceHyperparams(beta=0.2, alpha=0.3, learning_rate=1e-5, num_epochs=2)
+    assert preference_record(PreferenceSettings(method="dpo", hyperparams=hyper, loss_type="ipo")) == {
+        "method": "dpo", "beta": 0.2, "loss_type": "ipo", "reference": "pre_adapter",
+        "learning_rate": 1e-5, "num_epochs": 2,
+    }  # fmt: skip
+    assert preference_record(PreferenceSettings(method="orpo", hyperparams=hyper)) == {
+        "method": "orpo", "alpha": 0.3, "learning_rate": 1e-5, "num_epochs": 2,
+    }  # fmt: skip
 
 
 # --- capture -------------------------------------------------------------------------------

@@ -45,11 +45,11 @@ def _record(**changes: object) -> int:
 
 
 def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunner, doc: Path) -> None:
-    _record()
+    _record(preference={"method": "orpo", "alpha": 0.1, "learning_rate": 5e-06, "num_epochs": 1})
     result = runner.invoke(cli, ["lock", "show", str(doc)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "lock_version:                    1\n"
+        "lock_version:                    2\n"
         "created_at:                      2026-11-21T08:00:00.000Z\n"
         f"dlm_id:                          {VALID_ID}\n"
         f"dlm_sha256:                      {'a' * 64}\n"
@@ -72,6 +72,11 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
         "determinism_class:               advisory\n"
         "license_acceptance:              -\n"
         "last_run_id:                     1\n"
+        "preference:\n"
+        "  alpha:                         0.1\n"
+        "  learning_rate:                 5e-06\n"
+        "  method:                        orpo\n"
+        "  num_epochs:                    1\n"
     )
 
 

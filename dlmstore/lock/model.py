@@ -22,11 +22,13 @@ from dlmstore.errors import LockError
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
+    from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.document.parser import Document
     from dlmstore.train.determinism import DeterminismInfo
 
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
-LOCK_VERSION = 1
+#: 2 added ``preference``; a version-1 lock reads with ``preference`` null.
+LOCK_VERSION = 2
 
 #: The lock file's name, beside ``store.db``.
 LOCK_NAME = "dlm.lock"
@@ -66,6 +68,10 @@ class Lock:
         license_acceptance: the base model licence the user accepted, if
             the base needs one (None for the open built-ins).
         last_run_id: the ``runs.id`` of the run that captured it.
+        preference: the preference phase the run trained, as
+            :func:`preference_record` writes it (``method`` and the
+            hyperparameters that method uses); None when the run had no
+            preference phase.
     """
 
     lock_version: int
@@ -83,6 +89,7 @@ class Lock:
     determinism_class: str
     license_acceptance: dict[str, Any] | None
     last_run_id: int | None
+    preference: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The exact text of ``dlm.lock``: sorted keys, two-space indents, final newline."""
@@ -141,6 +148,26 @@ def capture_lock(
     )
 
 
+def preference_record(settings: PreferenceSettings) -> dict[str, Any]:
+    """What the lock records of a preference phase: the method and the hyperparameters it uses.
+
+    DPO: ``beta``, ``loss_type`` and ``reference``; ORPO: ``alpha``; both:
+    ``learning_rate`` and ``num_epochs``. Keys a method ignores are left out,
+    so switching an unused knob is not a lock difference.
+    """
+    hyper = settings.hyperparams
+    record: dict[str, Any] = {
+        "method": settings.method,
+        "learning_rate": hyper.learning_rate,
+        "num_epochs": hyper.num_epochs,
+    }
+    if settings.method == "dpo":
+        record.update(beta=hyper.beta, loss_type=settings.loss_type, reference=settings.reference)
+    else:
+        record["alpha"] = hyper.alpha
+    return record
+
+
 def read_lock(path: Path) -> Lock | None:
     """Read ``dlm.lock`` at ``path``; None when there is none.
 
@@ -173,9 +200,11 @@ def parse_lock(text: str, *, source: str) -> Lock:
     if not isinstance(data, dict):
         raise LockError(f"{source} must hold a JSON object, not {_json_type(data)}", hint=REPLACE_HINT)
     names = [f.name for f in dataclasses.fields(Lock)]
+    version = data.get("lock_version")
+    if version == 1 and "preference" not in data:
+        data = {**data, "preference": None}  # version 1 predates the field
     unknown = sorted(set(data) - set(names))
     missing = [name for name in names if name not in data]
-    version = data.get("lock_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > LOCK_VERSION:
         raise LockError(
             f"{source} has lock_version {version}; this dlmstore reads up to {LOCK_VERSION}",
@@ -238,6 +267,14 @@ def _check_field(name: str, value: Any) -> str | None:
             if value is None or isinstance(value, dict)
             else f"must be an object or null, not {_json_type(value)}"
         )
+    if name == "preference":
+        if value is None:
+            return None
+        if not isinstance(value, dict) or value.get("method") not in ("dpo", "orpo"):
+            return "must be null or an object with method dpo or orpo"
+        if not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value.values()):
+            return "must map names to numbers or strings"
+        return None
     raise AssertionError(f"no check for lock field {name!r}")  # every field above; a new one needs a check
 
 

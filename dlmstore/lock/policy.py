@@ -9,7 +9,13 @@ model sha256, licence, timestamps, run ids) are recorded but never compared.
 * ``pinned_versions.torch``: ERROR for a new major version, else WARN;
 * ``pinned_versions.transformers`` / ``peft`` / ``trl`` / ``accelerate``: WARN;
 * ``pinned_versions.bitsandbytes``: WARN for any change, appearing or vanishing too;
-* ``hardware_tier``, ``determinism_class``, each ``determinism_flags.<flag>``: WARN.
+* ``hardware_tier``, ``determinism_class``, each ``determinism_flags.<flag>``: WARN;
+* each ``preference.<key>`` (the preference phase's method and
+  hyperparameters): ALLOW. They are written in the document, so changing
+  them is an edit like any other (``dlm_sha256`` is ALLOW for the same
+  reason); the lock records them so ``dlm lock diff`` says what changed in
+  training terms, and a run with a preference phase against one without
+  shows as ``preference.method: None -> 'dpo'``.
 
 :func:`decide` turns the mismatches into a :class:`LockDecision` for one of
 four modes, the library side of ``dlm train``'s flags:
@@ -117,6 +123,10 @@ def compare(previous: Lock, current: Lock) -> list[Mismatch]:
         )
     for name in ("hardware_tier", "determinism_class"):
         _add(found, name, getattr(previous, name), getattr(current, name), SEVERITIES[name])
+    old_preference = previous.preference or {}
+    new_preference = current.preference or {}
+    for key in _preference_keys(old_preference, new_preference):
+        _add(found, f"preference.{key}", old_preference.get(key), new_preference.get(key), "ALLOW")
     for flag in sorted(set(previous.determinism_flags) | set(current.determinism_flags)):
         _add(
             found,
@@ -187,6 +197,12 @@ def _blocking_line(mismatch: Mismatch, mode: str) -> str:
 def _add(found: list[Mismatch], name: str, old: Value, new: Value, severity: Severity) -> None:
     if old != new:
         found.append(Mismatch(name, old, new, severity))
+
+
+def _preference_keys(old: dict[str, Value], new: dict[str, Value]) -> list[str]:
+    """``method`` first, then the rest in name order."""
+    keys = set(old) | set(new)
+    return (["method"] if "method" in keys else []) + sorted(keys - {"method"})
 
 
 def _major(version: str | None) -> str | None:

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlmstore.lock.identity import base_model_identity
-from dlmstore.lock.model import Lock, capture_lock
+from dlmstore.lock.model import Lock, capture_lock, preference_record
 from dlmstore.lock.policy import LockDecision, check_lock
 from dlmstore.lock.records import write_lock
 from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
+    from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.document.parser import Document
     from dlmstore.train.determinism import DeterminismInfo
 
@@ -78,9 +79,15 @@ def begin_lock(
     return PendingLock(lock, check_lock(store, lock, mode=mode), ref)
 
 
-def finish_lock(store: Store, pending: PendingLock) -> str:
-    """Record the lock of a successful run; returns the decision (``written``/``updated``/``ignored``)."""
+def finish_lock(store: Store, pending: PendingLock, *, preference: PreferenceSettings | None = None) -> str:
+    """Record the lock of a successful run; returns the decision (``written``/``updated``/``ignored``).
+
+    ``preference`` is the document's preference settings when the run
+    trained a preference phase; the lock records its method and hyperparameters.
+    """
     lock = pending.lock
+    if preference is not None:
+        lock = dataclasses.replace(lock, preference=preference_record(preference))
     if lock.base_model_revision is None:
         revision, sha256 = base_model_identity(pending.ref)
         lock = dataclasses.replace(lock, base_model_revision=revision, base_model_sha256=sha256)

@@ -56,6 +56,7 @@ from dlmstore.errors import TrainingError
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
+    from dlmstore.document.frontmatter import PreferenceSettings
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
@@ -344,6 +345,48 @@ def sft_config_kwargs(plan: TrainingPlan, output_dir: str) -> dict[str, Any]:
         # transformers refuses GaLore without a module list; with LoRA the
         # linear layers that train are the adapter matrices.
         kwargs["optim_target_modules"] = "all-linear"
+    return kwargs
+
+
+def preference_config_kwargs(
+    plan: TrainingPlan, settings: PreferenceSettings, output_dir: str
+) -> dict[str, Any]:
+    """Keyword arguments of TRL's ``DPOConfig`` or ORPO's ``ORPOConfig`` for the preference phase.
+
+    DLM's mapping: learning rate and epochs come from
+    ``training.preference.hyperparams``; batch sizes, precision, sequence
+    length (TRL's ``max_length``), seed and ``max_steps`` from the plan;
+    DPO's ``beta`` and ``loss_type`` as written; ORPO's ``alpha`` is TRL's
+    ``beta`` (TRL's name for the odds-ratio weight). The optimizer and
+    learning-rate schedule are TRL's defaults, as in DLM: the SFT keys
+    (``optimizer``, ``lr_scheduler``, ``warmup_ratio``) shape SFT only.
+    Logging, checkpoints and workers as for SFT.
+    """
+    hyper = settings.hyperparams
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir,
+        "num_train_epochs": float(hyper.num_epochs),
+        "max_steps": plan.max_steps if plan.max_steps is not None else -1,
+        "per_device_train_batch_size": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "learning_rate": hyper.learning_rate,
+        "bf16": plan.precision == "bf16",
+        "fp16": plan.precision == "fp16",
+        "seed": plan.seed,
+        "data_seed": plan.seed,
+        "max_length": plan.sequence_len,
+        "use_cpu": plan.device == "cpu",
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+    if settings.method == "dpo":
+        kwargs["beta"] = hyper.beta
+        kwargs["loss_type"] = settings.loss_type
+    else:
+        kwargs["beta"] = hyper.alpha
     return kwargs
 
 
