@@ -1,16 +1,22 @@
-"""``dlm metrics PATH``: runs newest first, with their tokenization numbers."""
+"""``dlm metrics PATH``: runs newest first, with their tokenization numbers and adapters."""
 
 from __future__ import annotations
+
+from itertools import groupby
+from typing import TYPE_CHECKING
 
 import click
 
 from .params import DURATION
 from .render import emit_json, human_bytes
 
+if TYPE_CHECKING:
+    from dlmstore.store.metrics import TrainingInfo
+
 
 @click.command("metrics")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--run-id", type=int, help="Only this run.")
+@click.option("--run-id", type=int, help="Only this run, with its logged steps of every phase.")
 @click.option("--since", type=DURATION, help="Only runs started within this long (7d, 12h, ...).")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."
@@ -42,22 +48,51 @@ def metrics_command(path: str, run_id: int | None, since: object, limit: int, as
             )
         click.echo(f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {numbers}")
     for run in report.runs:
-        train = run.training
-        if train is None:
-            continue
-        if train.adapter_version is not None:
-            loss = "n/a" if train.final_loss is None else f"{train.final_loss:.4f}"
-            click.echo(
-                f"run {run.run_id}: adapter v{train.adapter_version:04d}, {train.steps_taken} steps, "
-                f"final loss {loss}, {train.adapter_sha256}"
-            )
-        if train.steps:
-            click.echo(f"{'step':>6}  {'epoch':>7}  {'loss':>9}  {'learning rate':>13}  {'tokens/s':>9}")
-            for step in train.steps:
-                epoch = "" if step.epoch is None else f"{step.epoch:.3f}"
-                loss = "" if step.loss is None else f"{step.loss:.4f}"
-                rate = "" if step.learning_rate is None else f"{step.learning_rate:.3g}"
-                speed = "" if step.tokens_per_second is None else f"{step.tokens_per_second:,.0f}"
-                click.echo(f"{step.step:>6}  {epoch:>7}  {loss:>9}  {rate:>13}  {speed:>9}")
+        if run.training is not None:
+            _training(run.run_id, run.training)
     if not report.runs:
         click.echo("(no runs yet: run `dlm tokenize` or `dlm train` first)")
+
+
+#: The preference columns: what TRL logs under ``rewards/...`` at each step.
+REWARDS = (
+    ("chosen", "rewards/chosen"),
+    ("rejected", "rewards/rejected"),
+    ("margin", "rewards/margins"),
+    ("accuracy", "rewards/accuracies"),
+)
+
+
+def _training(run_id: int, train: TrainingInfo) -> None:
+    """The adapters a run registered, then its steps (``--run-id``) grouped by phase."""
+    for adapter in train.adapters:
+        origin = (
+            f"{adapter.phase}, {adapter.method} from v{adapter.parent_version:04d}"
+            if adapter.method
+            else adapter.phase
+        )
+        loss = "n/a" if adapter.final_loss is None else f"{adapter.final_loss:.4f}"
+        click.echo(
+            f"run {run_id}: adapter v{adapter.version:04d} ({origin}), {adapter.steps} steps, "
+            f"final loss {loss}, {adapter.sha256}"
+        )
+    for phase, steps in groupby(train.steps or [], key=lambda step: step.phase):
+        preference = phase == "preference"
+        click.echo(f"run {run_id}, {phase} steps:")
+        header = f"{'step':>6}  {'epoch':>7}  {'loss':>9}  {'learning rate':>13}  {'tokens/s':>9}"
+        click.echo(header + "".join(f"  {title:>9}" for title, _ in REWARDS) if preference else header)
+        for step in steps:
+            line = (
+                f"{step.step:>6}  {_number(step.epoch, '.3f'):>7}  {_number(step.loss, '.4f'):>9}  "
+                f"{_number(step.learning_rate, '.3g'):>13}  {_number(step.tokens_per_second, ',.0f'):>9}"
+            )
+            if preference:
+                line += "".join(
+                    f"  {_number(step.metrics.get(name), '.1%' if title == 'accuracy' else '.4f'):>9}"
+                    for title, name in REWARDS
+                )
+            click.echo(line)
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)

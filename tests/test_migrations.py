@@ -65,6 +65,20 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO lock_records (run_id, created_at, decision, lock_version, dlm_sha256, hardware_tier, "
         "determinism_class, seed, lock_json) VALUES (1, 'x', 'written', 1, 'ab', 'cpu', 'advisory', 42, '{}')",
     ],
+    # Run 2 trained both phases: an SFT adapter and a DPO one started from it, step 1 in each.
+    "0007": [
+        "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version) "
+        "VALUES ('train', 'completed', '2026-01-07T00:00:00.000Z', '/doc.dlm', 'ab', '0.0.1')",
+        "INSERT INTO adapters (version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at) "
+        "VALUES (2, 2, 'adapter/versions/v0002', 'sha256:b', 10, 'smollm2-135m', 4, 2.0, 'x')",
+        "INSERT INTO adapters (version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, "
+        "steps, final_loss, created_at) VALUES (3, 2, 'preference', 'dpo', 2, 'adapter/versions/v0003', "
+        "'sha256:c', 10, 'smollm2-135m', 2, 0.69, 'x')",
+        "INSERT INTO train_steps (run_id, step, loss, recorded_at) VALUES (2, 1, 2.0, 'x')",
+        "INSERT INTO train_steps (run_id, phase, step, loss, recorded_at) VALUES (2, 'preference', 1, 0.69, 'x')",
+        "INSERT INTO train_step_metrics (run_id, phase, step, name, value) "
+        "VALUES (2, 'preference', 1, 'rewards/margins', 0.25)",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -76,7 +90,13 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     ),
     "0004": ("SELECT name, split, tokens FROM dataset_split_totals", [("wiki", "train", 100)]),
     "0005": ("SELECT relpath, status FROM source_stats", [("a.py", "ok")]),
-    "0006": ("SELECT adapter_version, steps, logged_steps FROM train_runs", [(1, 3, 1)]),
+    "0006": ("SELECT adapter_version, steps, logged_steps FROM train_runs WHERE run_id = 1", [(1, 3, 1)]),
+    "0007": (
+        "SELECT v.adapter_version, v.adapter_phase, v.adapter_method, v.logged_steps, "
+        "(SELECT group_concat(name || '=' || value) FROM train_step_metrics m WHERE m.run_id = v.run_id) "
+        "FROM train_runs v WHERE run_id = 2",
+        [(3, "preference", "dpo", 2, "rewards/margins=0.25")],
+    ),
 }
 
 
@@ -150,3 +170,80 @@ def test_every_revision_downgrades_cleanly_and_upgrades_again(tmp_path: Path) ->
     command.downgrade(config, "base")
     command.upgrade(config, "head")
     assert current_revision(db) == HEAD_REVISION
+
+
+def _at_0006_with_a_trained_run(db: Path) -> Config:
+    config = _config(db)
+    for revision in REVISIONS[: REVISIONS.index("0006") + 1]:
+        command.upgrade(config, revision)
+        conn = sqlite3.connect(db)
+        for statement in SEEDS[revision]:
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+    return config
+
+
+def test_0007_makes_existing_adapters_and_steps_sft_and_allows_a_second_phase_per_run(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    config = _at_0006_with_a_trained_run(db)
+    command.upgrade(config, "0007")
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT version, phase, method, parent_version, steps FROM adapters").fetchall() == [
+        (1, "sft", None, None, 3)
+    ]
+    assert conn.execute("SELECT run_id, phase, step, loss FROM train_steps").fetchall() == [
+        (1, "sft", 1, 2.5)
+    ]
+    for statement in SEEDS["0007"]:
+        conn.execute(statement)
+    conn.commit()
+    assert conn.execute(
+        "SELECT run_id, adapter_version, adapter_phase FROM train_runs ORDER BY run_id"
+    ).fetchall() == [
+        (1, 1, "sft"),
+        (2, 3, "preference"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        "'preference', NULL, 1",  # no method
+        "'preference', 'ppo', 1",  # not a preference method
+        "'preference', 'dpo', NULL",  # not started from an SFT adapter
+        "'sft', 'dpo', NULL",  # an sft adapter has no method
+        "'reward', NULL, NULL",  # not a phase
+    ],
+)
+def test_0007_refuses_an_adapter_whose_phase_method_and_parent_disagree(tmp_path: Path, values: str) -> None:
+    db = tmp_path / "store.db"
+    config = _at_0006_with_a_trained_run(db)
+    command.upgrade(config, "0007")
+    conn = sqlite3.connect(db)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+        conn.execute(
+            "INSERT INTO adapters (version, run_id, phase, method, parent_version, path, sha256, bytes, "
+            f"base_model, steps, created_at) VALUES (2, 1, {values}, 'p', 's', 1, 'b', 1, 'x')"
+        )
+
+
+def test_downgrading_0007_keeps_the_sft_rows_and_drops_the_preference_ones(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    config = _at_0006_with_a_trained_run(db)
+    command.upgrade(config, "0007")
+    conn = sqlite3.connect(db)
+    for statement in SEEDS["0007"]:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    command.downgrade(config, "0006")
+    conn = sqlite3.connect(db)
+    assert conn.execute(
+        "SELECT run_id, adapter_version, logged_steps FROM train_runs ORDER BY run_id"
+    ).fetchall() == [
+        (1, 1, 1),
+        (2, 2, 1),
+    ]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "train_step_metrics" not in tables and not any(t.endswith("_0007") for t in tables)

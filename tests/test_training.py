@@ -224,13 +224,16 @@ def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: p
         runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", str(summary["run_id"])]).stdout
     )
     (run,) = metrics["runs"]
-    assert [s["step"] for s in run["training"]["steps"]] == [1, 2]
-    assert run["training"]["adapter_sha256"] == summary["adapter_sha256"]
+    assert [(s["phase"], s["step"]) for s in run["training"]["steps"]] == [("sft", 1), ("sft", 2)]
+    assert {"grad_norm", "mean_token_accuracy"} <= set(run["training"]["steps"][0]["metrics"])
+    (adapter,) = run["training"]["adapters"]
+    assert (adapter["phase"], adapter["sha256"]) == ("sft", summary["adapter_sha256"])
     answer = runner.invoke(
         cli, ["prompt", str(doc), "Where is the metadata kept?", "--max-new-tokens", "8", "--json"]
     )
     assert answer.exit_code == 0, answer.output
-    assert json.loads(answer.stdout)["adapter_version"] == 1
+    answered = json.loads(answer.stdout)
+    assert (answered["adapter_version"], answered["adapter_phase"]) == (1, "sft")
 
 
 def test_prompt_before_any_training_says_to_train_first(doc: Path) -> None:

@@ -1,15 +1,21 @@
 """Run metrics: tokenization events per run, and the ``dlm metrics`` listing.
 
-Each ``dlm tokenize`` (and later ``dlm train``) run records one row in
+Each ``dlm tokenize`` and ``dlm train`` run records one row in
 ``tokenization_events``; :func:`run_metrics` joins runs with their events in
 one query, newest first, so ``dlm metrics doc.dlm --json | jq
 '.runs[0].tokenization'`` shows the last pass's hits and misses. The same
 join is the ``run_hit_rates`` view for people using ``sqlite3``.
+
+A train run also lists the adapters it registered (an sft one, and a
+preference one when it ran that phase) and, asked for one run, every logged
+step of each phase with the numbers TRL logged beside the loss
+(``train_step_metrics``).
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
@@ -73,23 +79,44 @@ def record_tokenization_event(store: Store, run_id: int, event: TokenizationEven
 
 @dataclass(frozen=True)
 class TrainStep:
-    """One logged training step."""
+    """One logged training step of a phase.
 
+    ``metrics`` holds every other number the trainer logged at that step,
+    under TRL's names (``rewards/chosen``, ``rewards/margins``,
+    ``grad_norm``, ...); a NaN was stored as NULL and reads as ``None``.
+    """
+
+    phase: str
     step: int
     epoch: float | None
     loss: float | None
     learning_rate: float | None
     tokens_per_second: float | None
+    metrics: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class RunAdapter:
+    """An adapter version registered by a train run."""
+
+    version: int
+    phase: str
+    method: str | None
+    parent_version: int | None
+    sha256: str
+    steps: int
+    final_loss: float | None
 
 
 @dataclass(frozen=True)
 class TrainingInfo:
-    """What a train run produced; ``steps`` is filled only for ``--run-id``."""
+    """What a train run produced: its adapters, oldest first (sft before preference).
 
-    adapter_version: int | None
-    adapter_sha256: str | None
-    steps_taken: int | None
-    final_loss: float | None
+    ``steps`` (every phase, sft first, then by step) is filled only for
+    ``--run-id``.
+    """
+
+    adapters: list[RunAdapter]
     steps: list[TrainStep] | None = None
 
 
@@ -119,8 +146,12 @@ class MetricsReport:
 def run_metrics(
     store: Store, *, run_id: int | None = None, since: timedelta | None = None, limit: int = 20
 ) -> MetricsReport:
-    """Runs newest first with their tokenization events and adapters (one query);
-    with ``run_id``, also that run's per-step training metrics."""
+    """Runs newest first with their tokenization events and adapters; with
+    ``run_id``, also that run's steps of every phase and their metrics.
+
+    One query per table for the whole report, whatever the number of runs
+    or steps.
+    """
     where: list[str] = []
     params: list[object] = []
     if run_id is not None:
@@ -129,29 +160,27 @@ def run_metrics(
     if since is not None:
         where.append("r.started_at >= ?")
         params.append(iso_before(since))
-    sql = (
-        "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, "
-        "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
-        "e.cache_bytes_after, e.cache_mode, a.version AS adapter_version, a.sha256 AS adapter_sha256, "
-        "a.steps AS steps_taken, "
-        "(SELECT loss FROM train_steps s WHERE s.run_id = r.id ORDER BY step DESC LIMIT 1) AS final_loss "
-        "FROM runs AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
-        "LEFT JOIN adapters AS a ON a.run_id = r.id "
-        + (f"WHERE {' AND '.join(where)} " if where else "")
-        + "ORDER BY r.id DESC LIMIT ?"
+    chosen = (
+        "FROM runs AS r " + (f"WHERE {' AND '.join(where)} " if where else "") + "ORDER BY r.id DESC LIMIT ?"
     )
     with store.read() as conn:
-        rows = conn.execute(sql, (*params, limit)).fetchall()
-        per_step: list[TrainStep] | None = None
-        if run_id is not None:
-            per_step = [
-                TrainStep(**step)
-                for step in conn.execute(
-                    "SELECT step, epoch, loss, learning_rate, tokens_per_second FROM train_steps "
-                    "WHERE run_id = ? ORDER BY step",
-                    (run_id,),
-                )
-            ]
+        rows = conn.execute(
+            "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, "
+            "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
+            "e.cache_bytes_after, e.cache_mode "
+            f"FROM (SELECT r.* {chosen}) AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
+            "ORDER BY r.id DESC",
+            (*params, limit),
+        ).fetchall()
+        adapters: dict[int, list[RunAdapter]] = {}
+        for row in conn.execute(
+            "SELECT run_id, version, phase, method, parent_version, sha256, steps, final_loss FROM adapters "
+            f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY version",
+            (*params, limit),
+        ):
+            fields = dict(row)
+            adapters.setdefault(fields.pop("run_id"), []).append(RunAdapter(**fields))
+        steps = _steps(conn, run_id) if run_id is not None else None
     runs = []
     for row in rows:
         event = None
@@ -165,13 +194,7 @@ def run_metrics(
             )  # fmt: skip
         training = None
         if row["command"] == "train":
-            training = TrainingInfo(
-                adapter_version=row["adapter_version"],
-                adapter_sha256=row["adapter_sha256"],
-                steps_taken=row["steps_taken"],
-                final_loss=row["final_loss"],
-                steps=per_step,
-            )
+            training = TrainingInfo(adapters=adapters.get(row["run_id"], []), steps=steps)
         runs.append(
             RunMetrics(
                 run_id=row["run_id"],
@@ -185,3 +208,20 @@ def run_metrics(
             )
         )
     return MetricsReport(store.dlm_id, str(store.path), runs)
+
+
+def _steps(conn: sqlite3.Connection, run_id: int) -> list[TrainStep]:
+    """Every logged step of ``run_id``, sft first, with its metrics (two queries)."""
+    metrics: dict[tuple[str, int], dict[str, float | None]] = {}
+    for phase, step, name, value in conn.execute(
+        "SELECT phase, step, name, value FROM train_step_metrics WHERE run_id = ? ORDER BY name", (run_id,)
+    ):
+        metrics.setdefault((phase, step), {})[name] = value
+    return [
+        TrainStep(**row, metrics=metrics.get((row["phase"], row["step"]), {}))
+        for row in conn.execute(
+            "SELECT phase, step, epoch, loss, learning_rate, tokens_per_second FROM train_steps "
+            "WHERE run_id = ? ORDER BY phase <> 'sft', step",
+            (run_id,),
+        )
+    ]

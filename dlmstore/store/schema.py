@@ -263,22 +263,37 @@ adapters = Table(
     metadata,
     Column("id", Integer, primary_key=True, comment="Adapter row id."),
     Column("version", Integer, nullable=False, unique=True, comment="N of adapter/versions/vNNNN."),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, comment="The train run that wrote it."),
     Column(
-        "run_id",
-        Integer,
-        ForeignKey("runs.id"),
+        "phase",
+        Text,
         nullable=False,
-        unique=True,
-        comment="The train run that wrote it.",
+        server_default="sft",
+        comment="sft, or preference for an adapter trained on preference pairs after SFT.",
+    ),
+    Column("method", Text, comment="dpo or orpo for a preference adapter; NULL for sft."),
+    Column(
+        "parent_version",
+        Integer,
+        ForeignKey("adapters.version"),
+        comment="The SFT adapter version a preference adapter started from; NULL for sft.",
     ),
     Column("path", Text, nullable=False, comment="Folder relative to the store directory."),
     Column("sha256", Text, nullable=False, comment="sha256 of adapter_model.safetensors (sha256:...)."),
     Column("bytes", Integer, nullable=False, comment="Size of adapter_model.safetensors."),
     Column("base_model", Text, nullable=False, comment="base_model it was trained on."),
-    Column("steps", Integer, nullable=False, comment="Optimizer steps taken."),
-    Column("final_loss", Float, comment="Training loss at the last logged step."),
+    Column("steps", Integer, nullable=False, comment="Optimizer steps taken in its phase."),
+    Column("final_loss", Float, comment="Training loss at the last logged step of its phase."),
     Column("created_at", Text, nullable=False, comment="When it was registered."),
-    comment="LoRA adapter versions, registered only after their files are complete.",
+    UniqueConstraint("run_id", "phase", name="adapters_run_phase"),
+    CheckConstraint("phase IN ('sft', 'preference')", name="adapters_phase"),
+    CheckConstraint(
+        "(phase = 'sft' AND method IS NULL AND parent_version IS NULL) OR "
+        "(phase = 'preference' AND method IS NOT NULL AND method IN ('dpo', 'orpo') "
+        "AND parent_version IS NOT NULL)",
+        name="adapters_preference_origin",
+    ),
+    comment="LoRA adapter versions, registered only after their files are complete; one per run and phase.",
 )
 
 train_steps = Table(
@@ -287,14 +302,37 @@ train_steps = Table(
     Column(
         "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
     ),
-    Column("step", Integer, nullable=False, comment="Optimizer step."),
+    Column("phase", Text, nullable=False, server_default="sft", comment="Training phase: sft or preference."),
+    Column("step", Integer, nullable=False, comment="Optimizer step, counted from 1 in each phase."),
     Column("epoch", Float, comment="Fractional epoch at that step."),
     Column("loss", Float, comment="Training loss logged at that step."),
     Column("learning_rate", Float, comment="Learning rate at that step."),
     Column("tokens_per_second", Float, comment="Training throughput since the previous log."),
     Column("recorded_at", Text, nullable=False, comment="When it was logged."),
-    PrimaryKeyConstraint("run_id", "step", name="train_steps_pk"),
-    comment="Loss and learning rate per logged training step.",
+    PrimaryKeyConstraint("run_id", "phase", "step", name="train_steps_pk"),
+    CheckConstraint("phase IN ('sft', 'preference')", name="train_steps_phase"),
+    comment="Loss and learning rate per logged training step, per phase.",
+)
+
+train_step_metrics = Table(
+    "train_step_metrics",
+    metadata,
+    Column(
+        "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
+    ),
+    Column("phase", Text, nullable=False, comment="Training phase: sft or preference."),
+    Column("step", Integer, nullable=False, comment="Optimizer step (a row of train_steps)."),
+    Column(
+        "name",
+        Text,
+        nullable=False,
+        comment="The key as TRL logs it, e.g. rewards/margins, rewards/accuracies, grad_norm.",
+    ),
+    Column("value", Float, comment="Its value at that step (NULL for NaN)."),
+    PrimaryKeyConstraint("run_id", "phase", "step", "name", name="train_step_metrics_pk"),
+    CheckConstraint("phase IN ('sft', 'preference')", name="train_step_metrics_phase"),
+    comment="Every other number the trainer logs at a step (preference rewards, margins, accuracies, ...).",
+    sqlite_with_rowid=False,
 )
 
 lock_records = Table(

@@ -7,6 +7,12 @@ the row with its sha256 inserted. A run interrupted at any point (Ctrl-C,
 a full disk, a crash) leaves no registered version and never touches an
 earlier one; its temporary folder is removed on the way out, or by
 :func:`sweep_temporary` on a later run after a hard crash.
+
+Each version belongs to a training phase. An ``sft`` adapter is trained on
+the document's text and instruction rows; a ``preference`` adapter (DPO or
+ORPO) continues from an SFT version, named as its ``parent_version``. A run
+of both phases registers two versions, vN (sft) then vN+1 (preference);
+``latest(store, phase="sft")`` is where a preference-only run starts.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
@@ -27,6 +34,15 @@ WEIGHTS = "adapter_model.safetensors"
 #: Staging folders are named after their run, so a sweep can tell a live one from a leftover.
 STAGING_PREFIX = ".incoming-run"
 
+Phase = Literal["sft", "preference"]
+PreferenceMethod = Literal["dpo", "orpo"]
+PHASES: tuple[Phase, ...] = ("sft", "preference")
+PREFERENCE_METHODS: tuple[PreferenceMethod, ...] = ("dpo", "orpo")
+_COLUMNS = (
+    "version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
+    "final_loss, created_at"
+)
+
 
 @dataclass(frozen=True)
 class AdapterVersion:
@@ -34,6 +50,9 @@ class AdapterVersion:
 
     version: int
     run_id: int
+    phase: Phase
+    method: PreferenceMethod | None
+    parent_version: int | None
     path: str
     sha256: str
     bytes: int
@@ -51,13 +70,25 @@ def save_version(
     base_model: str,
     steps: int,
     final_loss: float | None,
+    phase: Phase = "sft",
+    method: PreferenceMethod | None = None,
+    parent_version: int | None = None,
 ) -> AdapterVersion:
     """Have ``write`` fill a temporary folder, then publish it as the next version.
 
+    Args:
+        phase: ``sft``, or ``preference`` for an adapter trained on
+            preference pairs, which needs ``method`` (``dpo`` or ``orpo``)
+            and ``parent_version``, the registered SFT version it started from.
+
     Raises:
+        ValueError: ``method`` or ``parent_version`` do not fit ``phase``,
+            or the run already has an adapter of ``phase`` (a caller's
+            mistake, caught before anything is written).
         StoreError: the folder cannot be written (disk full, read-only
             store); nothing is registered and earlier versions are untouched.
     """
+    _check_origin(store, run_id, phase, method, parent_version)
     versions = store.path / VERSIONS_DIR
     staging: StagingDir | None = None
     try:
@@ -80,11 +111,37 @@ def save_version(
     now = utc_now()
     with store.write() as conn:
         conn.execute(
-            "INSERT INTO adapters (version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (version, run_id, relpath, sha256, size, base_model, steps, final_loss, now),
+            f"INSERT INTO adapters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (version, run_id, phase, method, parent_version, relpath, sha256, size, base_model, steps,
+             final_loss, now),
+        )  # fmt: skip
+    return AdapterVersion(version, run_id, phase, method, parent_version, relpath, sha256, size,
+                          base_model, steps, final_loss, now)  # fmt: skip
+
+
+def _check_origin(
+    store: Store, run_id: int, phase: str, method: str | None, parent_version: int | None
+) -> None:
+    """What the ``adapters`` constraints would refuse, refused before any file is written.
+
+    Also refused: a preference adapter whose parent is not a registered SFT
+    version.
+    """
+    fits = (phase == "sft" and method is None and parent_version is None) or (
+        phase == "preference" and method in PREFERENCE_METHODS and parent_version is not None
+    )
+    if not fits:
+        raise ValueError(
+            f"an adapter of phase {phase!r} with method {method!r} and parent_version {parent_version!r}: "
+            "sft adapters have neither, preference adapters need method dpo or orpo and an sft parent_version"
         )
-    return AdapterVersion(version, run_id, relpath, sha256, size, base_model, steps, final_loss, now)
+    with store.read() as conn:
+        if conn.execute("SELECT 1 FROM adapters WHERE run_id = ? AND phase = ?", (run_id, phase)).fetchone():
+            raise ValueError(f"run {run_id} has already registered its {phase} adapter")
+        if parent_version is not None:
+            row = conn.execute("SELECT phase FROM adapters WHERE version = ?", (parent_version,)).fetchone()
+            if row is None or row["phase"] != "sft":
+                raise ValueError(f"parent_version {parent_version} is not a registered sft adapter version")
 
 
 def _publish(staging: StagingDir, versions: Path) -> int:
@@ -100,12 +157,12 @@ def _publish(staging: StagingDir, versions: Path) -> int:
         return version
 
 
-def latest(store: Store) -> AdapterVersion | None:
-    """The newest registered adapter version, or ``None``."""
+def latest(store: Store, phase: Phase | None = None) -> AdapterVersion | None:
+    """The newest registered adapter version (of ``phase``, when given), or ``None``."""
+    where, params = ("WHERE phase = ?", (phase,)) if phase is not None else ("", ())
     with store.read() as conn:
         row = conn.execute(
-            "SELECT version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at "
-            "FROM adapters ORDER BY version DESC LIMIT 1"
+            f"SELECT {_COLUMNS} FROM adapters {where} ORDER BY version DESC LIMIT 1", params
         ).fetchone()
     return AdapterVersion(**row) if row else None
 

@@ -1,5 +1,14 @@
 """The trainer callback that records each training step in store.db.
 
+Each logged step becomes a ``train_steps`` row of its phase (``sft`` or
+``preference``: each phase's trainer counts steps from 1). The loss,
+learning rate and epoch have columns there, and ``num_tokens`` becomes
+``tokens_per_second``; every other number in the log goes to
+``train_step_metrics`` under the name the trainer logged it with (TRL's
+DPO/ORPO ``rewards/chosen``, ``rewards/margins``, ``rewards/accuracies``,
+``logps/...``; SFT's ``grad_norm``, ``mean_token_accuracy``, ...), so a new
+TRL metric is stored without a schema change.
+
 This module subclasses ``transformers.TrainerCallback`` at import time, so
 only the trainer imports it, once training starts (``trainer._fit``):
 ``dlm show``, ``dlm cache`` and ``dlm metrics`` never import transformers.
@@ -7,6 +16,7 @@ only the trainer imports it, once training starts (``trainer._fit``):
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,21 +26,31 @@ from dlmstore.clock import utc_now
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
+    from dlmstore.train.adapters import Phase
     from dlmstore.train.trainer import TrainProgress
+
+#: Logged keys with a home in ``train_steps``; the other numbers go to ``train_step_metrics``.
+STEP_COLUMNS = frozenset({"loss", "learning_rate", "epoch", "num_tokens"})
+#: Logged steps kept in memory before they are written in one transaction.
+FLUSH_EVERY = 20
 
 
 class StepRecorder(TrainerCallback):
-    """Records each logged step in ``train_steps``, in batches, and reports progress.
+    """Records each logged step of one phase, in batches, and reports progress.
 
     Also times the first step (``first_step_s``), which ``dlm train --json``
     reports as the start-up cost before training proper.
     """
 
-    def __init__(self, store: Store, run_id: int, progress: TrainProgress | None) -> None:
+    def __init__(
+        self, store: Store, run_id: int, progress: TrainProgress | None, phase: Phase = "sft"
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.progress = progress
+        self.phase = phase
         self.pending: list[tuple[Any, ...]] = []
+        self.pending_metrics: list[tuple[str | int | float, ...]] = []
         self.last_loss: float | None = None
         self.started = time.perf_counter()
         self.first_step_s: float | None = None
@@ -57,22 +77,35 @@ class StepRecorder(TrainerCallback):
         )
         self.last_tokens, self.last_time = tokens, now
         self.last_loss = float(logs["loss"])
+        step = int(state.global_step)
         self.pending.append(
-            (self.run_id, int(state.global_step), logs.get("epoch"), self.last_loss,
-             logs.get("learning_rate"), rate, utc_now())
+            (self.run_id, self.phase, step, logs.get("epoch"), self.last_loss, logs.get("learning_rate"),
+             rate, utc_now())
         )  # fmt: skip
+        self.pending_metrics.extend(
+            (self.run_id, self.phase, step, name, float(value))
+            for name, value in logs.items()
+            if name not in STEP_COLUMNS and isinstance(value, numbers.Real) and not isinstance(value, bool)
+        )
         if self.progress:
-            self.progress(int(state.global_step), int(state.max_steps), self.last_loss, rate)
-        if len(self.pending) >= 20:
+            self.progress(step, int(state.max_steps), self.last_loss, rate)
+        if len(self.pending) >= FLUSH_EVERY:
             self.flush()
 
     def flush(self) -> None:
+        """Write the pending steps and their metrics in one transaction."""
         if not self.pending:
             return
         with self.store.write() as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO train_steps (run_id, step, epoch, loss, learning_rate, "
-                "tokens_per_second, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO train_steps (run_id, phase, step, epoch, loss, learning_rate, "
+                "tokens_per_second, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 self.pending,
             )
+            conn.executemany(
+                "INSERT OR REPLACE INTO train_step_metrics (run_id, phase, step, name, value) "
+                "VALUES (?, ?, ?, ?, ?)",
+                self.pending_metrics,
+            )
         self.pending.clear()
+        self.pending_metrics.clear()

@@ -18,12 +18,16 @@ class PromptAnswer:
     question: str
     answer: str
     adapter_version: int
+    adapter_phase: str
     adapter_sha256: str
     base_model: str
 
 
 def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> PromptAnswer:
     """Generate an answer to ``question`` with the document's latest adapter.
+
+    The latest adapter of any phase: after a preference phase, the
+    preference adapter.
 
     Raises:
         DocumentError: the document is invalid.
@@ -69,4 +73,4 @@ def answer_question(path: str, question: str, *, max_new_tokens: int = 128) -> P
         )
     prompt_len = inputs["input_ids"].shape[1]
     text = tokenizer.decode(output[0][prompt_len:], skip_special_tokens=True).strip()
-    return PromptAnswer(question, text, adapter.version, adapter.sha256, document.base_model)
+    return PromptAnswer(question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model)
