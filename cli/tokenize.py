@@ -42,6 +42,7 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     click.echo(f"size:   {human_bytes(event.cache_bytes_after)} cached")
     if summary.preference_rows:
         click.echo(
-            f"prefs:  {summary.preference_rows:,} preference rows, {summary.preference_tokens:,} tokens "
+            f"prefs:  {summary.preference_rows:,} preference row{'' if summary.preference_rows == 1 else 's'}, "
+            f"{summary.preference_tokens:,} tokens "
             "in their chosen and rejected conversations (for DPO/ORPO, not SFT)"
         )

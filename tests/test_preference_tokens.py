@@ -248,7 +248,15 @@ def prefs_from_rows(tokenizer: Any, rows: list[Row]) -> TokenizedPreferences:
 THINKING = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n<think></think>' }}{% endif %}"
 
 
-@pytest.mark.parametrize("template", ["smollm2", "thinking"])
+#: A template with no special tokens: TRL's ORPO prepends BOS, and the space that
+#: ends the generation prompt merges with the response's first word.
+PLAIN = (
+    "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", ["smollm2", "thinking", "plain"])
 def test_triples_the_parser_never_makes_and_a_template_that_renders_the_prompt_apart_keep_parity(
     template: str, tiny_base: Path, tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
@@ -263,6 +271,8 @@ def test_triples_the_parser_never_makes_and_a_template_that_renders_the_prompt_a
         # a response that starts like the thought block shares a character with it
         rows.append(Row("sha256:" + "f" * 64, "0123456789abcdef", 3, "preference",
                         {"prompt": "Tag?", "chosen": "<b>bold</b>", "rejected": "<i>it</i>"}))  # fmt: skip
+    if template == "plain":
+        tiny_tokenizer.chat_template = PLAIN
     prefs = prefs_from_rows(tiny_tokenizer, rows)
     if template == "thinking":
         assert all(len(prefs.shared_prompt[i]) < len(prefs.prompt[i]) for i in range(len(prefs)))
