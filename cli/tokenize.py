@@ -41,4 +41,8 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     click.echo(f"time:   {event.total_tokenize_seconds:.2f} s")
     click.echo(f"size:   {human_bytes(event.cache_bytes_after)} cached")
     if summary.preference_rows:
-        click.echo(f"note:   {summary.preference_rows} preference rows are not tokenized for SFT")
+        click.echo(
+            f"prefs:  {summary.preference_rows:,} preference row{'' if summary.preference_rows == 1 else 's'}, "
+            f"{summary.preference_tokens:,} tokens "
+            "in their chosen and rejected conversations (for DPO/ORPO, not SFT)"
+        )

@@ -55,7 +55,8 @@ def doc(tmp_path: Path) -> Path:
 def test_cached_uncached_and_trl_tokenization_give_identical_ids(doc: Path, smollm2_tokenizer) -> None:  # type: ignore[no-untyped-def]
     from trl.data_utils import _tokenize
 
-    rows = [r for r in load_corpus(parse_document(doc)).rows() if r.kind != "preference"]
+    all_rows = load_corpus(parse_document(doc)).rows()
+    rows = [r for r in all_rows if r.kind != "preference"]
     eos = smollm2_tokenizer.eos_token
     expected = []
     for row in rows:
@@ -69,7 +70,8 @@ def test_cached_uncached_and_trl_tokenization_give_identical_ids(doc: Path, smol
     cold, cold_rows = tokenize_document(str(doc))
     warm, warm_rows = tokenize_document(str(doc))
     bypass, bypass_rows = tokenize_document(str(doc), no_cache=True)
-    assert (cold.tokenization.cache_misses, warm.tokenization.cache_hits) == (len(rows), len(rows))
+    # preference rows are counted too (their tokens: tests/test_preference_tokens.py)
+    assert (cold.tokenization.cache_misses, warm.tokenization.cache_hits) == (len(all_rows), len(all_rows))
     for result in (cold_rows, warm_rows, bypass_rows):
         assert [result.input_ids(i).tolist() for i in range(len(result))] == expected
     assert [list(ids) for ids in encode_rows(smollm2_tokenizer, rows)] == expected
@@ -83,10 +85,12 @@ def test_two_identical_pairs_in_one_section_are_cached_under_their_own_keys(doc:
     assert first != second  # pair 2 never gets pair 1's tokens
 
 
-def test_preference_rows_are_counted_not_tokenized(doc: Path) -> None:
+def test_preference_rows_are_tokenized_apart_from_the_rows_sft_trains_on(doc: Path) -> None:
     summary, rows = tokenize_document(str(doc))
     assert summary.preference_rows == 1
+    assert summary.preference_tokens > 0
     assert "preference" not in rows.kinds
+    assert summary.tokens == rows.token_count
 
 
 def test_the_dataset_for_training_is_built_from_the_arrays(doc: Path) -> None:
@@ -165,7 +169,8 @@ def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -
         pack.unlink()
     summary, rows = tokenize_document(str(doc))
     assert summary.tokenization.cache_misses == summary.tokenization.total_rows
-    assert summary.damaged_entries == summary.tokenization.total_rows
+    # every entry was damaged: one per row, four per preference row (its parts)
+    assert summary.damaged_entries == summary.tokenization.total_rows + 3 * summary.preference_rows
     assert len(summary.warnings) == 1 and "re-tokenized" in summary.warnings[0]
     assert np.array_equal(rows.values, expected.values)
     third, _ = tokenize_document(str(doc))

@@ -9,8 +9,11 @@ pre-tokenized rows is the same training:
   encoded without adding special tokens;
 * ``text`` rows -> ``eos_token`` appended unless already there, then
   ``tokenizer(text=...)``;
-* ``preference`` rows are not tokenized here (they pass through untouched
-  and are counted).
+* ``preference`` rows -> four token arrays each, from which TRL's
+  ``DPOTrainer`` and ``ORPOTrainer`` build their inputs
+  (``dlmstore.cache.preferences``, which also gives their cache keys). They
+  are returned apart (``PassResult.preferences``): ``rows`` holds text and
+  messages rows only, what SFT trains on.
 
 Every row goes through the cache, in-body rows included: they are cheap to
 tokenize, but one code path means one set of guarantees (and one parity
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
+from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import Row
 from dlmstore.store.database import Store
@@ -101,8 +105,10 @@ class PassResult:
 
     event: TokenizationEvent
     rows: TokenizedRows | None  # None unless the pass was asked to materialize
-    token_count: int
+    token_count: int  # tokens of ``rows``
     preference_rows: int
+    preference_tokens: int  # tokens of the chosen and rejected conversations
+    preferences: TokenizedPreferences | None  # None unless the pass was asked to materialize
     damaged_entries: int
     evicted_entries: int
     tokenizer_sha256: str
@@ -175,7 +181,10 @@ def tokenize_pass(
     progress: Progress | None = None,
     materialize: bool = True,
 ) -> PassResult:
-    """Tokenize every text/messages row of ``corpus``, reading and filling the cache.
+    """Tokenize every row of ``corpus``, reading and filling the cache.
+
+    A preference row counts as one hit when all its parts are cached, else
+    as one miss (and all its missing parts are tokenized).
 
     Args:
         store: the document's store (entries and packs live there).
@@ -196,54 +205,72 @@ def tokenize_pass(
     sequence_len = corpus.document.frontmatter.training.sequence_len
     all_rows = corpus.rows()
     rows = [row for row in all_rows if row.kind != "preference"]
-    preference_rows = len(all_rows) - len(rows)
-    keys = [row.row_key for row in rows]
+    preferences = [row for row in all_rows if row.kind == "preference"]
+    parts = {row.row_key: part_keys(row.row_key) for row in preferences}
+    total = len(rows) + len(preferences)
     arrays: dict[str, np.ndarray] = {}
-    found_keys: set[str] = set()
+    lengths: dict[str, int] = {}  # tokens of every entry found or tokenized, by key
     damaged: tuple[str, ...] = ()
-    tokens_done = 0
     cache = TokenCache(store, tokenizer_sha256=tokenizer_sha256, sequence_len=sequence_len)
     if use_cache:
-        found = cache.lookup(keys, run_id=run_id)
+        found = cache.lookup(
+            [row.row_key for row in rows] + [k for keys in parts.values() for k in keys], run_id=run_id
+        )
         damaged = found.damaged
-        found_keys = set(found.tokens)
         for key, (data, dtype) in found.tokens.items():
-            tokens_done += len(data) // (2 if dtype == "uint16" else 4)
+            lengths[key] = len(data) // (2 if dtype == "uint16" else 4)
             if materialize:
                 arrays[key] = as_array(data, dtype)
-    hits = len(found_keys)
-    missing = [row for row in rows if row.row_key not in found_keys]
+    missing = [row for row in rows if row.row_key not in lengths]
+    missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
+    hits = total - len(missing) - len(missing_preferences)
+    tokens_done = sum(lengths.values())
     if progress:
-        progress(hits, len(rows), tokens_done)
+        progress(hits, total, tokens_done)
     prefix = None
-    if missing:
+    if missing or missing_preferences:
         tokenizer = load_tokenizer()
         pack_dtype = token_dtype(len(tokenizer))
         if any(row.kind == "messages" for row in missing):
             from dlmstore.prefix import PrefixCachedTokenizer
 
             prefix = PrefixCachedTokenizer(tokenizer, fingerprint=tokenizer_sha256)
-        for begin in range(0, len(missing), BATCH_ROWS):
-            batch = missing[begin : begin + BATCH_ROWS]
-            encoded = [ids.astype(pack_dtype) for ids in encode_rows(tokenizer, batch, prefix=prefix)]
-            fresh = {row.row_key: ids for row, ids in zip(batch, encoded, strict=True)}
+        todo = missing + missing_preferences
+        for begin in range(0, len(todo), BATCH_ROWS):
+            batch = todo[begin : begin + BATCH_ROWS]
+            texts = [row for row in batch if row.kind != "preference"]
+            triples = [row for row in batch if row.kind == "preference"]
+            fresh = {
+                row.row_key: ids.astype(pack_dtype)
+                for row, ids in zip(texts, encode_rows(tokenizer, texts, prefix=prefix), strict=True)
+            }
+            for row, encoded in zip(triples, encode_preferences(tokenizer, triples), strict=True):
+                for part, key in zip(PARTS, parts[row.row_key], strict=True):
+                    if key not in lengths:  # a part already cached is kept as it is
+                        fresh[key] = encoded[part].astype(pack_dtype)
             if use_cache:
                 cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
             if materialize:
                 arrays.update(fresh)
-            tokens_done += sum(len(ids) for ids in encoded)
+            lengths.update((key, len(ids)) for key, ids in fresh.items())
+            tokens_done += sum(len(ids) for ids in fresh.values())
             if progress:
-                progress(hits + begin + len(batch), len(rows), tokens_done)
+                progress(hits + begin + len(batch), total, tokens_done)
     evicted = 0
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
     cache.close()
     tokenized = _concatenate(rows, arrays) if materialize else None
+    tokenized_preferences = None
+    if materialize:
+        tokenized_preferences = TokenizedPreferences.of(
+            str(corpus.document.path), preferences, _section_lines(corpus, all_rows, preferences), arrays
+        )
     seconds = time.perf_counter() - start
-    misses = len(rows) - hits
+    misses = total - hits
     event = TokenizationEvent(
         total_sections=len(corpus.sections),
-        total_rows=len(rows),
+        total_rows=total,
         cache_hits=hits,
         cache_misses=misses,
         total_tokenize_seconds=round(seconds, 4),
@@ -262,10 +289,33 @@ def tokenize_pass(
         import dataclasses
 
         prefix_stats = dataclasses.asdict(prefix.stats())
+    conversation_keys = [
+        keys[PARTS.index(part)] for keys in parts.values() for part in ("chosen", "rejected")
+    ]
+    preference_tokens = sum(lengths[key] for key in conversation_keys)
     return PassResult(
-        event, tokenized, tokens_done, preference_rows, len(damaged), evicted, tokenizer_sha256,
-        warnings, prefix_stats,
+        event, tokenized, sum(lengths[row.row_key] for row in rows), len(preferences), preference_tokens,
+        tokenized_preferences, len(damaged), evicted, tokenizer_sha256, warnings, prefix_stats,
     )  # fmt: skip
+
+
+def _section_lines(corpus: Corpus, all_rows: Sequence[Row], wanted: Sequence[Row]) -> list[int | None]:
+    """The line of the section each of ``wanted`` (a subsequence of ``all_rows``) comes from.
+
+    Rows come section by section, each section's first row having index 0,
+    so walking both in step pairs every row with its section (the section
+    id alone would not tell two identical sections apart).
+    """
+    sections = iter(corpus.sections)
+    keys = {row.row_key for row in wanted}
+    lines: list[int | None] = []
+    line: int | None = None
+    for row in all_rows:
+        if row.index == 0:
+            line = next(sections).line
+        if row.row_key in keys:
+            lines.append(line)
+    return lines
 
 
 def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:
@@ -289,8 +339,9 @@ class TokenizeSummary:
     path: str
     tokenizer_sha256: str
     sequence_len: int
-    tokens: int
+    tokens: int  # of the text and messages rows
     preference_rows: int
+    preference_tokens: int  # of the preference rows' chosen and rejected conversations
     tokenization: TokenizationEvent
     damaged_entries: int
     evicted_entries: int
@@ -358,6 +409,7 @@ def tokenize_document(
         sequence_len=settings.sequence_len,
         tokens=result.token_count,
         preference_rows=result.preference_rows,
+        preference_tokens=result.preference_tokens,
         tokenization=result.event,
         damaged_entries=result.damaged_entries,
         evicted_entries=result.evicted_entries,

@@ -24,6 +24,9 @@ Row keys are content addresses with a scheme prefix::
   For ``messages`` and ``preference`` rows it is the canonical JSON of the
   row data.
 
+A preference row is cached as four token arrays (its *parts*), each under
+a key derived from the row key (``dlmstore.cache.preferences``).
+
 Keys depend on nothing outside the section, so editing a frontmatter key
 (``export``, ``system_prompt``) never changes them. Bump the scheme when the
 row shape or the key recipe changes: ``row-v2`` strips prose rows and drops

@@ -16,7 +16,7 @@ from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.frontmatter import unused_keys
-from dlmstore.document.parser import Document, parse_document
+from dlmstore.document.parser import Document, parse_document, preference_triples
 from dlmstore.document.rows import Row
 from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
@@ -125,6 +125,14 @@ def document_warnings(document: Document) -> list[str]:
             f"{document.path}: training.preference.enabled: preference training (DPO/ORPO) is not "
             "available in dlmstore yet; ::preference:: rows are counted, not trained"
         )
+    for section in document.sections:
+        if section.type == "preference":
+            for number, (_, chosen, rejected) in enumerate(preference_triples(section), start=1):
+                if chosen == rejected:
+                    out.append(
+                        f"{document.path}:{section.line}: preference triple {number}: chosen and rejected are "
+                        "the same text; it teaches no preference, and preference training refuses it"
+                    )
     return out
 
 
