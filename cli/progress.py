@@ -42,21 +42,27 @@ class ProgressBar:
 
 
 class TrainBar:
-    """Callable ``(step, total, loss, tokens_per_second)`` drawing one stderr line."""
+    """Callable ``(step, total, loss, tokens_per_second, phase)`` drawing one stderr line per phase."""
 
     def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled and sys.stderr.isatty()
         self.drawn = False
+        self.phase: str | None = None
 
-    def __call__(self, step: int, total: int, loss: float | None, rate: float | None) -> None:
+    def __call__(
+        self, step: int, total: int, loss: float | None, rate: float | None, phase: str = "sft"
+    ) -> None:
         if not self.enabled:
             return
+        if self.drawn and phase != self.phase:
+            click.echo("", err=True)  # keep the finished phase's line
+        self.phase = phase
         width = 30
         filled = int(width * step / total) if total > 0 else 0
         bar = "#" * filled + "-" * (width - filled)
         loss_text = "" if loss is None else f"  loss {loss:.4f}"
         rate_text = "" if rate is None else f"  {rate:,.0f} tokens/s"
-        click.echo(f"\rtraining [{bar}] step {step}/{total}{loss_text}{rate_text}", err=True, nl=False)
+        click.echo(f"\r{phase:<10} [{bar}] step {step}/{total}{loss_text}{rate_text}", err=True, nl=False)
         self.drawn = True
 
     def close(self) -> None:

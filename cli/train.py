@@ -10,6 +10,13 @@ from .render import emit_json, human_bytes, warn
 
 @click.command("train")
 @click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--phase",
+    type=click.Choice(["all", "sft", "preference"]),
+    default="all",
+    show_default=True,
+    help="Train SFT, the preference phase (DPO/ORPO on the newest SFT adapter), or SFT then preference.",
+)
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
@@ -17,14 +24,18 @@ from .render import emit_json, human_bytes, warn
 @lock_mode_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def train_command(
-    path: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
+    path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
     lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
-    """Train a LoRA adapter (TRL SFTTrainer) on the rows of the document at PATH.
+    """Train a LoRA adapter on the rows of the document at PATH.
 
-    Rows come pre-tokenized from the cache. The adapter is written to
-    adapter/versions/vNNNN beside store.db, and the run, its per-step loss
-    and its reproducibility lock (dlm.lock) are recorded in the store.
+    SFT (TRL SFTTrainer) trains on prose, instruction and source rows; then,
+    when the document has ::preference:: sections, the preference phase
+    (DPO or ORPO, training.preference.method) trains the same adapter on
+    them. Rows come pre-tokenized from the cache. Each phase's adapter is
+    written to adapter/versions/vNNNN beside store.db, and the run, its
+    per-step metrics and its reproducibility lock (dlm.lock) are recorded
+    in the store.
     """
     from dlmstore.train.trainer import train_document
 
@@ -33,29 +44,39 @@ def train_command(
     bar = TrainBar(enabled=not as_json)
     try:
         summary = train_document(
-            path, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
+            path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
             lock_mode=lock_mode, progress=bar,
         )  # fmt: skip
     finally:
         bar.close()
     for message in [*summary.warnings, *summary.lock_warnings]:
         warn(message)
-    if summary.preference_rows_skipped:
-        click.echo(
-            f"note: {summary.preference_rows_skipped} preference rows are not trained (SFT uses text and "
-            "instruction rows only)",
-            err=True,
-        )
     if as_json:
         emit_json(summary)
         return
     event = summary.tokenization
     rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
-    loss = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
-    click.echo(f"run {summary.run_id}: {summary.steps} steps on {summary.rows_trained:,} rows "
-               f"({summary.tokens:,} tokens), final loss {loss}")  # fmt: skip
+    for part in summary.phases:
+        loss = "n/a" if part.final_loss is None else f"{part.final_loss:.4f}"
+        if part.phase == "sft":
+            click.echo(f"run {summary.run_id} sft: {part.steps} steps on {part.rows:,} rows "
+                       f"({summary.tokens:,} tokens), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
+        else:
+            rewards = _rewards(part.metrics)
+            click.echo(f"run {summary.run_id} preference ({part.method}): {part.steps} steps on "
+                       f"{part.rows:,} triples, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
     click.echo(f"adapter: v{summary.adapter_version:04d} {summary.adapter_path}")
     click.echo(f"sha256:  {summary.adapter_sha256}")
     click.echo(f"cache:   {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate}), "
                f"{human_bytes(event.cache_bytes_after)} cached")  # fmt: skip
     click.echo(f"lock:    {summary.lock_decision}")
+
+
+def _rewards(metrics: dict[str, float]) -> str:
+    """``, reward margin 0.012, accuracy 100%`` from what TRL logged (empty when it logged none)."""
+    parts = []
+    if "rewards/margins" in metrics:
+        parts.append(f"reward margin {metrics['rewards/margins']:.4g}")
+    if "rewards/accuracies" in metrics:
+        parts.append(f"accuracy {metrics['rewards/accuracies']:.0%}")
+    return "".join(f", {part}" for part in parts)

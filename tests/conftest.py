@@ -134,3 +134,20 @@ def tiny_base(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         if bars:
             hf_logging.enable_progress_bar()
     return folder
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Train the tiny base on one torch thread, then restore the count.
+
+    Its steps are many small ops, and on a shared 2-core machine a second
+    OpenMP thread waiting for a busy core made each step about 4x slower
+    (measured: ~1 s against ~0.27 s). The count is restored because the
+    golden's runtime tuple records it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

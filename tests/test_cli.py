@@ -214,16 +214,15 @@ def test_show_reports_a_frontmatter_and_a_body_problem_in_one_run(runner: CliRun
 def test_show_json_lists_the_keys_dlmstore_does_not_use_and_warns(runner: CliRunner, tmp_path: Path) -> None:
     doc = write_doc(
         tmp_path / "doc.dlm",
-        frontmatter="export:\n  default_quant: Q8_0\ntraining:\n  preference:\n    enabled: true\n",
+        frontmatter="export:\n  default_quant: Q8_0\ntraining:\n  cpt:\n    schedule: dapt\n",
     )
     result = runner.invoke(cli, ["show", str(doc), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["not_used"] == ["training.preference.enabled", "export.default_quant"]
-    assert summary["warnings"][0] == (
-        f"{doc}: not used by dlmstore: training.preference.enabled, export.default_quant"
-    )
-    assert any("preference training (DPO/ORPO) is not available" in w for w in summary["warnings"])
+    assert summary["not_used"] == ["training.cpt.schedule", "export.default_quant"]
+    assert summary["warnings"] == [
+        f"{doc}: not used by dlmstore: training.cpt.schedule, export.default_quant"
+    ]
     assert [f"warning: {w}" for w in summary["warnings"]] == result.stderr.splitlines()
 
 

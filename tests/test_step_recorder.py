@@ -83,4 +83,5 @@ def test_steps_and_their_metrics_are_written_together_in_batches_and_reported_as
         assert db.execute("SELECT COUNT(DISTINCT step) FROM train_step_metrics").fetchone() == (FLUSH_EVERY,)
         assert recorder.pending == [] and recorder.pending_metrics == []
     assert [args[:3] for args in seen] == [(step, 10, 0.6931) for step in range(1, FLUSH_EVERY + 1)]
+    assert {args[4] for args in seen} == {"preference"}
     assert recorder.last_loss == 0.6931

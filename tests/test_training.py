@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,12 @@ c
 ### Rejected
 r
 """
-FRONT = "training:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n  seed: 7\n"
+# The preference phase is switched off here: these tests are about SFT runs
+# (test_preference_training.py trains both phases).
+FRONT = (
+    "training:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n  seed: 7\n"
+    "  preference:\n    enabled: false\n"
+)
 
 
 def _training_doc(tmp_path: Path, base_model: str) -> Path:
@@ -70,23 +74,6 @@ def _training_doc(tmp_path: Path, base_model: str) -> Path:
         body=BODY,
         frontmatter=f"base_model: {base_model}\n" + FRONT + "  sources:\n    - path: notes\n",
     )
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """Train the tiny base on one torch thread, then restore the count.
-
-    Its steps are many small ops, and on a shared 2-core machine a second
-    OpenMP thread waiting for a busy core made each step about 4x slower
-    (measured: ~1 s against ~0.27 s). The count is restored because the
-    golden's runtime tuple records it.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -105,7 +92,8 @@ def test_a_run_trains_registers_and_records_an_adapter(doc: Path) -> None:
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder.iterdir()}
     assert (folder / "tokenizer.json").is_file()
     assert summary.adapter_sha256 == file_sha256(folder / "adapter_model.safetensors")
-    assert (summary.steps, summary.rows_trained, summary.preference_rows_skipped) == (2, 4, 1)
+    assert (summary.steps, summary.rows_trained, summary.preference_rows) == (2, 4, 1)
+    assert [p.phase for p in summary.phases] == ["sft"]
     db = _db()
     assert db.execute("SELECT status FROM runs WHERE id = ?", (summary.run_id,)).fetchone() == ("completed",)
     assert db.execute("SELECT version, sha256, steps FROM adapters").fetchall() == [
@@ -185,17 +173,17 @@ def test_an_unknown_base_model_fails_before_any_work(tmp_path: Path, dlm_home: P
     assert not (dlm_home / "store").exists()
 
 
-def test_a_document_with_only_preference_rows_is_a_clear_error(tmp_path: Path, tiny_base: Path) -> None:
+def test_a_document_with_preference_rows_only_and_the_phase_off_is_a_clear_error(
+    tmp_path: Path, tiny_base: Path
+) -> None:
     doc = write_doc(
         tmp_path / "doc.dlm",
         body="::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n",
-        frontmatter=f"base_model: {tiny_base}\n",
+        frontmatter=f"base_model: {tiny_base}\ntraining:\n  preference:\n    enabled: false\n",
     )
     with pytest.raises(TrainingError) as err:
         train_document(str(doc))
-    assert str(err.value).endswith(
-        "no text or instruction rows to train on (1 preference rows are not used for SFT)"
-    )
+    assert str(err.value) == f"{doc}: no text or instruction rows to train on"
 
 
 # The demo's path (train, metrics, prompt through the CLI), once more on the real base.
@@ -219,7 +207,7 @@ def test_dlm_train_json_metrics_and_prompt(tmp_path: Path, base: str, request: p
         "lock_decision",
         "plan",
     }
-    assert "1 preference rows are not trained" in result.stderr
+    assert "training.preference.enabled is false: 1 preference row not trained" in result.stderr
     metrics = json.loads(
         runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", str(summary["run_id"])]).stdout
     )
@@ -501,7 +489,11 @@ def test_dora_with_a_constant_schedule_and_grad_accum_trains(
         ["q_proj", "v_proj"],
     )
     rates = (
-        _db().execute("SELECT learning_rate FROM train_steps WHERE run_id = ?", (summary.run_id,)).fetchall()
+        _db()
+        .execute(
+            "SELECT learning_rate FROM train_steps WHERE run_id = ? AND phase = 'sft'", (summary.run_id,)
+        )
+        .fetchall()
     )
     assert rates == [
         (0.001,),

@@ -35,7 +35,6 @@ NOT_USED = (
     "training.gate",
     "training.audio",
     "training.cpt",
-    "training.preference",
 )
 
 _ADAPTER_NAME = r"^[a-z][a-z0-9_]{0,31}$"

@@ -120,11 +120,6 @@ def document_warnings(document: Document) -> list[str]:
     keys = unused_keys(document.frontmatter)
     if keys:
         out.append(f"{document.path}: not used by dlmstore: {', '.join(keys)}")
-    if document.frontmatter.training.preference.enabled:
-        out.append(
-            f"{document.path}: training.preference.enabled: preference training (DPO/ORPO) is not "
-            "available in dlmstore yet; ::preference:: rows are counted, not trained"
-        )
     for section in document.sections:
         if section.type == "preference":
             for number, (_, chosen, rejected) in enumerate(preference_triples(section), start=1):

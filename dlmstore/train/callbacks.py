@@ -88,7 +88,7 @@ class StepRecorder(TrainerCallback):
             if name not in STEP_COLUMNS and isinstance(value, numbers.Real) and not isinstance(value, bool)
         )
         if self.progress:
-            self.progress(step, int(state.max_steps), self.last_loss, rate)
+            self.progress(step, int(state.max_steps), self.last_loss, rate, self.phase)
         if len(self.pending) >= FLUSH_EVERY:
             self.flush()
 

@@ -1,6 +1,10 @@
-"""``dlm train``: a LoRA adapter from a document's rows, as a recorded run.
+"""``dlm train``: LoRA adapters from a document's rows, as one recorded run.
 
-The pipeline, each step timed (the split ``bench/bench_train.py`` prints):
+A run has up to two phases (``dlmstore.train.phases`` decides which): SFT
+on the text and instruction rows, then the preference phase (DPO or ORPO,
+``dlmstore.train.preference``) on the prompt/chosen/rejected rows, starting
+from the adapter SFT produced. The pipeline, each step timed (the split
+``bench/bench_train.py`` and ``bench/bench_preference.py`` print):
 
 1. **startup** - parse the document, resolve the base model (a missing or
    unloadable base is an error before any work), check the training
@@ -9,29 +13,35 @@ The pipeline, each step timed (the split ``bench/bench_train.py`` prints):
    train in is an error before any work too), open the store, validate the
    reproducibility lock (``dlmstore.lock``);
 2. **tokenize** - the same pass as ``dlm tokenize`` (through the cache unless
-   ``--no-cache``), recorded as this run's tokenization event;
-3. **dataset** - an Arrow table built from the token arrays (no per-token
-   Python objects); TRL sees ``input_ids`` and skips its own tokenization;
+   ``--no-cache``), recorded as this run's tokenization event; preference
+   rows are tokenized there too;
+3. **dataset** - Arrow tables built from the token arrays (no per-token
+   Python objects); TRL sees token ids and skips its own tokenization. The
+   phases are decided here, and a preference row that cannot train (a
+   prompt longer than ``sequence_len``, chosen equal to rejected) is an
+   error, all before the model loads;
 4. **model load** - the base model from its converted folder, in the
-   plan's precision; the rest of the plan (the automatic micro-batch needs
-   the parameter count) is resolved, and LoRA or DoRA applied by TRL
-   through peft;
-5. **train** - TRL's ``SFTTrainer``; loss and learning rate of every logged
-   step go to ``train_steps``;
-6. **save** - the adapter folder is published as the next version and
-   registered with its sha256 (``dlmstore.train.adapters``), then the lock is
-   written.
+   plan's precision, once for both phases; the rest of the plan (the
+   automatic micro-batch needs the parameter count) is resolved;
+5. **train** - TRL's ``SFTTrainer`` (LoRA or DoRA applied through peft),
+   then TRL's ``DPOTrainer`` or ORPO trainer on the same model; every
+   logged step goes to ``train_steps`` with its phase, and the other
+   values TRL logs (the preference rewards) to ``train_step_metrics``;
+6. **save** - each phase's adapter folder is published as the next version
+   and registered with its sha256 and phase (``dlmstore.train.adapters``);
+   then the lock is written.
 
 Seeds (python, numpy, torch, the trainer's data order) and the deterministic
-flags are set before the model is built, so two runs with the same inputs on
-the same machine produce byte-identical ``adapter_model.safetensors``
-(``tests/test_training.py`` and the golden test check this). Preference rows
-are not used for SFT: they are counted and reported.
+flags are set before the model is built and again before the preference
+phase, so two runs with the same inputs on the same machine produce
+byte-identical ``adapter_model.safetensors`` (``tests/test_training.py``,
+``tests/test_preference_training.py`` and the golden test check this).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import shutil
 import tempfile
 import time
@@ -43,21 +53,26 @@ from typing import Any
 
 from dlmstore.errors import TrainingError
 from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.train.adapters import Phase, PreferenceMethod
 from dlmstore.train.plan import Precision, TrainingPlan
 
-#: progress(step, total_steps, loss, tokens_per_second)
-TrainProgress = Callable[[int, int, float | None, float | None], None]
+#: progress(step, total_steps, loss, tokens_per_second, phase)
+TrainProgress = Callable[[int, int, float | None, float | None, str], None]
 
 
 @dataclass(frozen=True)
 class TrainTimings:
-    """Seconds spent in each phase of a run (what ``bench/bench_train.py`` prints)."""
+    """Seconds spent in each phase of a run (what ``bench/bench_train.py`` prints).
+
+    ``trainer_setup``, ``first_step``, ``train`` and ``save`` add up both
+    training phases when a run has two.
+    """
 
     startup: float  # parse, resolve, store, lock (ours)
     framework_import: float  # torch, transformers, trl, peft, datasets
     tokenize: float  # tokenizer load + the tokenize pass (ours)
-    dataset: float  # Arrow table from the token arrays (ours)
-    model_load: float  # from_pretrained of the base
+    dataset: float  # Arrow tables from the token arrays (ours)
+    model_load: float  # from_pretrained of the base (and the SFT adapter for --phase preference)
     trainer_setup: float  # LoRA wrapping and TRL's own preparation
     first_step: float
     train: float  # all steps, the first included
@@ -65,8 +80,32 @@ class TrainTimings:
 
 
 @dataclass(frozen=True)
+class PhaseSummary:
+    """One training phase of a run: what it trained and the adapter it produced.
+
+    ``metrics`` holds the last values TRL logged besides the loss (for the
+    preference phase: ``rewards/chosen``, ``rewards/rejected``,
+    ``rewards/margins``, ``rewards/accuracies``, ...).
+    """
+
+    phase: str  # sft | preference
+    method: str | None  # dpo | orpo for the preference phase
+    rows: int
+    steps: int
+    final_loss: float | None
+    adapter_version: int
+    adapter_sha256: str
+    parent_version: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TrainSummary:
-    """The JSON shape of ``dlm train --json``."""
+    """The JSON shape of ``dlm train --json``.
+
+    The top-level adapter, steps and loss are those of the run's last
+    phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
+    """
 
     run_id: int
     dlm_id: str
@@ -77,7 +116,8 @@ class TrainSummary:
     final_loss: float | None
     rows_trained: int
     tokens: int
-    preference_rows_skipped: int
+    preference_rows: int
+    phases: list[PhaseSummary]
     tokenization: TokenizationEvent
     lock_decision: str
     lock_warnings: list[str]
@@ -89,6 +129,7 @@ class TrainSummary:
 def train_document(
     path: str,
     *,
+    phase: str = "all",
     no_cache: bool = False,
     max_steps: int | None = None,
     epochs: int | None = None,
@@ -96,13 +137,16 @@ def train_document(
     lock_mode: str = "validate",
     progress: TrainProgress | None = None,
 ) -> TrainSummary:
-    """Train a LoRA adapter on the document at ``path``.
+    """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
     Args:
         path: the .dlm document.
+        phase: ``all`` (default), ``sft`` or ``preference`` (``--phase``;
+            the rules are in ``dlmstore.train.phases``).
         no_cache: tokenize every row, neither reading nor writing the cache.
         max_steps, epochs, seed: override ``training.max_steps`` /
-            ``training.num_epochs`` / ``training.seed``.
+            ``training.num_epochs`` / ``training.seed`` (``max_steps`` caps
+            each phase; ``epochs`` is SFT's, the preference phase has its own).
         lock_mode: ``validate`` (default), ``strict``, ``update`` or ``ignore``
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
         progress: optional callback for a progress bar.
@@ -112,8 +156,10 @@ def train_document(
         BaseModelError: the base model cannot be resolved or loaded.
         LockValidationError: the runtime differs from the lock in an ERROR field.
         StoreError: the store or the adapter cannot be written.
-        TrainingError: the document has nothing to train on, or asks for
-            what this machine cannot train (``dlmstore.train.plan.check_settings``).
+        TrainingError: the document has nothing to train on for the phases
+            asked, the preference phase has no SFT adapter to start from or
+            a preference row cannot train, or the settings ask for what this
+            machine cannot train (``dlmstore.train.plan.check_settings``).
     """
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
     from dlmstore.cache.fingerprint import tokenizer_sha256
@@ -126,8 +172,9 @@ def train_document(
     from dlmstore.store.database import open_store
     from dlmstore.store.metrics import record_tokenization_event
     from dlmstore.store.runs import recorded_run
-    from dlmstore.train.adapters import save_version, sweep_temporary
-    from dlmstore.train.plan import check_settings, dlm_target_modules, probe_hardware, resolve_plan
+    from dlmstore.train.adapters import sweep_temporary
+    from dlmstore.train.phases import plan_phases
+    from dlmstore.train.plan import check_settings, probe_hardware
 
     started = time.perf_counter()
     document = parse_document(path)
@@ -168,61 +215,187 @@ def train_document(
                 stats.save(store)
             marks["tokenize"] = time.perf_counter() - t0
             rows = result.rows
-            if rows is None or len(rows) == 0:
-                raise TrainingError(
-                    f"{document.path}: no text or instruction rows to train on "
-                    f"({result.preference_rows} preference rows are not used for SFT)",
-                    hint="add prose, ::instruction:: pairs or training.sources to the document",
-                )
-            t0 = time.perf_counter()
-            dataset = rows.to_dataset()
-            marks["dataset"] = time.perf_counter() - t0
-            with warnings.catch_warnings():
-                # transformers deprecation notices about its own internals are noise here
-                warnings.filterwarnings("ignore", category=FutureWarning)
-                t0 = time.perf_counter()
-                model = _load_model(ref, settings.adapter, precision, seed=seed)
-                marks["model_load"] = time.perf_counter() - t0
-                plan = resolve_plan(
-                    settings, hardware, base_params=model.num_parameters(),
-                    auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
-                )  # fmt: skip
-                outcome = _fit(store, run_id, model, tokenizer, dataset, plan, progress=progress)
-            t0 = time.perf_counter()
-            adapter = save_version(
-                store, run_id=run_id, write=outcome.save, base_model=document.base_model,
-                steps=outcome.steps, final_loss=outcome.final_loss,
+            preferences = result.preferences
+            assert rows is not None and preferences is not None  # materialized
+            phases = plan_phases(
+                phase, settings.preference, path=str(document.path),
+                sft_rows=len(rows), preference_rows=len(preferences),
             )  # fmt: skip
-            marks["save"] = time.perf_counter() - t0
-            decision = finish_lock(store, lock)
+            parent = _starting_adapter(store, document) if phases.needs_prior_adapter else None
+            t0 = time.perf_counter()
+            sft_dataset = rows.to_dataset() if phases.sft else None
+            preference_dataset = (
+                _preference_dataset(preferences, tokenizer, settings.preference.method, settings.sequence_len)
+                if phases.preference
+                else None
+            )
+            marks["dataset"] = time.perf_counter() - t0
+            fits, adapters, plan, model_load = _train_phases(
+                store, run_id, document, ref, tokenizer, phases, parent, precision, hardware,
+                sft_dataset=sft_dataset, preference_dataset=preference_dataset,
+                epochs=epochs, max_steps=max_steps, seed=seed, progress=progress,
+            )  # fmt: skip
+            marks["model_load"] = model_load
+            decision = finish_lock(store, lock, preference=settings.preference if phases.preference else None)
+    last, final = fits[-1], adapters[-1]
+    summaries = [
+        PhaseSummary(
+            phase=fit.phase,
+            method=fit.method,
+            rows=len(rows) if fit.phase == "sft" else len(preferences),
+            steps=fit.steps,
+            final_loss=fit.final_loss,
+            adapter_version=adapter.version,
+            adapter_sha256=adapter.sha256,
+            parent_version=adapter.parent_version,
+            metrics=fit.metrics,
+        )  # fmt: skip
+        for fit, adapter in zip(fits, adapters, strict=True)
+    ]
     return TrainSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
-        adapter_version=adapter.version,
-        adapter_path=str(store.path / adapter.path),
-        adapter_sha256=adapter.sha256,
-        steps=outcome.steps,
-        final_loss=outcome.final_loss,
-        rows_trained=len(rows),
-        tokens=rows.token_count,
-        preference_rows_skipped=result.preference_rows,
+        adapter_version=final.version,
+        adapter_path=str(store.path / final.path),
+        adapter_sha256=final.sha256,
+        steps=last.steps,
+        final_loss=last.final_loss,
+        rows_trained=len(rows) if phases.sft else 0,
+        tokens=rows.token_count if phases.sft else 0,
+        preference_rows=len(preferences),
+        phases=summaries,
         tokenization=result.event,
         lock_decision=decision,
         lock_warnings=list(lock.warnings),
-        plan=outcome.plan,
+        plan=plan,
         timings=TrainTimings(
             startup=round(marks["startup"], 3),
             framework_import=round(marks["framework_import"], 3),
             tokenize=round(marks["tokenize"], 3),
             dataset=round(marks["dataset"], 3),
             model_load=round(marks["model_load"], 3),
-            trainer_setup=round(outcome.trainer_setup, 3),
-            first_step=round(outcome.first_step, 3),
-            train=round(outcome.train, 3),
-            save=round(marks["save"], 3),
-        ),  # fmt: skip
-        warnings=[*document_warnings(document), *corpus.expansion.warnings, *result.warnings],
+            trainer_setup=round(sum(f.trainer_setup for f in fits), 3),
+            first_step=round(sum(f.first_step for f in fits), 3),
+            train=round(sum(f.train for f in fits), 3),
+            save=round(sum(f.save_seconds for f in fits), 3),
+        ),
+        warnings=[
+            *document_warnings(document),
+            *corpus.expansion.warnings,
+            *result.warnings,
+            *phases.warnings,
+        ],  # fmt: skip
     )
+
+
+def _starting_adapter(store: Any, document: Any) -> Any:
+    """The newest SFT adapter, where a run without an SFT phase starts its preference phase."""
+    from dlmstore.train.adapters import latest
+
+    parent = latest(store, phase="sft")
+    if parent is None:
+        raise TrainingError(
+            f"{document.path}: the preference phase starts from an SFT adapter, and this store has none",
+            hint="train SFT first: `dlm train DOC --phase sft` (the document needs prose, instruction or source rows)",
+        )
+    if parent.base_model != document.base_model:
+        raise TrainingError(
+            f"{document.path}: the newest SFT adapter (v{parent.version:04d}) was trained on base_model "
+            f"{parent.base_model!r}, the document now names {document.base_model!r}",
+            hint="train SFT on the new base first: `dlm train DOC --phase sft`",
+        )
+    return parent
+
+
+def _preference_dataset(preferences: Any, tokenizer: Any, method: str, sequence_len: int) -> Any:
+    """The checked, pre-tokenized preference dataset for ``method``."""
+    from dlmstore.train.preference_data import check_preferences, dpo_dataset, orpo_dataset
+
+    check_preferences(preferences, sequence_len=sequence_len)
+    if method == "dpo":
+        return dpo_dataset(preferences)
+    return orpo_dataset(
+        preferences,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        max_length=sequence_len,
+    )
+
+
+def _train_phases(
+    store: Any,
+    run_id: int,
+    document: Any,
+    ref: Any,
+    tokenizer: Any,
+    phases: Any,
+    parent: Any,
+    precision: Precision,
+    hardware: Any,
+    *,
+    sft_dataset: Any,
+    preference_dataset: Any,
+    epochs: int | None,
+    max_steps: int | None,
+    seed: int,
+    progress: TrainProgress | None,
+) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float]:
+    """Load the model once and train the planned phases; publish each phase's adapter."""
+    from dlmstore.train.plan import dlm_target_modules, resolve_plan
+    from dlmstore.train.preference import fit_preference, load_policy
+
+    settings = document.frontmatter.training
+    fits: list[PhaseFit] = []
+    adapters: list[Any] = []
+    with warnings.catch_warnings():
+        # transformers deprecation notices about its own internals are noise here
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        t0 = time.perf_counter()
+        model = _load_model(ref, settings.adapter, precision, seed=seed)
+        base_params = model.num_parameters()
+        if parent is not None:
+            model = load_policy(model, store.path / parent.path)
+        model_load = time.perf_counter() - t0
+        plan = resolve_plan(
+            settings, hardware, base_params=base_params,
+            auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
+        )  # fmt: skip
+        if phases.sft:
+            fit = _fit(store, run_id, model, tokenizer, sft_dataset, plan, progress=progress)
+            parent = _publish(store, run_id, document, fit)
+            fits.append(fit)
+            adapters.append(parent)
+            model = fit.model
+            plan = fit.plan
+        if phases.preference:
+            fit = fit_preference(
+                store,
+                run_id,
+                model,
+                tokenizer,
+                preference_dataset,
+                plan,
+                settings.preference,
+                progress=progress,
+            )
+            fits.append(fit)
+            adapters.append(_publish(store, run_id, document, fit, parent=parent))
+            if not phases.sft:
+                plan = fit.plan
+    return fits, adapters, plan, model_load
+
+
+def _publish(store: Any, run_id: int, document: Any, fit: PhaseFit, *, parent: Any = None) -> Any:
+    from dlmstore.train.adapters import save_version
+
+    t0 = time.perf_counter()
+    adapter = save_version(
+        store, run_id=run_id, write=fit.save, base_model=document.base_model, steps=fit.steps,
+        final_loss=fit.final_loss, phase=fit.phase, method=fit.method,
+        parent_version=None if parent is None else parent.version,
+    )  # fmt: skip
+    fit.save_seconds = time.perf_counter() - t0
+    return adapter
 
 
 def _import_frameworks() -> None:
@@ -253,14 +426,21 @@ def _load_model(ref: Any, adapter: str, precision: Precision, *, seed: int) -> A
 
 
 @dataclass
-class _Fit:
+class PhaseFit:
+    """What training one phase gave: its numbers, the trained model and how to save its adapter."""
+
+    phase: Phase
+    method: PreferenceMethod | None
     steps: int
     final_loss: float | None
+    metrics: dict[str, float]
     plan: TrainingPlan
     trainer_setup: float
     first_step: float
     train: float
+    model: Any
     save: Callable[[Path], None]
+    save_seconds: float = 0.0
 
 
 def _fit(
@@ -272,12 +452,8 @@ def _fit(
     plan: TrainingPlan,
     *,
     progress: TrainProgress | None,
-) -> _Fit:
-    """Train ``model`` with TRL as ``plan`` says, and return how to save the adapter.
-
-    The plan's ``target_modules`` is replaced by the modules peft adapted,
-    so the summary says what ``auto`` picked.
-    """
+) -> PhaseFit:
+    """Train ``model`` with TRL's ``SFTTrainer`` as ``plan`` says."""
     import datasets
     from peft import LoraConfig
     from transformers import PrinterCallback, ProgressCallback
@@ -289,40 +465,76 @@ def _fit(
 
     datasets.disable_progress_bars()
     output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
-    recorder = StepRecorder(store, run_id, progress)
-    t0 = time.perf_counter()
-    trainer = SFTTrainer(
-        model=model,
-        args=SFTConfig(**sft_config_kwargs(plan, str(output))),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=LoraConfig(**lora_config_kwargs(plan)),
-        callbacks=[recorder],
-    )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer_setup = time.perf_counter() - t0
+    try:
+        recorder = StepRecorder(store, run_id, progress, phase="sft")
+        t0 = time.perf_counter()
+        trainer = SFTTrainer(
+            model=model,
+            args=SFTConfig(**sft_config_kwargs(plan, str(output))),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=LoraConfig(**lora_config_kwargs(plan)),
+            callbacks=[recorder],
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        setup = time.perf_counter() - t0
+        return run_trainer(trainer, recorder, tokenizer, plan, setup, adapter_names=None)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+def run_trainer(
+    trainer: Any,
+    recorder: Any,
+    tokenizer: Any,
+    plan: TrainingPlan,
+    setup: float,
+    *,
+    adapter_names: list[str] | None,
+    method: PreferenceMethod | None = None,
+) -> PhaseFit:
+    """Run a constructed TRL trainer to the end; the fit saves ``adapter_names`` (None: all).
+
+    The plan's ``target_modules`` is replaced by the modules peft adapted,
+    so the summary says what ``auto`` picked. The trainer is dropped before
+    returning (its optimizer state with it); the model is kept for a next phase.
+    """
+    phase = recorder.phase
     try:
         t0 = time.perf_counter()
         outcome = trainer.train()
         train_s = time.perf_counter() - t0
     finally:
         recorder.flush()
-        shutil.rmtree(output, ignore_errors=True)
-
     trained: Any = trainer.model  # the peft model TRL wrapped
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    last = logged[-1] if logged else {}
+    metrics = {
+        key: float(value)
+        for key, value in last.items()
+        if key not in ("loss", "learning_rate", "epoch", "step", "num_tokens")
+        and isinstance(value, int | float)
+    }
 
     def save(folder: Path) -> None:
-        trained.save_pretrained(folder)
+        trained.save_pretrained(folder, selected_adapters=adapter_names)
         tokenizer.save_pretrained(folder)
 
     adapted = sorted(trained.peft_config["default"].target_modules)
-    return _Fit(
+    fit = PhaseFit(
+        phase=phase,
+        method=method,
         steps=int(outcome.global_step),
         final_loss=recorder.last_loss,
+        metrics=metrics,
         plan=dataclasses.replace(plan, target_modules=adapted),
-        trainer_setup=trainer_setup,
+        trainer_setup=setup,
         first_step=recorder.first_step_s or 0.0,
         train=train_s,
+        model=trained,
         save=save,
     )
+    del trainer, outcome
+    gc.collect()
+    return fit
