@@ -31,6 +31,8 @@ demo: install
 	@echo "--- second training run: every row comes from the cache"
 	$(DLM) train examples/tour.dlm
 	$(DLM) metrics examples/tour.dlm
+	@echo "--- the second run, step by step: SFT loss, then the preference phase's rewards"
+	$(DLM) metrics examples/tour.dlm --run-id 2
 	$(DLM) cache show examples/tour.dlm
 	$(DLM) lock show examples/tour.dlm
 	@echo "--- what does the adapter answer?"

@@ -46,3 +46,17 @@ How should a tool report a malformed document?
 With one line naming the file, the line and what to do next.
 ### Rejected
 With a Python traceback.
+
+### Prompt
+Where does a training run keep its numbers?
+### Chosen
+In store.db: `train_steps` per step, `train_step_metrics` for the rest.
+### Rejected
+In a log file you have to grep.
+
+### Prompt
+What does `dlm train --no-cache` change?
+### Chosen
+Every row is tokenized again; the adapter is byte-identical.
+### Rejected
+It trains a different model.

@@ -223,3 +223,21 @@ def test_dlm_train_and_metrics_show_the_preference_phase(doc: Path) -> None:
     metrics = runner.invoke(cli, ["metrics", str(doc), "--run-id", "1"])
     assert metrics.exit_code == 0, metrics.output
     assert "margin" in metrics.stdout and "accuracy" in metrics.stdout
+
+
+def test_two_fresh_stores_train_the_same_preference_adapter(
+    tmp_path: Path,
+    tiny_base: Path,
+    one_torch_thread: None,
+    session_bases: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    doc = _doc(tmp_path, tiny_base)
+    shas = []
+    for name in ("first", "second"):
+        home = tmp_path / name
+        home.mkdir()
+        (home / "bases").symlink_to(session_bases, target_is_directory=True)
+        monkeypatch.setenv("DLM_HOME", str(home))
+        shas.append(train_document(str(doc)).adapter_sha256)
+    assert shas[0] == shas[1]
