@@ -100,7 +100,9 @@ def test_documents_sharing_values_through_anchors_aliases_and_merges_still_parse
 
 def test_a_rejected_value_repeated_by_aliases_is_quoted_short() -> None:
     problems = error_of(doc(sequence_bomb(levels=4)))
-    assert problems == "doc.dlm:3: system_prompt: must be a string, not [['lol', 'lol', 'lol', 'lol', 'lol', ..."
+    assert (
+        problems == "doc.dlm:3: system_prompt: must be a string, not [['lol', 'lol', 'lol', 'lol', 'lol', ..."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -196,3 +198,22 @@ def test_dlm_show_of_the_alias_bomb_is_one_error_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["show", str(path)])
     assert result.exit_code == 1
     assert result.output == f"error: {path}:3: {GROWTH}\n"
+
+
+def test_a_training_yaml_alias_bomb_or_deep_nesting_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "src" / ".dlm").mkdir(parents=True)
+    (tmp_path / "src" / "a.txt").write_text("text\n")
+    document = tmp_path / "doc.dlm"
+    document.write_text(doc("training:\n  sources:\n    - path: src\n"))
+    config = tmp_path / "src" / ".dlm" / "training.yaml"
+    for body, problem in [
+        (f"dlm_training_version: 1\ninclude: [{sequence_bomb()[16:-2]}]\n", GROWTH),
+        ("dlm_training_version: 1\ninclude: " + "[" * 500 + "]" * 500 + "\n",
+         f"the file nests values more than {MAX_NESTING} levels deep"),
+    ]:  # fmt: skip
+        config.write_text(body)
+        result = CliRunner().invoke(cli, ["show", str(document)])
+        assert result.exit_code == 1
+        assert result.output == (
+            f"error: training.sources 'src': {config}:2: {problem}\nhint: fix the file, or remove it\n"
+        )

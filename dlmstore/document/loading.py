@@ -15,7 +15,7 @@ How lines are kept:
   error, naming the first line), non-string keys (an unknown key), and
   merge keys (``<<``, which make an override legal). Nodes reached again
   through an alias are not re-walked.
-* **Bounded work.** :class:`FrontmatterLoader` refuses nesting deeper than
+* **Bounded work.** :class:`BoundedLoader` refuses nesting deeper than
   :data:`MAX_NESTING` and an alias "billion laughs" while composing, before
   anything expands it, and every rejected value is quoted through
   :func:`~dlmstore.document.frontmatter.short_repr`, which looks at no more
@@ -142,29 +142,26 @@ def listed(problems: list[Pending], path: str) -> list[DocumentError]:
 #: How deep values may nest, counting each mapping and list, also through aliases.
 MAX_NESTING = 64
 
-#: How many keys, values and list items (aliases included) a frontmatter may
-#: hold. PyYAML's pure-Python parser, which DLM uses and whose verdicts we
-#: keep, takes tens of microseconds per value; DLM's schema has about sixty.
+#: How many keys, values and list items (aliases included) a text may hold.
+#: PyYAML's pure-Python parser, which DLM uses and whose verdicts we keep,
+#: takes tens of microseconds per value; DLM's schema has about sixty.
 MAX_VALUES = 10_000
 
-#: How far aliases may grow the frontmatter: the values and characters they
+#: How far aliases may grow a text: the values and characters they
 #: repeat, on top of those written out (one per value plus each string's
 #: length). A "billion laughs" needs more; no real document comes close.
 MAX_ALIAS_EXPANSION = 200_000
 
 
-class FrontmatterLimit(yaml.composer.ComposerError):  # type: ignore[misc]
+class YamlLimit(yaml.composer.ComposerError):  # type: ignore[misc]
     """Valid YAML that exceeds one of the loader's bounds (reported in its own words)."""
 
 
-class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """PyYAML's safe loader, bounded, reading YAML 1.2 floats without a dot (``2e-4``).
+class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader, as DLM uses it, with bounds on the work any text can cause.
 
-    PyYAML implements YAML 1.1, where ``2e-4`` is a string; every YAML 1.2
-    parser (and so everyone writing a learning rate) reads it as a float.
-
-    The rest bounds the work any text can cause; each bound is a
-    :class:`FrontmatterLimit` at the value that crosses it:
+    Each bound is a :class:`YamlLimit` at the value that crosses it
+    (``what`` names the text in its message):
 
     * at most :data:`MAX_VALUES` keys and values (aliases count one each);
     * values nest at most :data:`MAX_NESTING` deep, counting the path from
@@ -172,16 +169,18 @@ class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
       composer recurses per level, and so would everything walking the
       result);
     * an alias may not name a value it sits inside (a cycle);
-    * aliases may add at most :data:`MAX_ALIAS_EXPANSION` to the
-      frontmatter's size. Sizes are counted on the node tree as it is
-      composed, where a repeated value costs nothing yet, so a "billion
-      laughs" is refused before anything expands it (merge keys at
-      construction, pydantic, an error message).
+    * aliases may add at most :data:`MAX_ALIAS_EXPANSION` to the text's
+      size. Sizes are counted on the node tree as it is composed, where a
+      repeated value costs nothing yet, so a "billion laughs" is refused
+      before anything expands it (merge keys at construction, pydantic, an
+      error message).
 
     A scalar whose tag the constructor cannot honour (``2001-02-30``,
     ``!!int x``, an integer of more than 4300 digits) is a
     ``ConstructorError`` at its line, not a ``ValueError``.
     """
+
+    what = "the frontmatter"
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -194,25 +193,25 @@ class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
         self._values += 1
         if self._values > MAX_VALUES:
-            raise FrontmatterLimit(
+            raise YamlLimit(
                 None,
                 None,
-                f"the frontmatter holds more than {MAX_VALUES:,} keys and values",
+                f"{self.what} holds more than {MAX_VALUES:,} keys and values",
                 self.peek_event().start_mark,
             )
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             node = super().compose_node(parent, index)
             if id(node) not in self._measured:
-                raise FrontmatterLimit(
+                raise YamlLimit(
                     None, None, f"alias *{event.anchor} is used inside the value it names", event.start_mark
                 )
             return node
         if self._depth >= MAX_NESTING:
-            raise FrontmatterLimit(
+            raise YamlLimit(
                 None,
                 None,
-                f"the frontmatter nests values more than {MAX_NESTING} levels deep",
+                f"{self.what} nests values more than {MAX_NESTING} levels deep",
                 self.peek_event().start_mark,
             )
         self._depth += 1
@@ -235,14 +234,14 @@ class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
             depth = 1 + max((depth for _, depth in measured), default=0)
         self._written += 1 + len(node.value) if isinstance(node, yaml.ScalarNode) else 1
         if depth > MAX_NESTING:
-            raise FrontmatterLimit(
+            raise YamlLimit(
                 None,
                 None,
-                f"through aliases, the frontmatter nests values more than {MAX_NESTING} levels deep",
+                f"through aliases, {self.what} nests values more than {MAX_NESTING} levels deep",
                 node.start_mark,
             )
         if size > self._written + MAX_ALIAS_EXPANSION:
-            raise FrontmatterLimit(
+            raise YamlLimit(
                 None,
                 None,
                 f"aliases grow this value by more than {MAX_ALIAS_EXPANSION:,} values and characters "
@@ -260,6 +259,14 @@ class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read {short_repr(node.value)} as {kind}: {detail}", node.start_mark
             ) from None
+
+
+class FrontmatterLoader(BoundedLoader):
+    """The bounded loader reading YAML 1.2 floats without a dot (``2e-4``) as numbers.
+
+    PyYAML implements YAML 1.1, where ``2e-4`` is a string; every YAML 1.2
+    parser (and so everyone writing a learning rate) reads it as a float.
+    """
 
 
 FrontmatterLoader.add_implicit_resolver(
@@ -285,7 +292,7 @@ def _compose(yaml_text: str, path: str, first_line: int) -> tuple[Any, dict[KeyP
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
-    except FrontmatterLimit as exc:
+    except YamlLimit as exc:
         raise DocumentError(path, exc.problem, line=exc.problem_mark.line + first_line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
