@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .params import DURATION
+from .params import DURATION, RUN_ID
 from .render import emit_json, human_bytes
 
 
 @click.command("metrics")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--run-id", type=int, help="Only this run.")
+@click.option("--run-id", type=RUN_ID, help="Only this run.")
 @click.option("--since", type=DURATION, help="Only runs started within this long (7d, 12h, ...).")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."

@@ -27,6 +27,12 @@ DEFAULT_BASE_MODEL = "smollm2-135m"
 
 GIB = 1024**3
 
+#: The largest training.seed: NumPy's generators take seeds below 2^32.
+MAX_SEED = 2**32 - 1
+
+#: The longest cache retention, 100 years (the longest ``--older-than`` too).
+MAX_PRUNE_DAYS = 36_500
+
 #: Frontmatter blocks DLM defines for capabilities dlmstore does not have. A
 #: document may set them (it stays a valid DLM document); ``dlm show`` and
 #: ``dlm train`` list the keys it sets as "not used by dlmstore".
@@ -90,6 +96,7 @@ class CacheSettings(_Strict):
     prune_older_than_days: int = Field(
         default=90,
         ge=0,
+        le=MAX_PRUNE_DAYS,
         strict=True,
         description="Prune cache entries that no run has used for this many days.",
     )
@@ -222,7 +229,13 @@ class TrainingSettings(_Strict):
     precision: Literal["bf16", "fp16", "fp32"] | None = Field(
         default=None, description="Training precision; unset picks one for the hardware."
     )
-    seed: int = Field(default=42, strict=True, description="Random seed, for reproducible training runs.")
+    seed: int = Field(
+        default=42,
+        ge=0,
+        le=MAX_SEED,
+        strict=True,
+        description="Random seed, for reproducible training runs (0 to 2^32 - 1, what NumPy accepts).",
+    )
     max_steps: int | None = Field(
         default=None,
         gt=0,
