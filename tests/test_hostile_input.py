@@ -261,3 +261,15 @@ def test_a_store_stamped_wrongly_is_one_error_without_sql(
         f"error: cannot migrate {db} from schema revision {stamp or '(none)'} to {HEAD_REVISION}: "
     )
     assert line.endswith("already exists")
+
+
+# --- what an error line quotes --------------------------------------------------------------
+
+
+def test_an_error_quoting_control_characters_or_line_separators_stays_one_escaped_line(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", body="::prose\u2028\x1b[31m::\n")
+    result = runner.invoke(cli, ["show", str(doc)])
+    assert one_error(result) == f"error: {doc}:4: fence line '::prose\\u2028\\x1b[31m::' has spaces inside it"
+    assert result.stderr.splitlines()[1] == "hint: write `::prose[31m::`"
