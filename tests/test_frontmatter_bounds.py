@@ -144,6 +144,31 @@ def test_only_the_first_problems_are_listed_and_the_rest_counted() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "frontmatter",
+    [
+        sequence_bomb(),
+        "system_prompt: [" + ",".join(["a"] * 30_000) + "]\n",
+        "".join(f"k{i}: 1\n" for i in range(4_900)),
+        "system_prompt: " + "[" * 30_000 + "]" * 30_000 + "\n",
+    ],
+    ids=["alias bomb", "64 KiB flow list", "4,900 unknown keys", "nesting 30,000 deep"],
+)
+def test_a_hostile_64_kib_document_parses_within_100_mb(frontmatter: str) -> None:
+    import tracemalloc
+
+    text = doc(frontmatter)
+    assert len(text.encode()) <= 64 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(DocumentError):
+            parse_text(text, "doc.dlm")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 1024 * 1024
+
+
 # --------------------------------------------------------------------------
 # Scalars a tag cannot hold, numbers too long to print
 
