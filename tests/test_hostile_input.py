@@ -278,3 +278,17 @@ def test_printable_escapes_terminal_controls_and_separators_but_keeps_tabs_and_n
     from dlmstore.cli.render import printable
 
     assert printable("a\x1b[31mb\u2028c\x85d\re\x00f\tg\nh") == "a\\x1b[31mb\\u2028c\\x85d\\x0de\\x00f\tg\nh"
+
+
+def test_update_lock_refuses_a_dlm_lock_directory_before_any_work(tmp_path: Path) -> None:
+    from dlmstore.errors import LockError
+
+    doc = write_doc(tmp_path / "doc.dlm")
+    with open_store(VALID_ID) as store:
+        path = store.path / LOCK_NAME
+        path.mkdir()
+        run_id = start_run(store, command="train", dlm_path=doc, dlm_sha256="a" * 64)
+        with pytest.raises(LockError) as info:
+            check_lock(store, make_lock(last_run_id=run_id), mode="update")
+    assert info.value.message == f"{path} is a directory: --update-lock cannot replace it with the new lock"
+    assert info.value.hint == f"remove it (rm -r {path}) and rerun"

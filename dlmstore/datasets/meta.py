@@ -166,7 +166,7 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
             )
     if data["format"] != FORMAT:
         raise DatasetFileError(
-            f"{path} has format {data['format']!r}; this dlmstore reads {FORMAT!r}",
+            f"{path} has format {short_repr(data['format'])}; this dlmstore reads {FORMAT!r}",
             hint="rebuild the dataset with this version of dlm",
         )
     return data
@@ -177,7 +177,7 @@ def load_meta(directory: str | os.PathLike[str]) -> DatasetMeta:
     raw = read_meta(directory)
     where = Path(directory) / META_NAME
     if raw["kind"] not in REQUIRED_BY_KIND:
-        raise DatasetFileError(f"{where}: unknown dataset kind {raw['kind']!r} (pretrain or sft)")
+        raise DatasetFileError(f"{where}: unknown dataset kind {short_repr(raw['kind'])} (pretrain or sft)")
     if raw["built"]:
         token_dtype(raw["token_dtype"], where=where)
         check_dtype_fits(raw["token_dtype"], int(raw["vocab_size"]), where=where)
