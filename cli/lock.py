@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .params import RUN_ID
 from .render import emit_json
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ _HEADING = object()
 @click.option(
     "--against",
     "against",
-    type=int,
+    type=RUN_ID,
     metavar="RUN_ID",
     help="Compare with the lock of this run instead of the previous lock.",
 )

@@ -25,10 +25,12 @@ class DlmGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DlmError as exc:
+            from .render import printable
+
             for message, hint in exc.reports():
-                click.echo(f"error: {message}", err=True)
+                click.echo(f"error: {printable(message)}", err=True)
                 if hint:
-                    click.echo(f"hint: {hint}", err=True)
+                    click.echo(f"hint: {printable(hint)}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)

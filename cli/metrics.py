@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import DURATION
+from .params import DURATION, RUN_ID
 from .render import emit_json, human_bytes
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @click.command("metrics")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--run-id", type=int, help="Only this run, with its logged steps of every phase.")
+@click.option("--run-id", type=RUN_ID, help="Only this run, with its logged steps of every phase.")
 @click.option("--since", type=DURATION, help="Only runs started within this long (7d, 12h, ...).")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."

@@ -1,7 +1,9 @@
-"""Parameter types shared by commands: durations (``30d``) and sizes (``128MiB``).
+"""Parameter types shared by commands: durations (``30d``), sizes (``128MiB``), run ids.
 
 Each converts on the command line and leaves an already-converted default
 alone. Nothing heavy is imported here, so ``dlm --help`` stays fast.
+Values that could only overflow later (a date before year 1, an integer
+SQLite cannot store) are usage errors here instead.
 """
 
 from __future__ import annotations
@@ -11,6 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 import click
+
+#: The longest duration accepted: 100 years, so ``now - duration`` is a date.
+MAX_DURATION = timedelta(days=36_500)
+
+#: SQLite stores integers in 64 bits.
+SQLITE_MAX_INT = 2**63 - 1
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
 
@@ -27,9 +35,16 @@ class Duration(click.ParamType[timedelta, Any]):
         from dlmstore.store.metrics import parse_duration
 
         try:
-            return parse_duration(value)
+            duration = parse_duration(value)
         except DurationError as exc:
             self.fail(exc.message, param, ctx)
+        except (OverflowError, ValueError):  # a number too large for timedelta (or for int())
+            duration = None
+        if duration is None or duration > MAX_DURATION:
+            self.fail(
+                f"{str(value)[:40]!r} is too long: at most {MAX_DURATION.days}d (100 years)", param, ctx
+            )
+        return duration
 
 
 class Size(click.ParamType[int, Any]):
@@ -50,3 +65,10 @@ class Size(click.ParamType[int, Any]):
 
 DURATION = Duration()
 SIZE = Size()
+
+#: A run id: ``runs.id``, a positive 64-bit integer.
+RUN_ID = click.IntRange(1, SQLITE_MAX_INT)
+
+#: A random seed, within training.seed's bounds (``dlmstore.document.frontmatter.MAX_SEED``,
+#: not imported: that would load pydantic for ``dlm --help``).
+SEED = click.IntRange(0, 2**32 - 1)

@@ -16,9 +16,25 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+#: Characters escaped in messages: controls other than tab and newline, and
+#: the Unicode line and paragraph separators. A quoted line or file name
+#: holding one would otherwise break the message's line or drive the terminal
+#: (``\x1b[...``).
+_UNPRINTABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)
+    if chr(code) not in "\t\n"
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters and line separators escaped (``\\x1b``, ``\\u2028``)."""
+    return text.translate(_UNPRINTABLE)
+
+
 def warn(message: str) -> None:
     """A warning line on stderr."""
-    click.echo(f"warning: {message}", err=True)
+    click.echo(f"warning: {printable(message)}", err=True)
 
 
 def human_bytes(n: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .lock import lock_mode_options
+from .params import SEED
 from .render import emit_json, human_bytes, warn
 
 
@@ -20,7 +21,7 @@ from .render import emit_json, human_bytes, warn
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
-@click.option("--seed", type=int, help="Override training.seed.")
+@click.option("--seed", type=SEED, help="Override training.seed.")
 @lock_mode_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def train_command(

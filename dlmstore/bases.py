@@ -38,7 +38,9 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import os
 import re
+import stat
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +52,23 @@ from dlmstore.base_registry import REGISTRY, RegisteredBase
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
 from dlmstore.store.atomic import StagingDir
+from dlmstore.store.untrusted import describe_mode
+
+#: Files that make up a tokenizer (and can change what it produces), wherever they exist.
+TOKENIZER_FILES = (
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+)
 
 
 @dataclass(frozen=True)
@@ -152,7 +171,14 @@ def resolve_base(name: str, *, relative_to: Path | None = None) -> BaseModelRef:
     candidate = Path(name).expanduser()
     if not candidate.is_absolute() and relative_to is not None:
         candidate = relative_to / candidate
-    if candidate.is_dir():
+    try:
+        is_dir = candidate.is_dir()
+    except OSError as exc:  # a name too long for a path, a folder that cannot be searched
+        raise BaseModelError(
+            f"base model {name!r} cannot be a local folder: {exc.strerror}",
+            hint=f"use {accepted_names()}",
+        ) from None
+    if is_dir:
         return BaseModelRef(name, "local", str(candidate.resolve()))
     if _HUB_ID.match(name):
         return BaseModelRef(name, "hub", name)
@@ -207,6 +233,8 @@ def tokenizer_source(ref: BaseModelRef) -> str:
         return str(_converted(ref, "tokenizer"))
     if ref.on_hub:
         _require_cached_offline(ref, ("tokenizer_config.json", "tokenizer.json"))
+    if ref.kind == "local":
+        _check_local_folder(ref)
     return ref.location
 
 
@@ -220,7 +248,35 @@ def model_source(ref: BaseModelRef) -> str:
         return str(_converted(ref, "model"))
     if ref.on_hub:
         _require_cached_offline(ref, ("config.json",))
+    if ref.kind == "local":
+        _check_local_folder(ref)
     return ref.location
+
+
+def _check_local_folder(ref: BaseModelRef) -> None:
+    """Refuse a local base folder whose files transformers would hang or fail on.
+
+    A FIFO, device or socket among its entries would block ``from_pretrained``
+    or feed it bytes without end (a symlink to ``/dev/zero``), and a
+    tokenizer or config file that is a directory fails deep inside it; each
+    is one error naming the entry instead.
+    """
+    try:
+        entries = sorted(os.scandir(ref.location), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise BaseModelError(f"base model {ref.name!r}: cannot list {ref.location}: {exc.strerror}") from None
+    for entry in entries:
+        try:
+            mode = os.stat(entry.path).st_mode
+        except OSError:
+            continue  # a dangling symlink: transformers reports a file it needs and cannot find
+        single_file = entry.name in TOKENIZER_FILES or entry.name == "config.json"
+        if stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and not single_file):
+            continue
+        raise BaseModelError(
+            f"base model {ref.name!r}: {entry.path} is {describe_mode(mode)}",
+            hint="a local base folder holds the files `save_pretrained` writes; replace or remove this one",
+        )
 
 
 def load_tokenizer(ref: BaseModelRef) -> Any:

@@ -26,25 +26,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlmstore.bases import BaseModelRef, tokenizer_source
+from dlmstore.bases import TOKENIZER_FILES, BaseModelRef, tokenizer_source
+from dlmstore.errors import BaseModelError
+from dlmstore.store.untrusted import open_regular
 
 SCHEME = "tok-v1"
-
-#: Files that can change what a tokenizer produces, wherever they exist.
-TOKENIZER_FILES = (
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "merges.txt",
-    "sentencepiece.bpe.model",
-    "special_tokens_map.json",
-    "spiece.model",
-    "tokenizer.json",
-    "tokenizer.model",
-    "tokenizer_config.json",
-    "vocab.json",
-    "vocab.txt",
-)
 
 
 def _library_versions() -> str:
@@ -58,21 +44,31 @@ def _library_versions() -> str:
 
 
 def files_sha256(directory: str | os.PathLike[str]) -> str | None:
-    """Fingerprint of the tokenizer files in ``directory``; ``None`` when it has none."""
+    """Fingerprint of the tokenizer files in ``directory``; ``None`` when it has none.
+
+    Raises:
+        BaseModelError: a tokenizer file is not a regular file (a directory,
+            a FIFO, a symlink to a device) or cannot be read.
+    """
     digest = hashlib.sha256(f"{SCHEME}\n{_library_versions()}\n".encode())
     found = False
     for name in TOKENIZER_FILES:
         path = Path(directory) / name
         try:
-            f = open(path, "rb")
+            f = open_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except OSError as exc:
+            raise BaseModelError(f"cannot read tokenizer file {path}: {exc.strerror}") from None
         with f:
             found = True
-            digest.update(f"{name}\n{os.fstat(f.fileno()).st_size}\n".encode())
-            # file_digest takes a constructor; handing it the running digest
-            # appends the file's bytes to it instead of starting a new one.
-            hashlib.file_digest(f, lambda: digest)
+            size = os.fstat(f.fileno()).st_size
+            digest.update(f"{name}\n{size}\n".encode())
+            # The bytes fstat counted, no more: a file growing meanwhile is cut there.
+            left = size
+            while left and (chunk := f.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
     return "sha256:" + digest.hexdigest() if found else None
 
 

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.datasets.formats import check_dtype_fits, token_dtype
+from dlmstore.document.frontmatter import short_repr
 from dlmstore.errors import DatasetError, DatasetFileError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.untrusted import load_json, read_regular
 
 META_NAME = "meta.json"
 FORMAT = "dlm-token-dataset/1"
@@ -49,6 +51,24 @@ REQUIRED = (
     "files",
     "streaming",
 )
+#: Fields code reads, with the JSON types they must have: ``(key, types, words)``.
+_FIELD_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("format", (str,), "a string"),
+    ("kind", (str,), "a string"),
+    ("built", (bool,), "true or false"),
+    ("dataset_name", (str,), "a string"),
+    ("token_dtype", (str, type(None)), "a string or null"),
+    ("tokenizer_sha256", (str,), "a string"),
+    ("vocab_size", (int,), "a whole number"),
+    ("seed", (int, type(None)), "a whole number or null"),
+    ("files", (list,), "a list"),
+)
+
+#: The largest meta.json read (one entry per file: about 300 bytes each).
+MAX_META_BYTES = 256 << 20
+
+_REBUILD = "rebuild the dataset; meta.json is written by the builder, never by hand"
+
 REQUIRED_BY_KIND = {
     "pretrain": ("shard_bytes", "shard_tokens", "eos_token_id", "budgets"),
     "sft": ("val_frac", "eot_id", "chat_format"),
@@ -118,30 +138,35 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(directory) / META_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(read_regular(path, limit=MAX_META_BYTES))
     except FileNotFoundError:
         raise DatasetFileError(
             f"{path} is missing: {directory} is not a built dataset (or its build did not finish)",
             hint="build it with `dlm data build pretrain|sft`, or point at the directory that holds meta.json",
         ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetFileError(
-            f"{path} is not valid JSON: {exc}",
-            hint="rebuild the dataset; meta.json is written by the builder, never by hand",
-        ) from None
+    except OSError as exc:
+        raise DatasetFileError(f"cannot read {path}: {exc.strerror}", hint=_REBUILD) from None
+    except ValueError as exc:  # not UTF-8, not JSON, too deep, an integer of more than 4300 digits
+        raise DatasetFileError(f"{path} is not valid JSON: {exc}", hint=_REBUILD) from None
     if not isinstance(data, dict):
         raise DatasetFileError(f"{path} must hold a JSON object")
     missing = [key for key in REQUIRED if key not in data]
-    if not missing and data.get("built"):
+    if not missing and data.get("built") and isinstance(data["kind"], str):
         missing = [key for key in REQUIRED_BY_KIND.get(data["kind"], ()) if key not in data]
     if missing:
         raise DatasetFileError(
             f"{path} lacks {', '.join(missing)}",
             hint="rebuild the dataset with this version of dlm (`dlm data build ...`)",
         )
+    for key, kinds, noun in _FIELD_TYPES:
+        value = data[key]
+        if isinstance(value, bool) is not (kinds == (bool,)) or not isinstance(value, kinds):
+            raise DatasetFileError(
+                f"{path}: field {key!r} must be {noun}, not {short_repr(value)}", hint=_REBUILD
+            )
     if data["format"] != FORMAT:
         raise DatasetFileError(
-            f"{path} has format {data['format']!r}; this dlmstore reads {FORMAT!r}",
+            f"{path} has format {short_repr(data['format'])}; this dlmstore reads {FORMAT!r}",
             hint="rebuild the dataset with this version of dlm",
         )
     return data
@@ -152,7 +177,7 @@ def load_meta(directory: str | os.PathLike[str]) -> DatasetMeta:
     raw = read_meta(directory)
     where = Path(directory) / META_NAME
     if raw["kind"] not in REQUIRED_BY_KIND:
-        raise DatasetFileError(f"{where}: unknown dataset kind {raw['kind']!r} (pretrain or sft)")
+        raise DatasetFileError(f"{where}: unknown dataset kind {short_repr(raw['kind'])} (pretrain or sft)")
     if raw["built"]:
         token_dtype(raw["token_dtype"], where=where)
         check_dtype_fits(raw["token_dtype"], int(raw["vocab_size"]), where=where)

@@ -15,7 +15,8 @@ fences into a validated :class:`Frontmatter`, with every problem at its line.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -25,6 +26,12 @@ from dlmstore.ulid import is_valid_ulid
 DEFAULT_BASE_MODEL = "smollm2-135m"
 
 GIB = 1024**3
+
+#: The largest training.seed: NumPy's generators take seeds below 2^32.
+MAX_SEED = 2**32 - 1
+
+#: The longest cache retention, 100 years (the longest ``--older-than`` too).
+MAX_PRUNE_DAYS = 36_500
 
 #: Frontmatter blocks DLM defines for capabilities dlmstore does not have. A
 #: document may set them (it stays a valid DLM document); ``dlm show`` and
@@ -88,6 +95,7 @@ class CacheSettings(_Strict):
     prune_older_than_days: int = Field(
         default=90,
         ge=0,
+        le=MAX_PRUNE_DAYS,
         strict=True,
         description="Prune cache entries that no run has used for this many days.",
     )
@@ -220,7 +228,13 @@ class TrainingSettings(_Strict):
     precision: Literal["bf16", "fp16", "fp32"] | None = Field(
         default=None, description="Training precision; unset picks one for the hardware."
     )
-    seed: int = Field(default=42, strict=True, description="Random seed, for reproducible training runs.")
+    seed: int = Field(
+        default=42,
+        ge=0,
+        le=MAX_SEED,
+        strict=True,
+        description="Random seed, for reproducible training runs (0 to 2^32 - 1, what NumPy accepts).",
+    )
     max_steps: int | None = Field(
         default=None,
         gt=0,
@@ -370,9 +384,46 @@ def unused_keys(frontmatter: Frontmatter) -> list[str]:
     ]
 
 
-def short_repr(value: object) -> str:
-    """A value as error messages quote it: ``repr``, cut to 40 characters."""
+def short_repr(value: object, limit: int = 40) -> str:
+    """A value as error messages quote it: ``repr``, cut to ``limit`` characters.
+
+    Looks at no more of ``value`` than it prints: a list of lists that
+    aliases repeat a billion times, or an integer too long for ``repr``
+    (more than 4300 digits), costs as little as a short one.
+    """
     if value is None:
         return "empty (null)"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    text = _repr_prefix(value, limit + 1)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _repr_prefix(value: object, budget: int) -> str:
+    """``repr(value)``, or a prefix of it at least ``budget`` characters long."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
+        return f"a number of about {int(value.bit_length() * 0.30103)} digits"
+    items: Iterable[Any]
+    if isinstance(value, dict):
+        opening, closing, items = "{", "}", value.items()
+    elif isinstance(value, list):
+        opening, closing, items = "[", "]", value
+    elif isinstance(value, tuple):
+        opening, closing, items = "(", ",)" if len(value) == 1 else ")", value
+    elif isinstance(value, (set, frozenset)):
+        if not value:
+            return f"{type(value).__name__}()"
+        opening, closing, items = "{", "}", value
+        if isinstance(value, frozenset):
+            opening, closing = "frozenset({", "})"
+    else:
+        return repr(value)
+    out = opening
+    for index, item in enumerate(items):
+        if len(out) >= budget:
+            return out
+        if index:
+            out += ", "
+        if isinstance(value, dict):
+            key, item = item
+            out += _repr_prefix(key, budget - len(out)) + ": "
+        out += _repr_prefix(item, budget - len(out))
+    return out + closing

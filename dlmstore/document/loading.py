@@ -14,8 +14,13 @@ How lines are kept:
   construction, so it can see what ``safe_load`` hides: duplicate keys (an
   error, naming the first line), non-string keys (an unknown key), and
   merge keys (``<<``, which make an override legal). Nodes reached again
-  through an alias are not re-walked, so an alias "billion laughs" costs
-  linear time.
+  through an alias are not re-walked.
+* **Bounded work.** :class:`BoundedLoader` refuses nesting deeper than
+  :data:`MAX_NESTING` and an alias "billion laughs" while composing, before
+  anything expands it, and every rejected value is quoted through
+  :func:`~dlmstore.document.frontmatter.short_repr`, which looks at no more
+  of it than it prints. A 64 KiB document parses in well under a second
+  and 100 MB whatever it holds (``bench/bench_hostile.py``).
 * **Pydantic errors become plain words.** Every validation error is
   reported once per key, at its key's line, or at the nearest ancestor that
   has one (a missing key is reported at its parent mapping; the frontmatter
@@ -26,9 +31,11 @@ How lines are kept:
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -39,6 +46,14 @@ from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, moved_p
 from dlmstore.errors import DocumentError, DocumentProblems
 
 KeyPath = tuple[str | int, ...]
+
+#: A problem found, worded only when it is listed: ``(line, wording)``.
+Pending = tuple[int, Callable[[], DocumentError]]
+
+#: At most this many frontmatter problems are listed, in line order; one
+#: more line counts the rest (wording thousands of unknown keys, each with
+#: its did-you-mean, would take seconds and help nobody).
+MAX_PROBLEMS = 50
 
 
 def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatter:
@@ -79,15 +94,14 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
     version = data.get("dlm_version", 1)
     version_line = key_lines.get(("dlm_version",))
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        problems.append(
-            DocumentError(path, f"dlm_version: must be a whole number of at least 1, not {short_repr(version)}",
-                          line=version_line, hint=f"the current version is {CURRENT_DLM_VERSION}")
-        )  # fmt: skip
+        bad = DocumentError(path, f"dlm_version: must be a whole number of at least 1, not {short_repr(version)}",
+                            line=version_line, hint=f"the current version is {CURRENT_DLM_VERSION}")  # fmt: skip
+        problems.append((version_line or 0, lambda: bad))
         version = CURRENT_DLM_VERSION
     elif version > CURRENT_DLM_VERSION:
         raise DocumentError(
             path,
-            f"dlm_version {version} is newer than the DLM frontmatter this dlmstore reads "
+            f"dlm_version {short_repr(version)} is newer than the DLM frontmatter this dlmstore reads "
             f"(versions 1 to {CURRENT_DLM_VERSION})",
             line=version_line,
             hint="a newer dlmstore may read it (pip install -U dlmstore); otherwise set dlm_version to "
@@ -104,12 +118,151 @@ def load_frontmatter(yaml_text: str, *, path: str, first_line: int) -> Frontmatt
     except ValidationError as exc:
         problems.extend(_frontmatter_errors(exc, key_lines, path))
     if problems:
-        raise DocumentProblems.of(problems)
+        raise DocumentProblems.of(listed(problems, path))
     return frontmatter
 
 
-class FrontmatterLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """PyYAML's safe loader reading YAML 1.2 floats without a dot (``2e-4``) as numbers.
+def listed(problems: list[Pending], path: str) -> list[DocumentError]:
+    """The first :data:`MAX_PROBLEMS` of ``problems`` by line, worded, and a count of the rest."""
+    ordered = sorted(problems, key=lambda problem: problem[0])
+    shown = [word() for _, word in ordered[:MAX_PROBLEMS]]
+    rest = ordered[MAX_PROBLEMS:]
+    if rest:
+        shown.append(
+            DocumentError(
+                path,
+                f"{len(rest):,} more problems in the frontmatter from this line on "
+                f"(only the first {MAX_PROBLEMS} are listed)",
+                line=rest[0][0],
+            )
+        )
+    return shown
+
+
+#: How deep values may nest, counting each mapping and list, also through aliases.
+MAX_NESTING = 64
+
+#: How many keys, values and list items (aliases included) a text may hold.
+#: PyYAML's pure-Python parser, which DLM uses and whose verdicts we keep,
+#: takes tens of microseconds per value; DLM's schema has about sixty.
+MAX_VALUES = 10_000
+
+#: How far aliases may grow a text: the values and characters they
+#: repeat, on top of those written out (one per value plus each string's
+#: length). A "billion laughs" needs more; no real document comes close.
+MAX_ALIAS_EXPANSION = 200_000
+
+
+class YamlLimit(yaml.composer.ComposerError):  # type: ignore[misc]
+    """Valid YAML that exceeds one of the loader's bounds (reported in its own words)."""
+
+
+class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader, as DLM uses it, with bounds on the work any text can cause.
+
+    Each bound is a :class:`YamlLimit` at the value that crosses it
+    (``what`` names the text in its message):
+
+    * at most :data:`MAX_VALUES` keys and values (aliases count one each);
+    * values nest at most :data:`MAX_NESTING` deep, counting the path from
+      the top through a mapping or list per level, also through aliases (the
+      composer recurses per level, and so would everything walking the
+      result);
+    * an alias may not name a value it sits inside (a cycle);
+    * aliases may add at most :data:`MAX_ALIAS_EXPANSION` to the text's
+      size. Sizes are counted on the node tree as it is composed, where a
+      repeated value costs nothing yet, so a "billion laughs" is refused
+      before anything expands it (merge keys at construction, pydantic, an
+      error message).
+
+    A scalar whose tag the constructor cannot honour (``2001-02-30``,
+    ``!!int x``, an integer of more than 4300 digits) is a
+    ``ConstructorError`` at its line, not a ``ValueError``.
+    """
+
+    what = "the frontmatter"
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._written = 0
+        #: id(node) -> (size, depth) as expanded through aliases, once composed.
+        self._measured: dict[int, tuple[int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise YamlLimit(
+                None,
+                None,
+                f"{self.what} holds more than {MAX_VALUES:,} keys and values",
+                self.peek_event().start_mark,
+            )
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = super().compose_node(parent, index)
+            if id(node) not in self._measured:
+                raise YamlLimit(
+                    None, None, f"alias *{event.anchor} is used inside the value it names", event.start_mark
+                )
+            return node
+        if self._depth >= MAX_NESTING:
+            raise YamlLimit(
+                None,
+                None,
+                f"{self.what} nests values more than {MAX_NESTING} levels deep",
+                self.peek_event().start_mark,
+            )
+        self._depth += 1
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._measure(node)
+        return node
+
+    def _measure(self, node: yaml.Node) -> None:
+        if isinstance(node, yaml.ScalarNode):
+            size, depth = 1 + len(node.value), 1
+        else:
+            children = (
+                [part for pair in node.value for part in pair]
+                if isinstance(node, yaml.MappingNode)
+                else node.value
+            )
+            measured = [self._measured[id(child)] for child in children]
+            size = 1 + sum(size for size, _ in measured)
+            depth = 1 + max((depth for _, depth in measured), default=0)
+        self._written += 1 + len(node.value) if isinstance(node, yaml.ScalarNode) else 1
+        if depth > MAX_NESTING:
+            raise YamlLimit(
+                None,
+                None,
+                f"through aliases, {self.what} nests values more than {MAX_NESTING} levels deep",
+                node.start_mark,
+            )
+        if size > self._written + MAX_ALIAS_EXPANSION:
+            raise YamlLimit(
+                None,
+                None,
+                f"aliases grow this value by more than {MAX_ALIAS_EXPANSION:,} values and characters "
+                "(a YAML alias bomb?)",
+                node.start_mark,
+            )
+        self._measured[id(node)] = (size, depth)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, KeyError, OverflowError) as exc:
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            detail = "not one of its values" if isinstance(exc, KeyError) else str(exc).split(";")[0]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {short_repr(node.value)} as {kind}: {detail}", node.start_mark
+            ) from None
+
+
+class FrontmatterLoader(BoundedLoader):
+    """The bounded loader reading YAML 1.2 floats without a dot (``2e-4``) as numbers.
 
     PyYAML implements YAML 1.1, where ``2e-4`` is a string; every YAML 1.2
     parser (and so everyone writing a learning rate) reads it as a float.
@@ -123,9 +276,7 @@ FrontmatterLoader.add_implicit_resolver(
 )
 
 
-def _compose(
-    yaml_text: str, path: str, first_line: int
-) -> tuple[Any, dict[KeyPath, int], list[DocumentError]]:
+def _compose(yaml_text: str, path: str, first_line: int) -> tuple[Any, dict[KeyPath, int], list[Pending]]:
     """The constructed YAML value, the line of every key path, and key problems.
 
     Raises:
@@ -136,11 +287,13 @@ def _compose(
         loader = FrontmatterLoader(yaml_text)
         try:
             node = loader.get_single_node()
-            problems: list[DocumentError] = []
+            problems: list[Pending] = []
             key_lines = _key_lines(node, path, first_line, problems) if node is not None else {}
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except YamlLimit as exc:
+        raise DocumentError(path, exc.problem, line=exc.problem_mark.line + first_line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = f"invalid YAML in frontmatter: {exc.problem or exc.context}"
@@ -170,9 +323,7 @@ def _yaml_kind(value: object) -> str:
 _YAML_KEY_TAGS = ("tag:yaml.org,2002:str", "tag:yaml.org,2002:merge")
 
 
-def _key_lines(
-    root: yaml.Node, shown: str, first_line: int, problems: list[DocumentError]
-) -> dict[KeyPath, int]:
+def _key_lines(root: yaml.Node, shown: str, first_line: int, problems: list[Pending]) -> dict[KeyPath, int]:
     """File line of every mapping key and sequence item, by key path.
 
     Runs on the composed nodes, before construction, so merge keys (``<<``)
@@ -194,16 +345,11 @@ def _key_lines(
                 child = (*path, key_node.value)
                 line = key_node.start_mark.line + first_line
                 if key_node.tag not in _YAML_KEY_TAGS:  # 1:, true:, null: ...
-                    problems.append(_unknown_key(child, line, shown))
+                    problems.append((line, functools.partial(_unknown_key, child, line, shown)))
                     continue
                 if child in lines:
-                    problems.append(
-                        DocumentError(
-                            shown,
-                            f"duplicate key '{_dotted(child)}' (first set at line {lines[child]})",
-                            line=line,
-                        )
-                    )
+                    duplicate = f"duplicate key '{_dotted(child)}' (first set at line {lines[child]})"
+                    problems.append((line, functools.partial(DocumentError, shown, duplicate, line=line)))
                     continue
                 lines[child] = line
                 walk(value_node, child)
@@ -336,17 +482,16 @@ def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
     return DocumentError(shown, f"unknown key '{_dotted(path)}'", line=line, hint=hint)
 
 
-def _frontmatter_errors(
-    exc: ValidationError, key_lines: dict[KeyPath, int], shown: str
-) -> list[DocumentError]:
-    """Every pydantic error, worded, each at its key's line (one per key)."""
-    out: dict[KeyPath, DocumentError] = {}
+def _frontmatter_errors(exc: ValidationError, key_lines: dict[KeyPath, int], shown: str) -> list[Pending]:
+    """Every pydantic error, each at its key's line (one per key), to be worded if listed."""
+    out: dict[KeyPath, Pending] = {}
     for error in exc.errors():
         if error["type"] == "invalid_key" or error["loc"][-1:] == ("[key]",):
             continue  # a key that is not a string: _key_lines already reported it as unknown
         path = _key_path(tuple(error["loc"]))
         if path not in out:
-            out[path] = _frontmatter_error(error, path, key_lines, shown)
+            line = _line_of(path[:-1] if error["type"] == "missing" else path, key_lines)
+            out[path] = (line, functools.partial(_frontmatter_error, error, path, key_lines, shown))
     return list(out.values())
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import LockError
+from dlmstore.store.untrusted import load_json, read_regular
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
@@ -40,6 +41,9 @@ HARDWARE_TIERS = ("cpu", "cuda", "mps", "rocm")
 DETERMINISM_CLASSES = ("strong", "best-effort", "advisory")
 
 REPLACE_HINT = "rerun `dlm train` with --update-lock to replace it"
+
+#: A lock is about a kilobyte; a larger ``dlm.lock`` is not one.
+MAX_LOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -176,10 +180,12 @@ def read_lock(path: Path) -> Lock | None:
             of the wrong type; the message names the file and the field.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, limit=MAX_LOCK_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise LockError(f"cannot read {path}: {exc.strerror}", hint=REPLACE_HINT) from None
+    except UnicodeDecodeError as exc:
         raise LockError(f"cannot read {path}: {exc}", hint=REPLACE_HINT) from None
     return parse_lock(text, source=str(path))
 
@@ -191,12 +197,14 @@ def parse_lock(text: str, *, source: str) -> Lock:
         LockError: see :func:`read_lock`.
     """
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except json.JSONDecodeError as exc:
         raise LockError(
             f"{source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
             hint=REPLACE_HINT,
         ) from None
+    except ValueError as exc:  # too deep, or an integer of more than 4300 digits
+        raise LockError(f"{source} is not a lock: its JSON {exc}", hint=REPLACE_HINT) from None
     if not isinstance(data, dict):
         raise LockError(f"{source} must hold a JSON object, not {_json_type(data)}", hint=REPLACE_HINT)
     names = [f.name for f in dataclasses.fields(Lock)]

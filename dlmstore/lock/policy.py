@@ -173,17 +173,25 @@ def check_lock(store: Store, current: Lock, *, mode: str) -> LockDecision:
     """Read the store's ``dlm.lock`` and :func:`decide` about ``current``.
 
     A corrupt ``dlm.lock`` is an error in every mode but ``update``, which
-    replaces it.
+    replaces it (unless it is a directory, which no rename can replace).
 
     Raises:
-        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``.
+        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
+            or it is a directory.
         LockValidationError: see :func:`decide`.
     """
+    path = store.path / LOCK_NAME
     try:
-        previous = read_lock(store.path / LOCK_NAME)
+        previous = read_lock(path)
     except LockError:
         if mode != "update":
             raise
+        if path.is_dir() and not path.is_symlink():
+            # A file cannot be renamed over a directory: say so now, not after training.
+            raise LockError(
+                f"{path} is a directory: --update-lock cannot replace it with the new lock",
+                hint=f"remove it (rm -r {path}) and rerun",
+            ) from None
         previous = None
     return decide(previous, current, mode=mode)
 

@@ -37,6 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from dlmstore.document.frontmatter import short_repr
+from dlmstore.document.loading import BoundedLoader, YamlLimit
 from dlmstore.errors import SourceError
 from dlmstore.sources.ignore import IgnoreRule, parse_ignore
 
@@ -149,6 +151,12 @@ def _read_text(path: str, label: str) -> str | None:
 _KEYS = ", ".join(_TrainingYaml.model_fields)
 
 
+class _TrainingYamlLoader(BoundedLoader):
+    """PyYAML's safe loader, as DLM reads training.yaml, within the frontmatter's bounds."""
+
+    what = "the file"
+
+
 def _parse_training_yaml(text: str, path: str, label: str) -> TrainingConfig:
     """Validate ``text`` as DLM does, raising on what DLM would skip."""
 
@@ -159,7 +167,7 @@ def _parse_training_yaml(text: str, path: str, label: str) -> TrainingConfig:
     data: Any = {}
     if text.strip():
         try:
-            loader = yaml.SafeLoader(text)
+            loader = _TrainingYamlLoader(text)
             try:
                 node = loader.get_single_node()
                 if node is not None:
@@ -167,6 +175,8 @@ def _parse_training_yaml(text: str, path: str, label: str) -> TrainingConfig:
                 data = loader.construct_document(node) if node is not None else None
             finally:
                 loader.dispose()
+        except YamlLimit as exc:
+            raise fail(exc.problem_mark.line + 1, exc.problem) from None
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark is not None else 1
@@ -189,7 +199,9 @@ def _parse_training_yaml(text: str, path: str, label: str) -> TrainingConfig:
         if error["type"] == "value_error":
             raise fail(line, f"{dotted}: {error['ctx']['error']}") from None
         message = error["msg"]
-        raise fail(line, f"{dotted}: {message[0].lower()}{message[1:]} (got {error['input']!r})") from None
+        raise fail(
+            line, f"{dotted}: {message[0].lower()}{message[1:]} (got {short_repr(error['input'])})"
+        ) from None
     return TrainingConfig(
         include=model.include,
         exclude=model.exclude,

@@ -33,6 +33,11 @@ globs left in force in a directory compile into one name test:
 These equivalences assume no newline, which is why such paths take
 :meth:`Predicate.exact`.
 
+Every test that is not a string method goes through
+``dlmstore.sources.globmatch``, which answers as DLM's regex does but in
+time linear in the path, even for a glob with many stars that would make
+the regex backtrack for minutes.
+
 The same token lists answer the two questions that let the walk skip a
 directory unread (:meth:`Predicate.covers`, :meth:`Predicate.reaches`).
 """
@@ -40,20 +45,14 @@ directory unread (:meth:`Predicate.covers`, :meth:`Predicate.reaches`).
 from __future__ import annotations
 
 import operator
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-#: A glob as tokens: one literal character each, or ``*`` (``[^/]*``), ``?``
-#: (``[^/]``) or ``**`` (``.*``). DLM globs have no escapes, so a literal
-#: ``*`` or ``?`` never occurs.
-Tokens = tuple[str, ...]
+from dlmstore.sources.globmatch import Test, Tokens, fullmatch, prefix_match
 
 #: The name glob that matches every name.
 ANY_NAME: Tokens = ("*",)
-
-_REGEX = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
 
 
 def tokenize(pattern: str) -> Tokens:
@@ -71,11 +70,6 @@ def tokenize(pattern: str) -> Tokens:
             out.append(c)
             i += 1
     return tuple(out)
-
-
-def regex(tokens: Iterable[str]) -> str:
-    """Regex source of ``tokens`` for ``fullmatch``: DLM's translation."""
-    return "".join(_REGEX.get(token) or re.escape(token) for token in tokens)
 
 
 def name_tokens(tokens: Iterable[str]) -> Tokens:
@@ -106,21 +100,21 @@ class Alternatives:
     Attributes:
         top: name globs for files directly in the base directory.
         always: name globs for files in every directory below the base.
-        guarded: ``(directory regex, name glob)`` pairs: the name glob
+        guarded: ``(directory glob, name glob)`` pairs: the name glob
             applies to files of directories (relative to the base, never
-            ``""``) the regex fullmatches.
+            ``""``) the directory glob fullmatches.
     """
 
     top: frozenset[Tokens]
     always: frozenset[Tokens]
-    guarded: tuple[tuple[str, Tokens], ...]
+    guarded: tuple[tuple[Tokens, Tokens], ...]
 
 
 def split(tokens: Tokens) -> Alternatives:
     """Cut ``tokens`` at every place the last ``/`` of a path can fall."""
     top = frozenset([name_tokens(tokens)]) if "/" not in tokens else frozenset()
     always: set[Tokens] = set()
-    guarded: set[tuple[str, Tokens]] = set()
+    guarded: set[tuple[Tokens, Tokens]] = set()
     for i, token in enumerate(tokens):
         if token not in ("/", "**") or "/" in tokens[i + 1 :]:
             continue
@@ -131,16 +125,8 @@ def split(tokens: Tokens) -> Alternatives:
         if head == ("**",):
             always.add(name)
         else:
-            guarded.add((regex(head), name))
+            guarded.add((head, name))
     return Alternatives(top, frozenset(always), tuple(sorted(guarded)))
-
-
-def _prefixes(tokens: Tokens) -> str:
-    """Regex of every string a token-prefix of ``tokens`` matches."""
-    out = ""
-    for token in reversed(tokens):
-        out = f"(?:{regex([token])}{out})?"
-    return out
 
 
 class Predicate(ABC):
@@ -171,13 +157,6 @@ class Predicate(ABC):
         """DLM's own answer for the file at relative ``path``, newline or not."""
 
 
-def _fullmatch(sources: Iterable[str], flags: int = re.S) -> Callable[[str], object] | None:
-    alternatives = sorted(set(sources))
-    if not alternatives:
-        return None
-    return re.compile("|".join(f"(?:{s})" for s in alternatives), flags).fullmatch
-
-
 class Alternated(Predicate):
     """A :class:`Predicate` over the union of several token lists."""
 
@@ -188,8 +167,10 @@ class Alternated(Predicate):
         self.top = frozenset().union(*(p.top for p in parts))
         self.always = frozenset().union(*(p.always for p in parts))
         guarded = sorted({g for p in parts for g in p.guarded if g[1] not in self.always})
-        self.guarded = tuple((re.compile(source, re.S).fullmatch, name) for source, name in guarded)
-        self._screen = _fullmatch(source for source, _ in guarded)
+        self.guarded: tuple[tuple[Test, Tokens], ...] = tuple(
+            (fullmatch([head]) or match_none, name) for head, name in guarded
+        )
+        self._screen = fullmatch(head for head, _ in guarded)
         # A directory is covered when a glob ends in "**" and what comes
         # before that matches a prefix of "directory/".
         covers = []
@@ -198,23 +179,23 @@ class Alternated(Predicate):
             while stars and tokens[stars - 1] == "**":
                 stars -= 1
             if stars < len(tokens):
-                covers.append(regex((*tokens[:stars], "**")))
-        self._covers = _fullmatch(covers)
+                covers.append((*tokens[:stars], "**"))
+        self._covers = fullmatch(covers)
         self._reach_all = any(tokens[:1] == ("**",) for tokens in lists)
-        self._reaches = _fullmatch(_prefixes(tokens) for tokens in lists if tokens)
+        self._reaches = None if self._reach_all else prefix_match(lists)
 
     def active(self, directory: str) -> frozenset[Tokens]:
         if not directory:
             return self.top
-        if self._screen is None or self._screen(directory) is None:
+        if self._screen is None or not self._screen(directory):
             return self.always
         return self.always.union(name for test, name in self.guarded if test(directory))
 
     def covers(self, directory: str) -> bool:
-        return self._covers is not None and self._covers(directory + "/") is not None
+        return self._covers is not None and bool(self._covers(directory + "/"))
 
     def reaches(self, directory: str) -> bool:
-        return self._reach_all or (self._reaches is not None and self._reaches(directory + "/") is not None)
+        return self._reach_all or (self._reaches is not None and bool(self._reaches(directory + "/")))
 
 
 class Globs(Alternated):
@@ -224,10 +205,10 @@ class Globs(Alternated):
         self.patterns = tuple(patterns)
         super().__init__(tokenize(p) for p in self.patterns)
         # DLM's own regexes, without re.S: "**" stops at a newline.
-        self._exact = _fullmatch((regex(t) for t in self.token_lists), flags=0)
+        self._exact = fullmatch(self.token_lists, dotall=False)
 
     def exact(self, path: str) -> bool:
-        return self._exact is not None and self._exact(path) is not None
+        return self._exact is not None and bool(self._exact(path))
 
 
 #: A name test: truthy when the name matches.
@@ -267,7 +248,7 @@ def name_test(names: Iterable[Tokens]) -> NameTest | None:
             suffixes.append(literal)
         else:
             prefixes.append(literal)
-    rx = re.compile("|".join(f"(?:{regex(t)})" for t in other), re.S).fullmatch if other else None
+    rx = fullmatch(other)
     if sum(map(bool, (exact, suffixes, prefixes, contains, other))) == 1:
         if exact:
             return frozenset(exact).__contains__
@@ -299,7 +280,7 @@ def name_test(names: Iterable[Tokens]) -> NameTest | None:
         for literal in contains:
             if literal in name:
                 return True
-        return rx is not None and rx(name) is not None
+        return rx is not None and bool(rx(name))
 
     return test
 
@@ -307,3 +288,8 @@ def name_test(names: Iterable[Tokens]) -> NameTest | None:
 def match_all(_: str) -> bool:
     """The name test that matches every name."""
     return True
+
+
+def match_none(_: str) -> bool:
+    """The test that matches nothing."""
+    return False

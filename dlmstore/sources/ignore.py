@@ -32,10 +32,10 @@ Which rule wins, and how ignore files combine with the other filters, is
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from dlmstore.sources.glob import ANY_NAME, Alternated, Predicate, Tokens, name_tokens, regex, tokenize
+from dlmstore.sources.glob import ANY_NAME, Alternated, Predicate, match_none, name_tokens, tokenize
+from dlmstore.sources.globmatch import Automaton, Tokens, fullmatch
 
 
 @dataclass(frozen=True)
@@ -105,13 +105,12 @@ class _PathRule(Alternated):
     def __init__(self, tokens: Tokens, anchored: bool) -> None:
         super().__init__([tokens] if anchored else [tokens, ("**", "/", *tokens)])
         self.anchored = anchored
-        self._exact = re.compile(regex(tokens)).fullmatch
+        # The whole path, or (unanchored) any part of it after a "/", in one
+        # pass; DLM's regex without re.S: "**" stops at a newline.
+        self._exact = Automaton([tokens], dotall=False, after_slash=not anchored).matches
 
     def exact(self, path: str) -> bool:
-        if self.anchored:
-            return self._exact(path) is not None
-        parts = path.split("/")
-        return any(self._exact("/".join(parts[i:])) is not None for i in range(len(parts)))
+        return self._exact(path)
 
 
 class _FolderRule(Predicate):
@@ -119,28 +118,31 @@ class _FolderRule(Predicate):
     (relative to the anchor) is named by the glob."""
 
     def __init__(self, tokens: Tokens) -> None:
-        component = regex(name_tokens(tokens))
         # A folder name with a newline would need DLM's "**" to stop there;
-        # the walk sends such paths to exact(), so re.S is safe here.
-        self._folder = re.compile(component, re.S).fullmatch
-        self._any_folder = re.compile(f"(?:.*/)?(?:{component})(?:/.*)?", re.S).fullmatch
-        self._exact = re.compile(regex(tokens)).fullmatch
+        # the walk sends such paths to exact(), so dotall is safe here.
+        self._folder = fullmatch([name_tokens(tokens)]) or match_none
+        self._exact = fullmatch([tokens], dotall=False) or match_none
         self._all: frozenset[Tokens] = frozenset([ANY_NAME])
 
+    def _any_folder(self, directory: str) -> bool:
+        # DLM's "(.*/)?glob(/.*)?": the glob cannot match a "/", so it names
+        # one whole folder of the path.
+        return any(self._folder(folder) for folder in directory.split("/"))
+
     def active(self, directory: str) -> frozenset[Tokens]:
-        if directory and self._any_folder(directory) is not None:
+        if directory and self._any_folder(directory):
             return self._all
         return frozenset()
 
     def covers(self, directory: str) -> bool:
-        return self._any_folder(directory) is not None
+        return self._any_folder(directory)
 
     def reaches(self, directory: str) -> bool:
         return True
 
     def exact(self, path: str) -> bool:
         folders = path.split("/")[:-1]
-        return any(self._exact(folder) is not None for folder in folders)
+        return any(self._exact(folder) for folder in folders)
 
 
 class _Nothing(Predicate):

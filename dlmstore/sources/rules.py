@@ -31,14 +31,14 @@ the walk need not list it (``dlmstore.sources.walk`` still checks that no
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.sources.config import DlmFolder
 from dlmstore.sources.defaults import DEFAULT_EXCLUDES
-from dlmstore.sources.glob import Globs, NameTest, Predicate, Tokens, match_all, name_test, regex
+from dlmstore.sources.glob import Globs, NameTest, Predicate, match_all, name_test
+from dlmstore.sources.globmatch import GroupMatch, Tokens, first_group
 from dlmstore.sources.ignore import rule_predicate
 
 _NONE: frozenset[Tokens] = frozenset()
@@ -60,7 +60,7 @@ class DirTests:
 
     include: NameTest | None
     exclude: NameTest | None
-    ignore: Callable[[str], re.Match[str] | None] | None
+    ignore: Callable[[str], GroupMatch | None] | None
     ignore_negated: tuple[bool, ...]
 
     def keeps(self, name: str) -> bool:
@@ -221,15 +221,13 @@ def _compile(
 ) -> DirTests:
     inc = name_test(include)
     exc = name_test(exclude)
-    ignore = None
     negated: list[bool] = [False]
     groups = []
     for is_negated, names in reversed(ignored):  # the last rule that matches wins
         if names:
-            groups.append("(" + "|".join(f"(?:{regex(tokens)})" for tokens in sorted(names)) + ")")
+            groups.append(names)
             negated.append(is_negated)
-    if groups:
-        ignore = re.compile("|".join(groups), re.S).fullmatch
+    ignore = first_group(groups)
     return DirTests(
         include=_never if inc is None else (None if inc is match_all else inc),
         exclude=exc,

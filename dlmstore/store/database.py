@@ -353,7 +353,7 @@ def migrate(db_path: Path, dlm_id: str) -> None:
         revision = current_revision(db_path)  # another process may have migrated meanwhile
         _refuse_unknown(db_path, revision)
         if revision != HEAD_REVISION:
-            _upgrade(db_path)
+            _upgrade(db_path, revision)
         _stamp_store_info(db_path, dlm_id)
 
 
@@ -408,7 +408,7 @@ def _lock_exclusive(lock_file: object) -> None:
     fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)  # type: ignore[attr-defined]
 
 
-def _upgrade(db_path: Path) -> None:
+def _upgrade(db_path: Path, revision: str | None) -> None:
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import create_engine
@@ -432,7 +432,13 @@ def _upgrade(db_path: Path) -> None:
         cause = getattr(exc, "orig", exc)  # SQLAlchemy wraps the sqlite3 error
         if is_damage(cause):
             raise damaged_error(db_path, cause) from None
-        raise StoreError(f"cannot migrate {db_path}: {exc}") from exc
+        # The first line only: SQLAlchemy appends the statement and a link.
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise StoreError(
+            f"cannot migrate {db_path} from schema revision {revision or '(none)'} to {HEAD_REVISION}: {reason}",
+            hint="its alembic_version table may not match its tables (edited or restored by hand); "
+            "restore store.db from a backup, or move the store's folder away to start afresh",
+        ) from None
     finally:
         engine.dispose()
 
