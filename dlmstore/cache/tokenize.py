@@ -21,7 +21,8 @@ Speed: on all hits the tokenizer is never loaded (its identity comes from
 hashing its files), the lookup is one SQL join and the tokens are views of
 memory-mapped packs, concatenated once into the output arrays. On misses,
 identical contents are tokenized once, and the misses are encoded in
-batches through the fast tokenizer (Rust, all cores). No per-token Python
+batches through the fast tokenizer (Rust, all cores), each at most 256 rows
+and 4 MiB of text, which bounds the tokenizer's memory. No per-token Python
 objects are kept: rows are numpy arrays, the result is ``values`` +
 ``offsets`` (Arrow's list layout).
 """
@@ -29,14 +30,14 @@ objects are kept: rows are numpy arrays, the result is ``values`` +
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.document.corpus import Corpus
-from dlmstore.document.rows import Row
+from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import TokenizationEvent
 
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 BATCH_ROWS = 256
+#: A batch also stops at this much text (a larger row goes alone): the fast
+#: tokenizer holds about 200 bytes per byte of a batch while it encodes it,
+#: so 256 rows of 4 MiB would need 200 GB. See ``rows.MAX_ROW_BYTES``.
+BATCH_BYTES = MAX_ROW_BYTES
 
 #: progress(rows_done, rows_total, tokens_done)
 Progress = Callable[[int, int, int], None]
@@ -223,8 +228,8 @@ def tokenize_pass(
             from dlmstore.prefix import PrefixCachedTokenizer
 
             prefix = PrefixCachedTokenizer(tokenizer, fingerprint=tokenizer_sha256)
-        for begin in range(0, len(missing), BATCH_ROWS):
-            batch = missing[begin : begin + BATCH_ROWS]
+        done = 0
+        for batch in _batches(missing):
             encoded = [ids.astype(pack_dtype) for ids in encode_rows(tokenizer, batch, prefix=prefix)]
             fresh = {row.row_key: ids for row, ids in zip(batch, encoded, strict=True)}
             if use_cache:
@@ -232,8 +237,9 @@ def tokenize_pass(
             if materialize:
                 arrays.update(fresh)
             tokens_done += sum(len(ids) for ids in encoded)
+            done += len(batch)
             if progress:
-                progress(hits + begin + len(batch), len(rows), tokens_done)
+                progress(hits + done, len(rows), tokens_done)
     evicted = 0
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
@@ -266,6 +272,21 @@ def tokenize_pass(
         event, tokenized, tokens_done, preference_rows, len(damaged), evicted, tokenizer_sha256,
         warnings, prefix_stats,
     )  # fmt: skip
+
+
+def _batches(rows: Sequence[Row]) -> Iterator[list[Row]]:
+    """``rows`` in order, in runs of at most ``BATCH_ROWS`` rows and ``BATCH_BYTES`` of text."""
+    batch: list[Row] = []
+    size = 0
+    for row in rows:
+        nbytes = text_bytes(row.data)
+        if batch and (len(batch) == BATCH_ROWS or size + nbytes > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += nbytes
+    if batch:
+        yield batch
 
 
 def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:

@@ -26,6 +26,7 @@ from dlmstore.datasets.formats import check_dtype_fits, token_dtype
 from dlmstore.errors import DatasetError, DatasetFileError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.regular_files import read_regular
 
 META_NAME = "meta.json"
 FORMAT = "dlm-token-dataset/1"
@@ -118,11 +119,16 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(directory) / META_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise DatasetFileError(
             f"{path} is missing: {directory} is not a built dataset (or its build did not finish)",
             hint="build it with `dlm data build pretrain|sft`, or point at the directory that holds meta.json",
+        ) from None
+    except OSError as exc:  # a FIFO or device (read non-blocking: never a hang), no permission
+        raise DatasetFileError(
+            f"cannot read {path}: {exc.strerror}",
+            hint="meta.json must be the regular file `dlm data build` wrote; rebuild the dataset",
         ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetFileError(

@@ -1,0 +1,159 @@
+"""Opening files that must be regular files, so that a read can neither hang nor escape.
+
+``open(path)`` on a FIFO blocks until something writes to it, and a path
+checked a moment ago may be a symlink to somewhere else by the time it is
+opened. Every read of a file dlm did not write itself (source files, a
+``.dlm/ignore``, a pack, a dataset's ``meta.json``) goes through
+:func:`open_regular`, which closes both holes on the *descriptor*:
+
+* a path that names a FIFO, socket, device or directory is refused
+  (:class:`NotRegularFileError`) before it is opened; the open itself is
+  non-blocking (``O_NONBLOCK``), so a path swapped for a FIFO after that
+  check opens at once instead of waiting, and ``fstat`` on the descriptor
+  refuses it. On a regular file ``O_NONBLOCK`` changes nothing. (With
+  ``exact`` the caller has classified the path already, and only the
+  descriptor is checked.)
+* with ``exact=True`` (a path the caller classified and resolved before,
+  e.g. a file a ``training.sources`` walk chose), the last component is
+  opened with ``O_NOFOLLOW`` and the descriptor's own path, as the kernel
+  reports it (``/proc/self/fd`` on Linux, ``F_GETPATH`` on macOS), must be
+  the path asked for: a file or a folder above it swapped for a symlink
+  between the check and the open is refused (:class:`ReplacedFileError`)
+  instead of read. Where the kernel cannot say, the path's ``lstat`` and
+  the descriptor's ``fstat`` must name the same file.
+
+Both errors are ``OSError`` subclasses whose ``strerror`` reads as a
+sentence, so callers that already report ``OSError.strerror`` need no new
+branch.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+
+#: Non-blocking (a FIFO opens at once), close-on-exec, never a controlling terminal.
+OPEN_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+class NotRegularFileError(OSError):
+    """The path names a FIFO, socket, device or directory, not a regular file."""
+
+    def __init__(self, path: str, mode: int) -> None:
+        super().__init__(errno.EINVAL, f"{file_kind(mode)}, not a regular file", path)
+        self.mode = mode
+
+
+class ReplacedFileError(OSError):
+    """The file at a checked path was replaced (by a symlink, or a folder above it moved) before it was opened."""
+
+    def __init__(self, path: str, now: str | None) -> None:
+        what = f"now {now}" if now else "now a symlink"
+        super().__init__(errno.ELOOP, f"replaced while dlm was reading it ({what})", path)
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a directory``, ...: what a mode that is not a regular file names."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def open_regular(path: str | os.PathLike[str], *, exact: bool = False) -> tuple[int, os.stat_result]:
+    """Open ``path`` for reading and return ``(fd, fstat of fd)``; the caller closes ``fd``.
+
+    Args:
+        path: the file. With ``exact``, an absolute path with no symlink in
+            it (a real path, as ``os.path.realpath`` returns).
+        exact: refuse the file unless the descriptor is the file at exactly
+            ``path``: no symlink as the last component (``O_NOFOLLOW``), none
+            above it.
+
+    Raises:
+        NotRegularFileError: ``path`` is a FIFO, socket, device or directory.
+        ReplacedFileError: (``exact``) the file or a folder above it was
+            replaced after ``path`` was resolved.
+        OSError: it cannot be opened (missing, permission denied, ...).
+    """
+    name = os.fspath(path)
+    if not exact:
+        # Not even opened when the path already names something else: opening
+        # a device can have side effects. (The fstat below closes the race.)
+        mode = os.stat(name).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(name, mode)
+    try:
+        fd = os.open(name, OPEN_FLAGS | (_NOFOLLOW if exact else 0))
+    except OSError as exc:
+        if exact and exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            raise ReplacedFileError(name, None) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(name, st.st_mode)
+        if exact:
+            now = _descriptor_path(fd)
+            if now is None:
+                if not _same_file(name, st):
+                    raise ReplacedFileError(name, None)
+            elif now != name:
+                raise ReplacedFileError(name, now)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular(path: str | os.PathLike[str], *, exact: bool = False) -> bytes:
+    """The bytes of regular file ``path`` (see :func:`open_regular` for ``exact`` and the errors)."""
+    fd, st = open_regular(path, exact=exact)
+    try:
+        chunks: list[bytes] = []
+        size = max(st.st_size, 0) + 1  # one byte more, to notice growth
+        while True:
+            chunk = os.read(fd, size)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size = 1 << 20
+    finally:
+        os.close(fd)
+
+
+def _descriptor_path(fd: int) -> str | None:
+    """The path the kernel has for ``fd``, or ``None`` where it cannot say."""
+    if sys.platform.startswith("linux"):
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+    if sys.platform == "darwin":
+        import fcntl
+
+        try:
+            raw = fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024))
+        except OSError:
+            return None
+        return os.fsdecode(raw.split(b"\0", 1)[0])
+    return None
+
+
+def _same_file(path: str, st: os.stat_result) -> bool:
+    """Fallback identity check: ``path`` resolves to itself and names the opened file."""
+    try:
+        here = os.lstat(path)
+    except OSError:
+        return False
+    return os.path.realpath(path) == path and (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino)
