@@ -68,7 +68,7 @@ def load_corpus(document: Document, *, stat_cache: StatCache | None = None) -> C
     return Corpus(document, document.sections + expansion.sections, expansion)
 
 
-_ROW_NAMES = {"prose": "this prose section", "messages": "question/answer pair", "preference": "triple"}
+_ROW_NAMES = {"text": "this prose section", "messages": "question/answer pair", "preference": "triple"}
 
 
 def _check_body_rows(document: Document) -> None:
