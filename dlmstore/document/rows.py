@@ -43,16 +43,17 @@ from dlmstore.document.sections import Section
 ROW_KEY_SCHEME = "row-v2"
 
 #: The most text one row may hold, in UTF-8 bytes. The fast tokenizer keeps
-#: per-byte alignments and per-token structures while it encodes: about
-#: 140-170 bytes of memory per byte of code or English prose and up to about
-#: 250 for CJK text (``bench/bench_hostile_io.py``), so a 57 MB row needs
-#: 8 GB. 4 MiB keeps one row under about 1 GB, and the tokenize pass batches
-#: rows up to this many bytes, so its peak stays under 2 GB whatever the
-#: file sizes. Training sees only the first ``sequence_len`` tokens of a
-#: row (TRL truncates), a few KiB of text, so the limit loses no training
-#: signal a smaller split would keep. Source files over it are skipped by
-#: the default ``max_bytes_per_file`` (``dlmstore.sources.defaults``); an
-#: in-body row over it is an error (``dlmstore.document.corpus``).
+#: per-byte alignments and per-token structures while it encodes: about 140
+#: bytes of memory per byte of code or English prose, up to about 300 for
+#: text of one token per byte (CJK, emoji), so a 57 MB row needs 8 GB
+#: (``bench/bench_hostile_io.py``). At 4 MiB the worst row measured peaks
+#: at 1.4 GB for the whole ``dlm tokenize`` process, and the tokenize pass
+#: batches rows up to this many bytes, so a pass stays under 2 GB whatever
+#: the file sizes. Training sees only the first ``sequence_len`` tokens of a
+#: row (TRL truncates), a few KiB of text, so the limit costs little
+#: training signal. Source files over it are skipped by the default
+#: ``max_bytes_per_file`` (``dlmstore.sources.defaults``); an in-body row
+#: over it is an error (``dlmstore.document.corpus``).
 MAX_ROW_BYTES = 4 * 1024 * 1024
 
 ROW_KINDS = ("text", "messages", "preference")

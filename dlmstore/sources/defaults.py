@@ -28,7 +28,7 @@ from dlmstore.document.rows import MAX_ROW_BYTES
 
 #: ``max_bytes_per_file`` when a directive sets none (dlmstore's, not DLM's:
 #: DLM reads files of any size). A file is one training row, and one row's
-#: tokenizing memory grows by about 150-250 bytes per byte of text
+#: tokenizing memory grows by about 140-300 bytes per byte of text
 #: (``MAX_ROW_BYTES``): skipping larger files keeps ``dlm tokenize`` and
 #: ``dlm train`` under 2 GB. Skipped files are counted (``skipped_too_large``)
 #: and reported with a hint; a directive that sets ``max_bytes_per_file``
