@@ -356,3 +356,20 @@ def test_a_document_in_the_home_folder_reading_its_own_folder_is_refused_under_s
         expand(home, ".", policy="strict")
     assert "your home folder" in str(caught.value)
     assert caught.value.hint is not None and "needs a folder of its own" in caught.value.hint
+
+
+@pytest.mark.slow  # trains the tiny base for one step
+def test_train_prints_the_default_cap_count_with_the_way_to_raise_it(tmp_path: Path, tiny_base: Path) -> None:
+    make_tree(tmp_path / "src", {"a.txt": "Notes on caching tokens. " * 10})
+    sparse_file(tmp_path / "src" / "dump.sql", GIB)
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        frontmatter=f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  max_steps: 1\n"
+        "  micro_batch_size: 1\n  sources:\n    - path: src\n",
+    )
+    result = CliRunner().invoke(cli, ["train", str(doc)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: training.sources 'src': skipped 1 file over 4 MiB, the default max_bytes_per_file; "
+        "set max_bytes_per_file on the directive to read larger files"
+    ) in result.stderr
