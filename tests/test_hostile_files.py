@@ -1,5 +1,5 @@
-"""Files that would hang or exhaust a reader: FIFOs where packs and dataset files belong,
-and document rows too large to tokenize in bounded memory.
+"""Files that would hang or exhaust a reader: a FIFO where a pack belongs, and document
+rows too large to tokenize in bounded memory (FIFO dataset files: test_datasets_bad_input.py).
 
 A FIFO opened for a blocking read waits forever for a writer, so every FIFO
 case runs the command in a subprocess with a timeout: a hang fails the test
@@ -23,11 +23,10 @@ from click.testing import CliRunner
 import dlmstore.cache.tokenize as tokenize_module
 from dlmstore.cache.tokenize import tokenize_document
 from dlmstore.cli.main import cli
-from dlmstore.datasets.pretrain import build_pretrain_cache
 from dlmstore.document.rows import MAX_ROW_BYTES, text_bytes
 from dlmstore.home import store_dir
 
-from .helpers import REPO, VALID_ID, WORD_SHA, WordTokenizer, words, write_doc
+from .helpers import REPO, VALID_ID, write_doc
 
 DLM = str(Path(sys.executable).with_name("dlm"))
 
@@ -76,45 +75,6 @@ def test_tokenize_treats_a_fifo_pack_as_damage_and_re_tokenizes_without_hanging(
     _, rows = tokenize_document(str(fifo_pack))
     assert rows is not None and expected is not None
     assert rows.values.tolist() == expected.values.tolist()
-
-
-# -- dataset files that are FIFOs --------------------------------------------------------------
-
-
-@pytest.fixture
-def dataset(tmp_path: Path) -> Path:
-    build_pretrain_cache(
-        [words(*range(10 * i + 1, 10 * i + 9)) for i in range(20)],
-        tmp_path / "ds",
-        tokenizer=WordTokenizer(),
-        tokenizer_sha256=WORD_SHA,
-        val_frac=0.0,
-        shard_bytes=64,
-        seed=0,
-    )
-    return tmp_path / "ds"
-
-
-def test_data_validate_refuses_a_meta_json_that_is_a_fifo_without_hanging(dataset: Path) -> None:
-    meta = dataset / "meta.json"
-    meta.unlink()
-    os.mkfifo(meta)
-    result = run_dlm("data", "validate", str(dataset))
-    no_traceback(result)
-    assert result.returncode == 1
-    assert result.stdout == f"problem: cannot read {meta}: a FIFO, not a regular file\n"
-    assert result.stderr.startswith(f"error: {dataset}: 1 problem(s)\n")
-
-
-@pytest.mark.parametrize("name", ["shard_00000.bin", "shard_00000.docs.npy"])
-def test_data_validate_reports_a_shard_that_is_a_fifo_without_hanging(dataset: Path, name: str) -> None:
-    shard = dataset / "train" / name
-    shard.unlink()
-    os.mkfifo(shard)
-    result = run_dlm("data", "validate", str(dataset))
-    no_traceback(result)
-    assert result.returncode == 1
-    assert f"problem: {shard} is a FIFO, not a regular file\n" in result.stdout
 
 
 # -- in-body rows too large to tokenize in bounded memory --------------------------------------
