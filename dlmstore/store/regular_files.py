@@ -108,7 +108,8 @@ def open_regular(path: str | os.PathLike[str], *, exact: bool = False) -> tuple[
             if now is None:
                 if not _same_file(name, st):
                     raise ReplacedFileError(name, None)
-            elif now != name:
+            elif now != name and not (sys.platform == "darwin" and now.casefold() == name.casefold()):
+                # (macOS reports the on-disk case of a case-insensitive volume)
                 raise ReplacedFileError(name, now)
     except BaseException:
         os.close(fd)
