@@ -46,7 +46,8 @@ from dlmstore.bases import load_model, load_tokenizer, resolve_base
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
 from dlmstore.train.determinism import apply_determinism, seed_everything
-from dlmstore.train.plan import probe_hardware, resolve_plan, preference_config_kwargs, dlm_target_modules
+from dlmstore.train.plan import (check_settings, dlm_target_modules, model_load_kwargs, preference_config_kwargs,
+                                 probe_hardware, resolve_plan)
 
 doc_path, adapter_dir, max_steps, output = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 document = parse_document(doc_path)
@@ -55,8 +56,9 @@ ref = resolve_base(document.base_model, relative_to=document.directory)
 rows = [r.data for r in load_corpus(document).rows() if r.kind == "preference"]
 seed_everything(settings.seed); apply_determinism()
 t1 = time.perf_counter()
-model = load_model(ref)
-plan = resolve_plan(settings, probe_hardware(), base_params=model.num_parameters(),
+hardware = probe_hardware()
+model = load_model(ref, **model_load_kwargs(settings.adapter, check_settings(settings, hardware)))
+plan = resolve_plan(settings, hardware, base_params=model.num_parameters(),
                     auto_target_modules=dlm_target_modules(ref), epochs=None, max_steps=max_steps, seed=settings.seed)
 policy = PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
 tokenizer = load_tokenizer(ref)

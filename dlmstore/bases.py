@@ -52,7 +52,7 @@ from dlmstore.base_registry import REGISTRY, RegisteredBase
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
 from dlmstore.store.atomic import StagingDir
-from dlmstore.store.untrusted import describe_mode
+from dlmstore.store.regular_files import file_kind
 
 #: Files that make up a tokenizer (and can change what it produces), wherever they exist.
 TOKENIZER_FILES = (
@@ -274,7 +274,7 @@ def _check_local_folder(ref: BaseModelRef) -> None:
         if stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and not single_file):
             continue
         raise BaseModelError(
-            f"base model {ref.name!r}: {entry.path} is {describe_mode(mode)}",
+            f"base model {ref.name!r}: {entry.path} is {file_kind(mode)}, not a regular file",
             hint="a local base folder holds the files `save_pretrained` writes; replace or remove this one",
         )
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,7 @@ from dlmstore.datasets.sft_dataset import SFTExampleDataset
 from dlmstore.datasets.validate import check_dataset
 from dlmstore.errors import DatasetError, DatasetFileError
 
-from .helpers import WORD_SHA, WordTokenizer, words
+from .helpers import REPO, WORD_SHA, WordTokenizer, words
 
 OTHER_SHA = "sha256:" + "1" * 64
 
@@ -155,3 +158,36 @@ def test_a_window_longer_than_every_shard_is_refused(dataset: Path) -> None:
             B=1, generator=torch.Generator().manual_seed(0)
         )[0]
     )
+
+
+# -- FIFOs: a blocking read would wait forever, so validate runs in a subprocess with a timeout --
+
+
+def validate_in_subprocess(dataset: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    dlm = str(Path(sys.executable).with_name("dlm"))
+    result = subprocess.run(
+        [dlm, "data", "validate", str(dataset)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_validate_refuses_a_meta_json_that_is_a_fifo_without_hanging(dataset: Path) -> None:
+    meta = dataset / "meta.json"
+    meta.unlink()
+    os.mkfifo(meta)
+    result = validate_in_subprocess(dataset)
+    assert result.returncode == 1
+    assert result.stdout == f"problem: cannot read {meta}: a FIFO, not a regular file\n"
+    assert result.stderr.startswith(f"error: {dataset}: 1 problem(s)\n")
+
+
+@pytest.mark.parametrize("name", ["shard_00000.bin", "shard_00000.docs.npy"])
+def test_validate_reports_a_shard_that_is_a_fifo_without_hanging(dataset: Path, name: str) -> None:
+    shard = dataset / "train" / name
+    shard.unlink()
+    os.mkfifo(shard)
+    result = validate_in_subprocess(dataset)
+    assert result.returncode == 1
+    assert f"problem: {shard} is a FIFO, not a regular file\n" in result.stdout

@@ -91,9 +91,9 @@ def test_a_dlm_lock_that_is_no_file_is_one_error(runner: CliRunner, tmp_path: Pa
         path.mkdir()
     else:
         os.mkfifo(path)
-    what = "a directory" if kind == "directory" else "a FIFO (named pipe)"
+    what = "a directory" if kind == "directory" else "a FIFO"
     assert one_error(runner.invoke(cli, ["lock", "show", str(doc)])) == (
-        f"error: cannot read {path}: {what}, not a file"
+        f"error: cannot read {path}: {what}, not a regular file"
     )
 
 
@@ -137,7 +137,7 @@ def test_a_meta_json_that_is_a_fifo_is_one_error(runner: CliRunner, dataset: Pat
     os.mkfifo(dataset / "meta.json")
     result = runner.invoke(cli, ["data", "validate", str(dataset)])
     assert one_error(result) == f"error: {dataset}: 1 problem(s)"
-    assert result.stdout == f"problem: cannot read {dataset / 'meta.json'}: a FIFO (named pipe), not a file\n"
+    assert result.stdout == f"problem: cannot read {dataset / 'meta.json'}: a FIFO, not a regular file\n"
 
 
 # --- numbers out of range -------------------------------------------------------------------
@@ -220,9 +220,9 @@ def test_a_local_base_whose_tokenizer_json_is_no_file_is_one_error_naming_it(
         target.symlink_to("/dev/zero")
     doc = write_doc(tmp_path / "doc.dlm", frontmatter=f"base_model: {base}\n")
     what = {
-        "directory": "a directory, not a file",
-        "fifo": "a FIFO (named pipe), not a file",
-        "dev-zero": "a character device, not a file",
+        "directory": "a directory, not a regular file",
+        "fifo": "a FIFO, not a regular file",
+        "dev-zero": "a character device, not a regular file",
     }[kind]
     assert one_error(runner.invoke(cli, ["tokenize", str(doc)])) == (
         f"error: base model {str(base)!r}: {target} is {what}"
@@ -237,7 +237,7 @@ def test_tokenizer_fingerprints_read_only_regular_files(tmp_path: Path) -> None:
     with pytest.raises(BaseModelError) as info:
         files_sha256(tmp_path)
     assert info.value.message == (
-        f"cannot read tokenizer file {tmp_path / 'tokenizer.json'}: a FIFO (named pipe), not a file"
+        f"cannot read tokenizer file {tmp_path / 'tokenizer.json'}: a FIFO, not a regular file"
     )
 
 

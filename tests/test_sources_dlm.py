@@ -383,23 +383,49 @@ def test_a_dlm_file_that_is_not_utf8_is_an_error(tmp_path: Path, name: str) -> N
     assert caught.value.hint == "save it as UTF-8"
 
 
+@pytest.mark.parametrize("policy", ["strict", "permissive"])
 @pytest.mark.parametrize("name", ["training.yaml", "ignore"])
-def test_an_unreadable_dlm_file_is_an_error(
-    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+def test_an_unreadable_dlm_file_is_an_error_under_either_policy(
+    tmp_path: Path, name: str, policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_tree(tmp_path / "src", {f".dlm/{name}": "", "a.txt": ""})
-    real_open = open
+    # Tests run as root, where chmod 000 does not deny a read: deny the open itself.
+    make_tree(tmp_path / "src", {f".dlm/{name}": "secret.txt\n", "a.txt": "", "secret.txt": ""})
+    real_open = os.open
 
-    def deny(path: Any, *args: Any, **kw: Any) -> Any:
+    def deny(path: Any, *args: Any, **kw: Any) -> int:
         if str(path).endswith(f".dlm/{name}"):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kw)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr(os, "open", deny)
     with pytest.raises(SourceError) as caught:
-        expand(tmp_path)
+        expand(tmp_path, policy=policy)
     path = f"{os.path.realpath(tmp_path / 'src')}/.dlm/{name}"
     assert str(caught.value) == f"training.sources 'src': cannot read {path}: Permission denied"
+
+
+@pytest.mark.parametrize("policy", ["strict", "permissive"])
+@pytest.mark.parametrize("name", ["training.yaml", "ignore"])
+@pytest.mark.parametrize(
+    ("make", "what"),
+    [
+        (os.mkfifo, "is a FIFO, not a regular file"),
+        (lambda path: os.symlink(path + ".gone", path), "is a symlink to a missing file"),
+    ],
+    ids=["fifo", "dangling-symlink"],
+)
+def test_a_dlm_file_that_cannot_be_read_as_a_file_fails_closed_without_hanging(
+    tmp_path: Path, name: str, policy: str, make: Any, what: str
+) -> None:
+    # DLM reads the tree without the rules of such a file; its exclusions
+    # would silently vanish. A FIFO is read non-blocking, so this never hangs.
+    make_tree(tmp_path / "src", {"a.txt": "", "secret.txt": ""})
+    path = f"{os.path.realpath(tmp_path / 'src')}/.dlm/{name}"
+    os.mkdir(os.path.dirname(path))
+    make(path)
+    with pytest.raises(SourceError) as caught:
+        expand(tmp_path, policy=policy)
+    assert str(caught.value).startswith(f"training.sources 'src': {path} {what}, so its rules cannot be")
 
 
 def test_a_folder_named_like_a_dlm_file_is_no_file_as_in_dlm(tmp_path: Path) -> None:

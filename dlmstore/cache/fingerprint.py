@@ -28,7 +28,7 @@ from typing import Any
 
 from dlmstore.bases import TOKENIZER_FILES, BaseModelRef, tokenizer_source
 from dlmstore.errors import BaseModelError
-from dlmstore.store.untrusted import open_regular
+from dlmstore.store.regular_files import open_regular
 
 SCHEME = "tok-v1"
 
@@ -55,14 +55,14 @@ def files_sha256(directory: str | os.PathLike[str]) -> str | None:
     for name in TOKENIZER_FILES:
         path = Path(directory) / name
         try:
-            f = open_regular(path)
+            fd, st = open_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
             raise BaseModelError(f"cannot read tokenizer file {path}: {exc.strerror}") from None
-        with f:
+        with os.fdopen(fd, "rb") as f:
             found = True
-            size = os.fstat(f.fileno()).st_size
+            size = st.st_size
             digest.update(f"{name}\n{size}\n".encode())
             # The bytes fstat counted, no more: a file growing meanwhile is cut there.
             left = size

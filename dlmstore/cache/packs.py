@@ -22,6 +22,7 @@ row key, not the checksum, is the content address.
 from __future__ import annotations
 
 import mmap
+import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from dlmstore.store.atomic import atomic_file
+from dlmstore.store.regular_files import open_regular
 from dlmstore.ulid import new_ulid
 
 PACK_DIR = "tokens"
@@ -108,8 +110,10 @@ class PackReader:
 
     Each pack is mapped once, on first use, with the standard ``mmap``
     module: a warm pass that only verifies and counts tokens never imports
-    numpy. A missing or short pack is not an error here: :meth:`read`
-    returns ``None`` and the caller treats the entry as a miss.
+    numpy. A missing or short pack, or a pack path that is not a regular
+    file (a FIFO is never opened for a blocking read), is not an error here:
+    :meth:`read` returns ``None`` and the caller treats the entry as a miss
+    (``dlm cache verify`` reports it as damaged).
     """
 
     def __init__(self, store_path: Path) -> None:
@@ -119,10 +123,18 @@ class PackReader:
     def _map(self, relpath: str) -> memoryview | None:
         if relpath not in self._maps:
             try:
-                with open(self.store_path / relpath, "rb") as f:
-                    self._maps[relpath] = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            except (OSError, ValueError):  # missing, unreadable, or empty (mmap refuses 0 bytes)
+                # Non-blocking and fstat-checked: a pack path that is a FIFO or
+                # a device is damage (every entry in it a miss), never a hang.
+                fd, _ = open_regular(self.store_path / relpath)
+            except OSError:  # missing, unreadable, or not a regular file
                 self._maps[relpath] = None
+                return None
+            try:
+                self._maps[relpath] = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            except (OSError, ValueError):  # empty (mmap refuses 0 bytes)
+                self._maps[relpath] = None
+            finally:
+                os.close(fd)
         return self._maps[relpath]
 
     def read(self, relpath: str, byte_offset: int, nbytes: int, expected_checksum: str) -> memoryview | None:

@@ -27,7 +27,7 @@ from dlmstore.document.frontmatter import short_repr
 from dlmstore.errors import DatasetError, DatasetFileError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.digests import file_sha256
-from dlmstore.store.untrusted import load_json, read_regular
+from dlmstore.store.regular_files import load_json, read_regular
 
 META_NAME = "meta.json"
 FORMAT = "dlm-token-dataset/1"
@@ -144,7 +144,7 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path} is missing: {directory} is not a built dataset (or its build did not finish)",
             hint="build it with `dlm data build pretrain|sft`, or point at the directory that holds meta.json",
         ) from None
-    except OSError as exc:
+    except OSError as exc:  # a FIFO or device (read non-blocking: never a hang), no permission, too large
         raise DatasetFileError(f"cannot read {path}: {exc.strerror}", hint=_REBUILD) from None
     except ValueError as exc:  # not UTF-8, not JSON, too deep, an integer of more than 4300 digits
         raise DatasetFileError(f"{path} is not valid JSON: {exc}", hint=_REBUILD) from None

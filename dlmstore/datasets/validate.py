@@ -22,6 +22,7 @@ exact reader configuration to use. Checks, cheapest first:
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from dlmstore.datasets.formats import (
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
 from dlmstore.errors import DatasetError
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.regular_files import file_kind
 
 CHUNK = 1 << 24
 
@@ -125,7 +127,11 @@ def _open_entry(root: Path, meta: DatasetMeta, entry: FileEntry, problems: list[
     dtype: Any = {"tokens": token_dtype(meta.token_dtype), "loss_mask": MASK_DTYPE}.get(entry.role)
     expected = entry.token_count if entry.role in ("tokens", "loss_mask") else None
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would hang the reads below
+            problems.append(f"{path} is {file_kind(st.st_mode)}, not a regular file")
+            return None
+        size = st.st_size
         token_file = TokenFile(path, dtype, expected_count=expected)
     except FileNotFoundError:
         problems.append(f"{path} is listed in {META_NAME} but missing")

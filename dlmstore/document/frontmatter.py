@@ -67,7 +67,10 @@ class SourceDirective(_Strict):
         description="Glob patterns of files to skip, even when an include matches them.",
     )
     max_bytes_per_file: int | None = Field(
-        default=None, gt=0, strict=True, description="Skip files larger than this many bytes."
+        default=None,
+        gt=0,
+        strict=True,
+        description="Skip files larger than this many bytes (unset: dlmstore skips files over 4 MiB, with a warning).",
     )
     max_files: int | None = Field(
         default=None,

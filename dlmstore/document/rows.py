@@ -45,6 +45,20 @@ from dlmstore.document.sections import Section
 
 ROW_KEY_SCHEME = "row-v2"
 
+#: The most text one row may hold, in UTF-8 bytes. The fast tokenizer keeps
+#: per-byte alignments and per-token structures while it encodes: about 140
+#: bytes of memory per byte of code or English prose, up to about 300 for
+#: text of one token per byte (CJK, emoji), so a 57 MB row needs 8 GB
+#: (``bench/bench_hostile_io.py``). At 4 MiB the worst row measured peaks
+#: at 1.4 GB for the whole ``dlm tokenize`` process, and the tokenize pass
+#: batches rows up to this many bytes, so a pass stays under 2 GB whatever
+#: the file sizes. Training sees only the first ``sequence_len`` tokens of a
+#: row (TRL truncates), a few KiB of text, so the limit costs little
+#: training signal. Source files over it are skipped by the default
+#: ``max_bytes_per_file`` (``dlmstore.sources.defaults``); an in-body row
+#: over it is an error (``dlmstore.document.corpus``).
+MAX_ROW_BYTES = 4 * 1024 * 1024
+
 ROW_KINDS = ("text", "messages", "preference")
 
 
@@ -113,6 +127,17 @@ class Row:
 
     def __repr__(self) -> str:
         return f"Row(row_key={self.row_key!r}, section_id={self.section_id!r}, index={self.index}, kind={self.kind!r})"
+
+
+def text_bytes(data: object) -> int:
+    """UTF-8 bytes of every string in ``data`` (a row's ``data``): what the tokenizer is given."""
+    if isinstance(data, str):
+        return len(data) if data.isascii() else len(data.encode("utf-8", "surrogatepass"))
+    if isinstance(data, dict):
+        return sum(text_bytes(value) for value in data.values())
+    if isinstance(data, list | tuple):
+        return sum(text_bytes(value) for value in data)
+    return 0
 
 
 def canonical_json(data: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import LockError
-from dlmstore.store.untrusted import load_json, read_regular
+from dlmstore.store.regular_files import load_json, read_regular
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef

@@ -22,8 +22,13 @@ boolean, ``"2"`` a number). Where DLM logs a problem and skips the file,
 dlmstore refuses to guess: invalid YAML, a document that is not a mapping, a
 duplicate or unknown key, a wrong type, or a file that cannot be read or is
 not UTF-8 is a :class:`~dlmstore.errors.SourceError` naming the file and
-line. Only regular files count (a missing ``training.yaml`` or ``ignore``,
-or a folder of that name, is no file, as in DLM).
+line. A missing ``training.yaml`` or ``ignore``, or a folder of that name,
+is no file, as in DLM. Anything else of that name that is not a readable
+regular file (no read permission, a FIFO, a device, a dangling symlink) is
+an error under both ``sources_policy`` values, where DLM would read the
+tree without its rules: dlmstore fails closed rather than read the files
+they exclude. It is read non-blocking
+(:mod:`dlmstore.store.regular_files`), so a FIFO never hangs the walk.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dlmstore.document.frontmatter import short_repr
 from dlmstore.document.loading import BoundedLoader, YamlLimit
 from dlmstore.errors import SourceError
 from dlmstore.sources.ignore import IgnoreRule, parse_ignore
+from dlmstore.store.regular_files import NotRegularFileError, read_regular
 
 #: The folder, and the two files in it, relative to an anchor directory.
 DLM_FOLDER = ".dlm"
@@ -127,14 +133,29 @@ def load_folder(anchor_abs: str, anchor: str, *, label: str) -> DlmFolder:
 
 
 def _read_text(path: str, label: str) -> str | None:
-    """The text of regular file ``path`` (BOM dropped, newlines ``\\n``), ``None`` if there is none."""
+    """The text of regular file ``path`` (BOM dropped, newlines ``\\n``), ``None`` if there is none.
+
+    Fails closed: anything at ``path`` that is not a folder and cannot be
+    read as a regular file (a FIFO, a device, a dangling symlink, a file
+    without read permission) is an error under either policy, since
+    reading the tree without its rules would read files they exclude.
+    """
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_regular(path)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        if not os.path.islink(path):
+            return None
+        raise SourceError(
+            f"{label}: {path} is a symlink to a missing file, so its rules cannot be applied",
+            hint="point the link at a file, or remove it",
+        ) from None
+    except NotRegularFileError as exc:
+        if stat.S_ISDIR(exc.mode):
+            return None
+        raise SourceError(
+            f"{label}: {path} is {exc.strerror}, so its rules cannot be applied",
+            hint="make it a regular file, or remove it",
+        ) from None
     except OSError as exc:
         raise SourceError(
             f"{label}: cannot read {path}: {exc.strerror}", hint="make it readable, or remove it"

@@ -1,4 +1,4 @@
-"""The default excludes: DocumentLanguageModel's list, pattern for pattern.
+"""The defaults of a directive: DocumentLanguageModel's excludes, and dlmstore's size cap.
 
 Applied to every file of a ``training.sources`` directive, matched against
 its path relative to the directive root with DLM's glob semantics
@@ -16,9 +16,24 @@ mind:
   ``mysecrets.txt``, ``**/package-lock.json`` also ``old-package-lock.json``;
 * ``.dlm/**`` and ``**/.dlm/**`` keep DLM's own configuration folders (and a
   document kept in one) out of the training text.
+
+The size cap is dlmstore's own: :data:`DEFAULT_MAX_BYTES_PER_FILE` applies
+when a directive sets no ``max_bytes_per_file``, where DLM reads files of
+any size (see the constant for why).
 """
 
 from __future__ import annotations
+
+from dlmstore.document.rows import MAX_ROW_BYTES
+
+#: ``max_bytes_per_file`` when a directive sets none (dlmstore's, not DLM's:
+#: DLM reads files of any size). A file is one training row, and one row's
+#: tokenizing memory grows by about 140-300 bytes per byte of text
+#: (``MAX_ROW_BYTES``): skipping larger files keeps ``dlm tokenize`` and
+#: ``dlm train`` under 2 GB. Skipped files are counted (``skipped_too_large``)
+#: and reported with a hint; a directive that sets ``max_bytes_per_file``
+#: reads up to its own limit, and the memory that takes.
+DEFAULT_MAX_BYTES_PER_FILE = MAX_ROW_BYTES
 
 #: DLM's ``DEFAULT_EXCLUDES``, in its order.
 DEFAULT_EXCLUDES: tuple[str, ...] = (

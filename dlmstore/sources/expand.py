@@ -16,6 +16,11 @@ parent when the document is kept in a ``.dlm/`` folder
 (``corpus/.dlm/corpus.dlm`` anchors at ``corpus/``), as in DLM; the strict
 policy confines paths to that same directory.
 
+Size: a directive without ``max_bytes_per_file`` skips files over
+:data:`~dlmstore.sources.defaults.DEFAULT_MAX_BYTES_PER_FILE` (4 MiB),
+counted as ``skipped_too_large`` and reported in a warning with the way to
+raise it; one set on the directive is used as written.
+
 Speed: ``bench/bench_sources.py`` expands the CPython stdlib (~13K ``.py``
 files) and prints the time per included file against an ``os.walk`` +
 ``fnmatch`` + ``read()`` loop written the obvious way. See the two modules
@@ -32,6 +37,7 @@ from pathlib import Path
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section
 from dlmstore.sources.config import DLM_FOLDER
+from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.read import read_files
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
@@ -50,7 +56,8 @@ class SourceProvenance:
         bytes_included: their total size in bytes, as read from disk.
         skipped_binary: files with a NUL byte in the first KiB.
         skipped_encoding: files (or file names) that are not valid UTF-8.
-        skipped_too_large: files over ``max_bytes_per_file``.
+        skipped_too_large: files over ``max_bytes_per_file`` (the directive's,
+            or the 4 MiB default).
         skipped_max_files: files past ``max_files`` in path order (not read).
         skipped_outside: symlinked files resolving outside the document's
             directory and the directive root (permissive policy).
@@ -124,16 +131,20 @@ def expand_sources(
         walked = walk_directive(
             directive, label=label, doc_dir=doc_dir, doc_root=doc_root, policy=policy, document=itself
         )
+        cap = directive.max_bytes_per_file
         read = read_files(
             walked.files,
             label=label,
-            max_bytes_per_file=directive.max_bytes_per_file,
+            max_bytes_per_file=DEFAULT_MAX_BYTES_PER_FILE if cap is None else cap,
             max_files=directive.max_files,
             stat_cache=stat_cache,
+            strict=policy == "strict",
         )
         sections.extend(read.sections)
         warnings.extend(walked.warnings)
         warnings.extend(read.warnings)
+        if cap is None and read.skipped_too_large:
+            warnings.append(_too_large_warning(label, read.skipped_too_large))
         provenance.append(
             SourceProvenance(
                 directive=directive.path,
@@ -150,3 +161,13 @@ def expand_sources(
             )
         )
     return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings))
+
+
+def _too_large_warning(label: str, count: int) -> str:
+    """The line that says files were left out by the default size cap, and how to read them."""
+    files = "1 file" if count == 1 else f"{count} files"
+    return (
+        f"{label}: skipped {files} over {DEFAULT_MAX_BYTES_PER_FILE >> 20} MiB, the default "
+        "max_bytes_per_file; set max_bytes_per_file on the directive to read larger files "
+        "(tokenizing takes about 200 bytes of memory per byte of the largest file)"
+    )

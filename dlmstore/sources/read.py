@@ -44,13 +44,17 @@ from dlmstore.document.sections import Section, normalise_newlines, section_dige
 from dlmstore.errors import SourceError
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import ChosenFile
+from dlmstore.store.regular_files import ReplacedFileError, open_regular, read_regular
 
 #: A NUL byte within this many leading bytes marks a file as binary.
 BINARY_SNIFF_BYTES = 1024
 
+#: Files larger than this are sniffed (their first KiB read and checked)
+#: before the rest is read; smaller ones are read in one call, sniffed after.
+SNIFF_FIRST_ABOVE = 64 * 1024
+
 _HEAD = b"prose\n# source: "
 _TYPE_LEN = len(b"prose\n")
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,19 @@ def read_files(
     max_bytes_per_file: int | None = None,
     max_files: int | None = None,
     stat_cache: StatCache | None = None,
+    strict: bool = False,
 ) -> SourceRead:
     """Read ``files`` into prose sections, in order.
 
     ``label`` starts every warning and error message. ``stat_cache`` lets
     files whose stat fields prove them unchanged skip the read, and records
     what reading the others found (saved by its owner).
+
+    Each file is opened with :func:`~dlmstore.store.regular_files.open_regular`
+    (``exact``): a FIFO or device never blocks the read, and a file (or a
+    folder above it) swapped for a symlink after the walk chose it is not
+    read: with ``strict`` (``sources_policy: strict``) that is an error,
+    otherwise the file is skipped with a warning.
 
     Each file is read with one ``readv`` into a reused buffer that starts
     with ``prose\\n# source: <rel>\\n\\n``, so the section content is one
@@ -132,22 +143,47 @@ def read_files(
                 continue
         start = len(head)
         try:
-            fd = os.open(path, _OPEN_FLAGS)
+            # Non-blocking, no symlink, and the descriptor must be the file
+            # the walk chose: a file swapped after the walk is not read.
+            fd, st = open_regular(path, exact=True)
+        except ReplacedFileError as exc:
+            if strict:
+                raise SourceError(
+                    f"{label}: {rel} was {exc.strerror}; under sources_policy: strict it is not read",
+                    hint="run the command again once nothing is moving files in the tree",
+                ) from None
+            warnings.append(f"{label}: skipping {rel}: {exc.strerror}")
+            continue
         except OSError as exc:
             warnings.append(f"{label}: skipping {rel}: {exc.strerror}")
             continue
         try:
-            st = os.fstat(fd)
             size = st.st_size
             if max_bytes is not None and size > max_bytes:
                 too_large += 1
                 continue
             # Ask for one byte more than fstat promised, to notice growth.
             need = start + size + 1
+            count = 0
+            sniffed = size > SNIFF_FIRST_ABOVE
+            if sniffed:
+                # Look at the first KiB before growing the buffer or reading
+                # the rest: a large binary file costs one small read.
+                if start + BINARY_SNIFF_BYTES > len(buf):  # a very long file name
+                    buf = bytearray(start + BINARY_SNIFF_BYTES)
+                    view = memoryview(buf)
+                count = os.readv(fd, [view[start : start + BINARY_SNIFF_BYTES]])
+                if buf.find(0, start, start + count) >= 0:
+                    binary += 1
+                    if stats is not None:
+                        stats.record(path, rel, st, "binary", None, checked_ns)
+                    continue
             if need > len(buf):
-                buf = bytearray(need + (need >> 3))
-                view = memoryview(buf)
-            count = os.readv(fd, [view[start:need]])
+                grown = bytearray(need + (need >> 3))
+                grown[start : start + count] = view[start : start + count]
+                buf, view = grown, memoryview(grown)
+            if not sniffed or count == BINARY_SNIFF_BYTES:  # a short sniff read met the end
+                count += os.readv(fd, [view[start + count : need]])
             if count > size:
                 buf, view, end = _read_rest(fd, buf, start + count)
                 count = end - start
@@ -196,11 +232,11 @@ def read_files(
 def _load_checked(label: str, path: str, rel: str, digest: str | None) -> str:
     """Read a file known by its stat record, refusing it if its digest moved."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
+        text = read_regular(path, exact=True).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise SourceError(
-            f"{label}: {rel} changed while dlm was running ({exc})", hint="run the command again"
+            f"{label}: {rel} changed while dlm was running ({why})", hint="run the command again"
         ) from None
     content = normalise_newlines(f"# source: {rel}\n\n{text}")
     if section_digest("prose", content) != digest:

@@ -49,7 +49,14 @@ Otherwise the ``strict`` policy raises :class:`SourceError` and
 cycle cannot loop the walk (DLM's ``rglob`` may follow them; dlmstore never
 does). A directive path outside the document's directory is an error under
 ``strict``; ``permissive`` reads it (``path: ~/notes`` is a deliberate
-choice, and what that policy is for).
+choice, and what that policy is for). A directive folder that is the
+filesystem root, the home folder or a folder above it is refused under
+either policy: its walk would read the machine into memory.
+
+Between the walk and the read, a chosen file (or a folder above it) may be
+swapped for a symlink to somewhere else; ``dlmstore.sources.read`` opens
+each file so that the descriptor must be the very path the walk chose, so
+a swap is refused rather than read.
 
 Speed: the walk trusts ``os.scandir`` entry types (no ``stat`` per entry),
 and the filters in force in a directory are a couple of name tests compiled
@@ -121,7 +128,8 @@ def walk_directive(
         SourceError: the directive path does not exist; (``strict`` policy)
             it or a symlinked file below it resolves outside ``doc_dir``; a
             ``.dlm/training.yaml`` or ``.dlm/ignore`` below it is unreadable
-            or malformed.
+            or malformed; it names the filesystem root, the home folder or
+            a folder above it (under either policy).
     """
     given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
     if not os.path.exists(given):
@@ -130,6 +138,8 @@ def walk_directive(
             hint="relative source paths start at the .dlm file's directory; fix the path or remove the entry",
         )
     root = os.path.realpath(given)
+    if os.path.isdir(root):
+        _refuse_too_wide(label, root)
     if policy == "strict" and not _inside(root, doc_root):
         raise SourceError(_outside_message(label, "the path", root, doc_root))
     walker = _Walker(label, root, doc_root, policy)
@@ -166,6 +176,31 @@ def walk_directive(
 def _inside(path: str, directory: str) -> bool:
     """Whether ``path`` is ``directory`` or lies below it (both real paths)."""
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _refuse_too_wide(label: str, root: str) -> None:
+    """Refuse a directive folder that is ``/``, the home folder, or above it.
+
+    Every file a walk chooses is read into memory before tokenizing, so a
+    directive over the whole machine or the whole home folder (caches,
+    downloads, other projects' virtualenvs) would read gigabytes that were
+    never meant as training text. No ``training.sources`` use needs that.
+    """
+    home = os.path.realpath(os.path.expanduser("~"))
+    if os.path.dirname(root) == root:
+        what = "the filesystem root"
+    elif root == home:
+        what = "your home folder"
+    elif _inside(home, root):
+        what = f"a folder above your home folder {home}"
+    else:
+        return
+    raise SourceError(
+        f"{label}: the path resolves to {root}, {what}; a directive reads every file below it into "
+        "memory, so it must name a folder of training text",
+        hint="point path at the folder that holds the text (e.g. ~/notes); a document kept in the "
+        "home folder itself needs a folder of its own to use path: .",
+    )
 
 
 def _outside_message(label: str, what: str, target: str, doc_root: str) -> str:
