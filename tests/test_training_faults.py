@@ -342,6 +342,14 @@ def _weights(folder: Path) -> None:
     (folder / "adapter_model.safetensors").write_bytes(b"weights")
 
 
+def _published(folder: Path, run_id: int) -> Path:
+    """A version folder as a run killed between the rename and the commit leaves it."""
+    folder.mkdir()
+    _weights(folder)
+    (folder / f".pending-run{run_id}").touch()
+    return folder
+
+
 def _debris(store_path: Path, run_id: int) -> list[Path]:
     versions = store_path / VERSIONS_DIR
     versions.mkdir(parents=True, exist_ok=True)
@@ -355,28 +363,33 @@ def _debris(store_path: Path, run_id: int) -> list[Path]:
 def test_the_sweep_removes_a_dead_runs_folders_and_unregistered_versions_but_never_a_live_runs() -> None:
     with open_store(VALID_ID) as store:
         doc = Path("/d.dlm")
+        versions = store.path / VERSIONS_DIR
         registered_run = start_run(store, command="train", dlm_path=doc, dlm_sha256="ab")
         registered = save_version(
             store, run_id=registered_run, write=_weights, base_model="b", steps=1, final_loss=1.0
         )
+        assert [p.name for p in (store.path / registered.path).iterdir() if p.name.startswith(".")] == []
+        stale_marker = store.path / registered.path / f".pending-run{registered_run}"
+        stale_marker.touch()  # killed between the commit and the marker's removal
         finish_run(store, registered_run, status="completed")
         dead = start_run(store, command="train", dlm_path=doc, dlm_sha256="ab")
-        dead_folders = _debris(store.path, dead)
+        dead_folders = [*_debris(store.path, dead), _published(versions / "v0002", dead)]
         finish_run(store, dead, status="failed", error="interrupted")
         live = start_run(store, command="train", dlm_path=doc, dlm_sha256="ab")  # this process: alive
-        live_folders = _debris(store.path, live)
-        unregistered = store.path / VERSIONS_DIR / "v0002"  # killed between the rename and the commit
-        unregistered.mkdir()
+        live_folders = [*_debris(store.path, live), _published(versions / "v0003", live)]
+        users = versions / "v0009"  # registered in a store.db since moved aside: no row, no marker
+        users.mkdir()
         me = start_run(store, command="train", dlm_path=doc, dlm_sha256="ab")
 
         removed = sweep_debris(store, run_id=me)
         assert removed == sorted(str(p.relative_to(store.path)) for p in dead_folders)
-        assert all(p.is_dir() for p in [*live_folders, unregistered, store.path / registered.path])
+        assert all(p.exists() for p in [*live_folders, users, store.path / registered.path])
+        assert not stale_marker.exists()
 
         finish_run(store, live, status="failed", error="interrupted")
         removed = sweep_debris(store, run_id=me)
-        assert removed == sorted(str(p.relative_to(store.path)) for p in [*live_folders, unregistered])
-        assert _versions() == ["v0001"]
+        assert removed == sorted(str(p.relative_to(store.path)) for p in live_folders)
+        assert _versions() == ["v0001", "v0009"]
 
 
 def test_a_run_killed_between_publishing_and_registering_leaves_a_folder_the_next_run_removes(
@@ -396,8 +409,10 @@ def test_a_run_killed_between_publishing_and_registering_leaves_a_folder_the_nex
         with pytest.raises(SystemExit):
             train_document(str(doc))
     assert _versions() == ["v0001"]
+    assert (_store() / VERSIONS_DIR / "v0001" / ".pending-run1").is_file()
     assert _db().execute("SELECT COUNT(*) FROM adapters").fetchone() == (0,)
     summary = train_document(str(doc))
+    assert not (_store() / VERSIONS_DIR / "v0001" / ".pending-run2").exists()
     assert summary.adapter_version == 1 and _versions() == ["v0001"]
     assert _db().execute("SELECT version, run_id FROM adapters").fetchall() == [(1, 2)]
 

@@ -16,14 +16,17 @@ registers all of them, with its lock, or none:
    ``dlm.lock``): one row per version, a preference version naming the SFT
    version published with it (or the one it started from) as its
    ``parent_version``. If that transaction fails, :func:`withdraw_versions`
-   removes the published folders.
+   removes the published folders; once it commits, :func:`settle_versions`
+   removes the ``.pending-run<N>`` marker each folder carried since it was
+   staged.
 
 A run interrupted at any point (Ctrl-C, a full disk, a NaN loss, a lock
 that cannot be written) leaves no registered version and never touches an
 earlier one; its folders are removed on the way out. A hard crash (kill -9,
 power loss) can leave a staging folder, or a published folder that was
-never registered; :func:`sweep_debris` removes both when the next
-``dlm train`` starts, with the trainers' own ``.trainer-run*`` folders.
+never registered (it still has its marker, which names the run);
+:func:`sweep_debris` removes both when the next ``dlm train`` starts, with
+the trainers' own ``.trainer-run*`` folders.
 
 Each version belongs to a training phase. An ``sft`` adapter is trained on
 the document's text and instruction rows; a ``preference`` adapter (DPO or
@@ -54,6 +57,8 @@ WEIGHTS = "adapter_model.safetensors"
 #: live one from a leftover; so are the trainers' output folders (``.trainer-run7-xxxx``, in the store).
 STAGING_PREFIX = ".incoming-run"
 TRAINER_PREFIX = ".trainer-run"
+#: An empty file ``.pending-run<N>`` in a version folder until its row is committed.
+PENDING_PREFIX = ".pending-run"
 
 Phase = Literal["sft", "preference"]
 PreferenceMethod = Literal["dpo", "orpo"]
@@ -160,6 +165,7 @@ def stage_version(
             versions.mkdir(parents=True, exist_ok=True)
             staging = StagingDir(versions, name=f"{STAGING_PREFIX}{run_id}-{phase}")
             write(staging.path)
+            (staging.path / f"{PENDING_PREFIX}{run_id}").touch()
             weights = staging.path / WEIGHTS
             sha256 = file_sha256(weights)
             size = weights.stat().st_size
@@ -228,6 +234,15 @@ def register_versions(conn: sqlite3.Connection, published: list[PublishedVersion
     return out
 
 
+def settle_versions(published: list[PublishedVersion]) -> None:
+    """Remove the pending markers of versions whose rows are committed (best effort).
+
+    A marker left by a crash here is removed by the next :func:`sweep_debris`.
+    """
+    for item in published:
+        (item.folder / f"{PENDING_PREFIX}{item.staged.run_id}").unlink(missing_ok=True)
+
+
 def withdraw_versions(published: list[PublishedVersion]) -> None:
     """Remove published folders whose rows were never committed."""
     for item in published:
@@ -263,6 +278,7 @@ def save_version(
     except BaseException:
         withdraw_versions(published)
         raise
+    settle_versions(published)
     return adapter
 
 
@@ -333,15 +349,20 @@ def sweep_debris(store: Store, *, run_id: int) -> list[str]:
 
     Called by run ``run_id`` once it is recorded as running (which also
     marks runs whose process is gone as failed), inside a write
-    transaction, so no other run can start while it looks:
+    transaction, so no other run can start while it looks. For every run
+    ``<N>`` that is not running:
 
-    * staging folders (``adapter/versions/.incoming-run<N>-<phase>``) and
-      trainer output folders (``.trainer-run<N>-*`` in the store) of every
-      run ``<N>`` that is not running;
-    * published ``vNNNN`` folders with no ``adapters`` row (a run killed
-      between the rename and the commit), only when no other train run is
-      running: a live run's versions are unregistered until it commits, and
-      a folder does not say which run it belongs to.
+    * its staging folders (``adapter/versions/.incoming-run<N>-<phase>``)
+      and trainer output folders (``.trainer-run<N>-*`` in the store);
+    * its published ``vNNNN`` folders that have no ``adapters`` row (killed
+      between the rename and the commit): they still hold the
+      ``.pending-run<N>`` marker that is removed once the row is committed.
+
+    A ``vNNNN`` folder without a row and without a marker is left alone: it
+    was registered in a store.db that has since been replaced (moved aside
+    after damage), and is the user's. A registered folder that still has a
+    marker (killed between the commit and the marker's removal) only loses
+    the marker.
     """
     versions = store.path / VERSIONS_DIR
     removed: list[str] = []
@@ -351,25 +372,17 @@ def sweep_debris(store: Store, *, run_id: int) -> list[str]:
             for row in conn.execute("SELECT id FROM runs WHERE status = 'running' AND command = 'train'")
         } - {run_id}
         registered = {row["version"] for row in conn.execute("SELECT version FROM adapters")}
-        candidates = [
-            *(
-                entry
-                for entry in store.path.glob(f"{TRAINER_PREFIX}*")
-                if _owner(entry, TRAINER_PREFIX) not in running
-            ),
-            *(
-                entry
-                for entry in versions.glob(f"{STAGING_PREFIX}*")
-                if _owner(entry, STAGING_PREFIX) not in running
-            ),
+        debris = [
+            *(e for e in store.path.glob(f"{TRAINER_PREFIX}*") if _owner(e, TRAINER_PREFIX) not in running),
+            *(e for e in versions.glob(f"{STAGING_PREFIX}*") if _owner(e, STAGING_PREFIX) not in running),
         ]
-        if not running and versions.is_dir():
-            candidates.extend(
-                entry
-                for entry in versions.glob("v[0-9][0-9][0-9][0-9]")
-                if entry.name[1:].isdigit() and int(entry.name[1:]) not in registered
-            )
-        for entry in candidates:
+        for marker in versions.glob(f"v[0-9][0-9][0-9][0-9]/{PENDING_PREFIX}*"):
+            folder = marker.parent
+            if folder.name[1:].isdigit() and int(folder.name[1:]) in registered:
+                marker.unlink(missing_ok=True)
+            elif _owner(marker, PENDING_PREFIX) not in running:
+                debris.append(folder)
+        for entry in debris:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
