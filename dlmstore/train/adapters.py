@@ -11,14 +11,14 @@ registers all of them, with its lock, or none:
    disk before it starts.
 2. :func:`publish_versions`, when every phase has trained: each staging
    folder is fsynced and renamed to the next free ``vNNNN``.
-3. :func:`register_versions`, inside the caller's transaction, which also
-   records the run's lock (``dlmstore.lock.commit_lock``, which writes
-   ``dlm.lock``): one row per version, a preference version naming the SFT
+3. :func:`register_versions`, inside a transaction that also records the
+   run's lock (``dlmstore.lock.commit_lock``, which writes ``dlm.lock``
+   before it commits): one row per version, a preference version naming the SFT
    version published with it (or the one it started from) as its
    ``parent_version``. If that transaction fails, :func:`withdraw_versions`
    removes the published folders; once it commits, :func:`settle_versions`
    removes the ``.pending-run<N>`` marker each folder carried since it was
-   staged.
+   staged. :func:`commit_versions` is steps 2 and 3 with their cleanup.
 
 A run interrupted at any point (Ctrl-C, a full disk, a NaN loss, a lock
 that cannot be written) leaves no registered version and never touches an
@@ -41,6 +41,7 @@ import dataclasses
 import shutil
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -249,6 +250,37 @@ def withdraw_versions(published: list[PublishedVersion]) -> None:
         shutil.rmtree(item.folder, ignore_errors=True)
 
 
+def commit_versions(
+    store: Store,
+    staged: list[StagedVersion],
+    transaction: Callable[[], AbstractContextManager[sqlite3.Connection]],
+) -> list[AdapterVersion]:
+    """Publish ``staged`` and register the versions in ``transaction``: all of them, or none.
+
+    Args:
+        store: the store they were staged in.
+        staged: the run's staged adapters, SFT first.
+        transaction: opens the write transaction the rows go into, with
+            whatever else it records (``dlm train`` passes
+            ``dlmstore.lock.commit_lock``, which records the run's lock and
+            writes ``dlm.lock`` before it commits; :func:`save_version`
+            passes ``store.write``).
+
+    Raises:
+        StoreError: a folder cannot be renamed, or the transaction fails;
+            the renamed folders are removed again and nothing is registered.
+    """
+    published = publish_versions(store, staged)  # on failure it removes what it renamed and staged
+    try:
+        with transaction() as conn:
+            adapters = register_versions(conn, published)
+    except BaseException:
+        withdraw_versions(published)
+        raise
+    settle_versions(published)
+    return adapters
+
+
 def save_version(
     store: Store,
     *,
@@ -264,21 +296,14 @@ def save_version(
     """Stage, publish and register one adapter in its own transaction (no lock is recorded).
 
     ``dlm train`` registers a run's adapters together with its lock
-    (``dlmstore.train.trainer``); this is the one-adapter form of the same
+    (:func:`commit_versions`); this is the one-adapter form of the same
     steps. Raises what :func:`stage_version` raises.
     """
     staged = stage_version(
         store, run_id=run_id, write=write, base_model=base_model, steps=steps, final_loss=final_loss,
         phase=phase, method=method, parent_version=parent_version,
     )  # fmt: skip
-    published = publish_versions(store, [staged])
-    try:
-        with store.write() as conn:
-            (adapter,) = register_versions(conn, published)
-    except BaseException:
-        withdraw_versions(published)
-        raise
-    settle_versions(published)
+    (adapter,) = commit_versions(store, [staged], store.write)
     return adapter
 
 

@@ -438,22 +438,9 @@ def _commit(store: Any, staged: list[Any], lock: Any, preference: Any) -> list[A
     run registers all its adapters and its lock, or nothing.
     """
     from dlmstore.lock import commit_lock
-    from dlmstore.train.adapters import (
-        publish_versions,
-        register_versions,
-        settle_versions,
-        withdraw_versions,
-    )
+    from dlmstore.train.adapters import commit_versions
 
-    published = publish_versions(store, staged)  # on failure it removes what it renamed and staged
-    try:
-        with commit_lock(store, lock, preference=preference) as conn:
-            adapters = register_versions(conn, published)
-    except BaseException:
-        withdraw_versions(published)
-        raise
-    settle_versions(published)
-    return adapters
+    return commit_versions(store, staged, lambda: commit_lock(store, lock, preference=preference))
 
 
 def _import_frameworks() -> None:
