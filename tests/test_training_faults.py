@@ -25,9 +25,9 @@ from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from dlmstore.cli.main import cli
-from dlmstore.errors import TrainingError
+from dlmstore.errors import LockError, TrainingError
 from dlmstore.home import store_dir
-from dlmstore.lock import LOCK_NAME, lock_history, lock_transaction
+from dlmstore.lock import LOCK_NAME, check_lock, lock_history, lock_transaction
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import finish_run, start_run
 from dlmstore.train.adapters import VERSIONS_DIR, save_version, sweep_debris
@@ -275,7 +275,7 @@ def test_a_bare_exception_from_the_tokenizer_writer_on_a_full_disk_is_the_docume
     _assert_failed_and_nothing_registered(None)
 
 
-@pytest.mark.parametrize("flag", [[], ["--update-lock"], ["--strict-lock"]])
+@pytest.mark.parametrize("flag", [[], ["--update-lock"], ["--strict-lock"], ["--ignore-lock"]])
 def test_a_dlm_lock_that_is_a_directory_is_one_error_line_before_any_training(
     tmp_path: Path, base: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str]
 ) -> None:
@@ -296,6 +296,14 @@ def test_a_dlm_lock_that_is_a_directory_is_one_error_line_before_any_training(
         "dlm.lock",
     ]
     assert lock.is_dir()
+
+
+@pytest.mark.parametrize("mode", ["validate", "strict", "update", "ignore"])
+def test_a_dlm_lock_that_is_a_fifo_is_refused_without_reading_it(mode: str) -> None:
+    with open_store(VALID_ID) as store:
+        os.mkfifo(store.path / LOCK_NAME)  # reading it would block for ever
+        with pytest.raises(LockError, match=r"dlm\.lock is not a regular file, so no lock can be read"):
+            check_lock(store, make_lock(), mode=mode)
 
 
 def test_a_commit_that_fails_after_dlm_lock_was_written_puts_the_previous_lock_back() -> None:

@@ -176,18 +176,17 @@ def check_lock(store: Store, current: Lock, *, mode: str) -> LockDecision:
 
     A corrupt ``dlm.lock`` is an error in every mode but ``update``, which
     replaces it. A ``dlm.lock`` that is no regular file (a directory, a
-    FIFO) cannot be read nor replaced, so it is an error in every mode but
-    ``ignore``, which neither reads nor writes it: found here, before any
-    training, rather than when the run's lock is written.
+    FIFO) can be neither read (a FIFO would block) nor replaced, so it is an
+    error in every mode: found here, before any training, rather than when
+    the run's lock is written.
 
     Raises:
         LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
-            or it is no regular file and ``mode`` is not ``ignore``.
+            or it is no regular file.
         LockValidationError: see :func:`decide`.
     """
     path = store.path / LOCK_NAME
-    if mode != "ignore":
-        _require_regular_file(path)
+    _require_regular_file(path)
     try:
         previous = read_lock(path)
     except LockError:

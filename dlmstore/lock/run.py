@@ -76,7 +76,7 @@ def begin_lock(
 
     Raises:
         LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
-            or it is no file (a directory) and ``mode`` is not ``ignore``.
+            or it is no regular file (a directory, a FIFO).
         LockValidationError: a blocking mismatch; nothing was written.
     """
     if determinism is None:
