@@ -22,15 +22,16 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from dlmstore.cli.main import cli
-from dlmstore.errors import LockError, TrainingError
+from dlmstore.errors import LockError, StoreError, TrainingError
 from dlmstore.home import store_dir
 from dlmstore.lock import LOCK_NAME, check_lock, lock_history, lock_transaction
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import finish_run, start_run
-from dlmstore.train.adapters import VERSIONS_DIR, save_version, sweep_debris
+from dlmstore.train.adapters import VERSIONS_DIR, save_version, stage_version, sweep_debris
 from dlmstore.train.integrity import check_adapter_weights, check_logged
 from dlmstore.train.trainer import train_document
 
@@ -273,6 +274,40 @@ def test_a_bare_exception_from_the_tokenizer_writer_on_a_full_disk_is_the_docume
         "hint: free some disk space (earlier adapter versions are untouched) and run again",
     ]
     _assert_failed_and_nothing_registered(None)
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (OSError(errno.EROFS, "Read-only file system"), "Read-only file system"),
+        (Exception("No space left on device (os error 28)"), "No space left on device (os error 28)"),
+        (SafetensorError("Error while serializing: I/O error"), "Error while serializing: I/O error"),
+    ],
+)
+def test_each_librarys_way_of_saying_a_write_failed_is_the_store_error_and_leaves_no_staging_folder(
+    raised: Exception, expected: str
+) -> None:
+    def write(folder: Path) -> None:
+        _weights(folder)
+        raise raised
+
+    with open_store(VALID_ID) as store:
+        run_id = start_run(store, command="train", dlm_path=Path("/d.dlm"), dlm_sha256="ab")
+        with pytest.raises(StoreError) as err:
+            stage_version(store, run_id=run_id, write=write, base_model="b", steps=1, final_loss=1.0)
+        assert str(err.value) == f"cannot write the adapter under {store.path / VERSIONS_DIR}: {expected}"
+        assert _versions() == []
+
+
+def test_a_bug_in_the_writer_is_not_passed_off_as_a_full_disk() -> None:
+    def write(folder: Path) -> None:
+        raise TypeError("save_pretrained() got an unexpected keyword argument 'x'")
+
+    with open_store(VALID_ID) as store:
+        run_id = start_run(store, command="train", dlm_path=Path("/d.dlm"), dlm_sha256="ab")
+        with pytest.raises(TypeError):
+            stage_version(store, run_id=run_id, write=write, base_model="b", steps=1, final_loss=1.0)
+        assert _versions() == []
 
 
 @pytest.mark.parametrize("flag", [[], ["--update-lock"], ["--strict-lock"], ["--ignore-lock"]])

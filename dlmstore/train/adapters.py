@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 from dlmstore.clock import utc_now
-from dlmstore.errors import DlmError, StoreError
+from dlmstore.errors import StoreError
 from dlmstore.store.atomic import StagingDir
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
@@ -156,7 +156,8 @@ def stage_version(
             caught before anything is written).
         StoreError: the folder cannot be written (disk full, read-only
             store), whatever the writing library raised; nothing is staged.
-        DlmError: what ``write`` raised as one (a check of the weights).
+        DlmError: what ``write`` raised as one (a check of the weights);
+            any other exception that is no write failure propagates as it is.
     """
     _check_origin(store, run_id, phase, method, parent_version, parent_staged)
     versions = store.path / VERSIONS_DIR
@@ -170,11 +171,9 @@ def stage_version(
             weights = staging.path / WEIGHTS
             sha256 = file_sha256(weights)
             size = weights.stat().st_size
-        except DlmError:
-            raise
         except Exception as exc:
-            # OSError from our writes and torch's; a bare Exception from the
-            # tokenizers library (its Rust I/O errors) on a full disk.
+            if not _is_write_failure(exc):
+                raise  # a DlmError (a check of the weights) or a bug: not the disk's fault
             raise _write_error(versions, exc) from None
     except BaseException:
         if staging is not None:
@@ -305,6 +304,18 @@ def save_version(
     )  # fmt: skip
     (adapter,) = commit_versions(store, [staged], store.write)
     return adapter
+
+
+def _is_write_failure(exc: Exception) -> bool:
+    """Whether ``exc`` is how a library reports a failed write (disk full, read-only, missing folder).
+
+    OSError from Python and torch; the Rust libraries raise their own: the
+    tokenizers library a bare ``Exception`` ("No space left on device (os
+    error 28)"), safetensors a ``SafetensorError``.
+    """
+    from safetensors import SafetensorError
+
+    return isinstance(exc, OSError | SafetensorError) or type(exc) is Exception
 
 
 def _write_error(versions: Path, exc: BaseException) -> StoreError:
