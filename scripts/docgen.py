@@ -125,6 +125,8 @@ def render_frontmatter_reference() -> str:
     out.append(
         "\nThe keys are DocumentLanguageModel's (schema version "
         f"{fm.CURRENT_DLM_VERSION}). Every key is optional except `dlm_id`. Unknown keys are errors. "
+        "Whole numbers are strict (not `true`, `'42'` or `2.0`) and floats are finite (`.inf` and `.nan` "
+        "are errors). "
         "Blocks marked *not used by dlmstore* are accepted and listed by `dlm show`. "
         "See [the format guide](format.md) for the body.\n"
     )

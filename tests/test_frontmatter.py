@@ -7,7 +7,10 @@ user sees them; a few call ``load_frontmatter`` directly to pin its
 
 from __future__ import annotations
 
+import typing
+
 import pytest
+from pydantic import BaseModel
 
 from dlmstore.document.frontmatter import (
     DEFAULT_BASE_MODEL,
@@ -360,6 +363,59 @@ def test_a_quoted_number_or_a_float_is_not_a_whole_number():
     assert str(error_of(text)) == "doc.dlm:4: training.seed: must be a whole number, not '42'"
     text = f"---\ndlm_id: {ULID}\ntraining:\n  sequence_len: 2048.0\n---\n"
     assert str(error_of(text)) == ("doc.dlm:4: training.sequence_len: must be a whole number, not 2048.0")
+
+
+# --------------------------------------------------------------------------
+# Floats are finite: YAML's .inf and .nan are refused in every float field
+
+
+def _float_fields(model: type[BaseModel] = Frontmatter, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The key path of every float field under ``model`` (a named adapter is ``tone``)."""
+    found: list[tuple[str, ...]] = []
+    for name, info in model.model_fields.items():
+        here = (*path, name)
+        kinds = typing.get_args(info.annotation) or (info.annotation,)
+        if float in kinds:
+            found.append(here)
+        for kind in kinds:
+            args = typing.get_args(kind)
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found.extend(_float_fields(kind, here))
+            elif args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel):  # dict[str, Model]
+                found.extend(_float_fields(args[-1], (*here, "tone")))
+    return found
+
+
+def _nested_yaml(path: tuple[str, ...], value: str) -> str:
+    return "".join(f"{'  ' * depth}{key}:\n" for depth, key in enumerate(path[:-1])) + (
+        f"{'  ' * (len(path) - 1)}{path[-1]}: {value}"
+    )
+
+
+FLOAT_FIELDS = _float_fields()
+
+
+def test_the_float_fields_found_include_every_learning_rate_and_ratio():
+    dotted = {".".join(path) for path in FLOAT_FIELDS}
+    assert {
+        "training.learning_rate", "training.lora_dropout", "training.warmup_ratio",
+        "training.preference.hyperparams.learning_rate", "training.preference.hyperparams.beta",
+        "training.preference.hyperparams.alpha", "training.gate.lr", "training.adapters.tone.learning_rate",
+        "export.default_temperature",
+    } <= dotted  # fmt: skip
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN", "+.INF"])
+@pytest.mark.parametrize("path", FLOAT_FIELDS, ids=".".join)
+def test_every_float_field_refuses_a_number_that_is_not_finite(path, value):
+    err = error_of(f"---\ndlm_id: {ULID}\n{_nested_yaml(path, value)}\n---\n")
+    shown = "nan" if "n" in value.lower().replace("inf", "") else ("-inf" if value.startswith("-") else "inf")
+    assert str(err) == f"doc.dlm:{2 + len(path)}: {'.'.join(path)}: must be a finite number, not {shown}"
+
+
+def test_a_huge_but_finite_learning_rate_is_read_and_left_to_the_trainer_to_stop():
+    # DLM bounds learning_rate below only; 1e308 diverges in training, where the NaN guard stops it.
+    assert training("training:\n  learning_rate: 1.0e+308").learning_rate == 1e308
 
 
 # --------------------------------------------------------------------------

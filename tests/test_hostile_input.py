@@ -290,5 +290,5 @@ def test_update_lock_refuses_a_dlm_lock_directory_before_any_work(tmp_path: Path
         run_id = start_run(store, command="train", dlm_path=doc, dlm_sha256="a" * 64)
         with pytest.raises(LockError) as info:
             check_lock(store, make_lock(last_run_id=run_id), mode="update")
-    assert info.value.message == f"{path} is a directory: --update-lock cannot replace it with the new lock"
-    assert info.value.hint == f"remove it (rm -r {path}) and rerun"
+    assert info.value.message == f"{path} is a directory, so no lock can be read from it or written to it"
+    assert info.value.hint.startswith(f"move it out of the way (e.g. `mv {path} {path}.old`)")

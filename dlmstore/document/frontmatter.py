@@ -6,7 +6,11 @@ extensions. Every model forbids unknown keys so a typo (``trainig:``) is an
 error naming the key instead of a silently ignored setting. Every field
 except ``dlm_id`` has a default, so a minimal document is just an id.
 Numeric fields are strict: YAML ``true`` is a boolean, not the number 1, and
-a quoted ``"42"`` or a float ``2048.0`` is not a whole number either.
+a quoted ``"42"`` or a float ``2048.0`` is not a whole number either. Every
+float field is finite: YAML's ``.inf``, ``-.inf`` and ``.nan`` are refused
+by the field before its bounds are checked (DLM's schema leaves
+``learning_rate`` unbounded above, so without this ``learning_rate: .inf``
+would train an adapter of NaNs).
 
 :mod:`dlmstore.document.loading` turns the YAML text between the ``---``
 fences into a validated :class:`Frontmatter`, with every problem at its line.
@@ -14,11 +18,12 @@ fences into a validated :class:`Frontmatter`, with every problem at its line.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from dlmstore.document.versions import CURRENT_DLM_VERSION
 from dlmstore.ulid import is_valid_ulid
@@ -47,8 +52,20 @@ NOT_USED = (
 _ADAPTER_NAME = r"^[a-z][a-z0-9_]{0,31}$"
 
 
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {value}")
+    return value
+
+
+#: A float field's type: YAML's ``.inf`` / ``.nan`` are an error naming the field.
+FiniteFloat = Annotated[float, BeforeValidator(_finite)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False refuses a non-finite float in any float field, one
+    # added later without FiniteFloat too (with pydantic's wording, not ours).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceDirective(_Strict):
@@ -107,9 +124,9 @@ class CacheSettings(_Strict):
 class PreferenceHyperparams(_Strict):
     """``training.preference.hyperparams``: DPO/ORPO knobs."""
 
-    beta: float = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="DPO beta.")
-    alpha: float = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="ORPO alpha.")
-    learning_rate: float = Field(
+    beta: FiniteFloat = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="DPO beta.")
+    alpha: FiniteFloat = Field(default=0.1, ge=0.0, le=1.0, strict=True, description="ORPO alpha.")
+    learning_rate: FiniteFloat = Field(
         default=5e-6, gt=0.0, strict=True, description="Learning rate of the preference phase."
     )
     num_epochs: int = Field(default=1, ge=1, strict=True, description="Epochs of the preference phase.")
@@ -146,11 +163,11 @@ class GateSettings(_Strict):
     enabled: bool = Field(default=False, description="Train a gate over the named adapters.")
     hidden_proj_dim: int = Field(default=64, ge=8, le=2048, strict=True, description="Gate hidden size.")
     steps: int = Field(default=200, ge=1, le=10000, strict=True, description="Gate training steps.")
-    lr: float = Field(default=3e-4, gt=0.0, le=1.0, strict=True, description="Gate learning rate.")
+    lr: FiniteFloat = Field(default=3e-4, gt=0.0, le=1.0, strict=True, description="Gate learning rate.")
     cold_start_floor: int = Field(
         default=4, ge=1, le=1024, strict=True, description="Sections per adapter below which no gate trains."
     )
-    entropy_lambda: float = Field(
+    entropy_lambda: FiniteFloat = Field(
         default=0.01, ge=0.0, le=1.0, strict=True, description="Entropy regularisation of the gate."
     )
 
@@ -173,9 +190,9 @@ class AdapterSettings(_Strict):
     adapter: Literal["lora", "qlora", "dora"] = Field(default="lora", description="Adapter kind.")
     lora_r: int = Field(default=8, ge=1, le=256, strict=True, description="LoRA rank.")
     lora_alpha: int = Field(default=16, ge=1, strict=True, description="LoRA alpha.")
-    lora_dropout: float = Field(default=0.05, ge=0.0, le=0.5, strict=True, description="LoRA dropout.")
+    lora_dropout: FiniteFloat = Field(default=0.05, ge=0.0, le=0.5, strict=True, description="LoRA dropout.")
     target_modules: Literal["auto"] | list[str] = Field(default="auto", description="Modules to adapt.")
-    learning_rate: float = Field(default=2e-4, gt=0.0, strict=True, description="Learning rate.")
+    learning_rate: FiniteFloat = Field(default=2e-4, gt=0.0, strict=True, description="Learning rate.")
 
     _target_modules = field_validator("target_modules", mode="before")(_check_target_modules)
 
@@ -193,7 +210,7 @@ class TrainingSettings(_Strict):
     lora_alpha: int = Field(
         default=16, ge=1, strict=True, description="LoRA alpha: scales the adapter's update."
     )
-    lora_dropout: float = Field(
+    lora_dropout: FiniteFloat = Field(
         default=0.05, ge=0.0, le=0.5, strict=True, description="LoRA dropout probability."
     )
     target_modules: Literal["auto"] | list[str] = Field(
@@ -215,7 +232,9 @@ class TrainingSettings(_Strict):
         default="auto",
         description="Micro-batches accumulated per optimizer step; `auto` picks one for the hardware.",
     )
-    learning_rate: float = Field(default=2e-4, strict=True, gt=0.0, description="Optimizer learning rate.")
+    learning_rate: FiniteFloat = Field(
+        default=2e-4, strict=True, gt=0.0, description="Optimizer learning rate."
+    )
     num_epochs: int = Field(
         default=3, ge=1, strict=True, description="Number of passes over the training rows."
     )
@@ -225,7 +244,7 @@ class TrainingSettings(_Strict):
     lr_scheduler: Literal["cosine", "linear", "constant"] = Field(
         default="cosine", description="Learning-rate schedule after warmup."
     )
-    warmup_ratio: float = Field(
+    warmup_ratio: FiniteFloat = Field(
         default=0.1, ge=0.0, le=0.5, strict=True, description="Fraction of the steps spent warming up."
     )
     precision: Literal["bf16", "fp16", "fp32"] | None = Field(
@@ -318,10 +337,10 @@ class ExportSettings(_Strict):
     default_quant: Literal["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"] = Field(
         default="Q4_K_M", description="GGUF quantisation."
     )
-    default_temperature: float | None = Field(
+    default_temperature: Annotated[float | None, BeforeValidator(_finite)] = Field(
         default=None, gt=0.0, le=2.0, strict=True, description="Sampling temperature of the export."
     )
-    default_top_p: float | None = Field(
+    default_top_p: Annotated[float | None, BeforeValidator(_finite)] = Field(
         default=None, gt=0.0, le=1.0, strict=True, description="Sampling top_p of the export."
     )
 

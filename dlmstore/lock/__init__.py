@@ -7,14 +7,16 @@ determinism flags. ``dlm train`` uses it in two calls (:mod:`~dlmstore.lock.run`
 
     pending = begin_lock(store, document, ref, seed=seed, run_id=run_id, mode=mode)
     ...print pending.warnings, train...                    # begin_lock may raise
-    decision = finish_lock(store, pending)                 # on success only
+    with commit_lock(store, pending) as conn:              # on success only
+        ...register the run's adapters through conn...     # dlm.lock is written, then all commits
 
 which are, step by step::
 
     info = apply_determinism()                             # dlmstore.train.determinism
     lock = capture_lock(document, ref, seed=seed, determinism=info, run_id=run_id)
     decision = check_lock(store, lock, mode=mode)          # reads dlm.lock, decide()
-    write_lock(store, lock, decision=decision.decision)    # dlm.lock, then the row
+    with lock_transaction(store, lock, decision=decision.decision) as (conn, record):
+        ...                                                # the row, the caller's rows, dlm.lock, COMMIT
 
 The pieces, one module each:
 
@@ -23,7 +25,8 @@ The pieces, one module each:
 * :mod:`~dlmstore.lock.policy`: the severity table and the four modes;
 * :mod:`~dlmstore.lock.records`: writing ``dlm.lock`` + ``lock_records``,
   history and diffs;
-* :mod:`~dlmstore.lock.run`: :func:`begin_lock` / :func:`finish_lock`.
+* :mod:`~dlmstore.lock.run`: :func:`begin_lock` / :func:`commit_lock`
+  (:func:`finish_lock` when there is nothing to add).
 
 Nothing here imports torch; ``dlm lock show`` and ``dlm lock diff`` stay fast.
 """
@@ -50,8 +53,16 @@ from dlmstore.lock.policy import (
     compare,
     decide,
 )
-from dlmstore.lock.records import LockDiff, LockRecord, current_lock, lock_diff, lock_history, write_lock
-from dlmstore.lock.run import PendingLock, begin_lock, finish_lock
+from dlmstore.lock.records import (
+    LockDiff,
+    LockRecord,
+    current_lock,
+    lock_diff,
+    lock_history,
+    lock_transaction,
+    write_lock,
+)
+from dlmstore.lock.run import PendingLock, begin_lock, commit_lock, finish_lock
 
 __all__ = [
     "LOCK_MODES",
@@ -73,12 +84,14 @@ __all__ = [
     "capture_lock",
     "capture_runtime_versions",
     "check_lock",
+    "commit_lock",
     "compare",
     "current_lock",
     "decide",
     "finish_lock",
     "lock_diff",
     "lock_history",
+    "lock_transaction",
     "parse_lock",
     "read_lock",
     "write_lock",

@@ -29,11 +29,13 @@ four modes, the library side of ``dlm train``'s flags:
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, get_args
 
 from dlmstore.errors import LockError, LockValidationError
-from dlmstore.lock.model import LOCK_NAME, Lock, read_lock
+from dlmstore.lock.model import LOCK_NAME, REPLACE_HINT, Lock, read_lock
 from dlmstore.store.database import Store
 
 Severity = Literal["ALLOW", "WARN", "ERROR"]
@@ -173,27 +175,42 @@ def check_lock(store: Store, current: Lock, *, mode: str) -> LockDecision:
     """Read the store's ``dlm.lock`` and :func:`decide` about ``current``.
 
     A corrupt ``dlm.lock`` is an error in every mode but ``update``, which
-    replaces it (unless it is a directory, which no rename can replace).
+    replaces it. A ``dlm.lock`` that is no regular file (a directory, a
+    FIFO) can be neither read (a FIFO would block) nor replaced, so it is an
+    error in every mode: found here, before any training, rather than when
+    the run's lock is written.
 
     Raises:
         LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
-            or it is a directory.
+            or it is no regular file.
         LockValidationError: see :func:`decide`.
     """
     path = store.path / LOCK_NAME
+    _require_regular_file(path)
     try:
         previous = read_lock(path)
     except LockError:
         if mode != "update":
             raise
-        if path.is_dir() and not path.is_symlink():
-            # A file cannot be renamed over a directory: say so now, not after training.
-            raise LockError(
-                f"{path} is a directory: --update-lock cannot replace it with the new lock",
-                hint=f"remove it (rm -r {path}) and rerun",
-            ) from None
         previous = None
     return decide(previous, current, mode=mode)
+
+
+def _require_regular_file(path: Path) -> None:
+    """Raise LockError when ``path`` exists and is not a regular file (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LockError(f"cannot read {path}: {exc.strerror or exc}", hint=REPLACE_HINT) from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise LockError(
+            f"{path} is {kind}, so no lock can be read from it or written to it",
+            hint=f"move it out of the way (e.g. `mv {path} {path}.old`) and run again; "
+            "dlm train writes a new dlm.lock",
+        )
 
 
 def _blocking_line(mismatch: Mismatch, mode: str) -> str:

@@ -1,10 +1,22 @@
 """Lock history: ``dlm.lock`` on disk plus one ``lock_records`` row per training run.
 
-:func:`write_lock` is the one writer. It writes ``dlm.lock`` atomically
-first and inserts the row after, so a row whose decision says the file was
-written never exists without that file; a crash in between leaves a file
-one record ahead of the history, which the next run's record catches up.
-``--ignore-lock`` runs get a row (decision ``ignored``) but no file.
+:func:`lock_transaction` is the one writer. It opens a write transaction,
+inserts the run's row, lets the caller add its own rows (``dlm train``
+registers the run's adapter versions there), then writes ``dlm.lock``
+atomically (temp, fsync, rename) as the last step before the commit. So:
+
+* a run whose rows fail (a constraint, a full disk) leaves ``dlm.lock`` as
+  it was: the file is not written until everything else is in place;
+* a ``dlm.lock`` that cannot be written rolls back the row and the
+  caller's rows;
+* a commit that fails after the file was written puts the previous
+  ``dlm.lock`` back (or removes the new one when there was none).
+
+Only a process killed between the rename and the commit leaves a file one
+record ahead of the history (its run is then marked failed, and it owns no
+adapter); the next run's record catches up. :func:`write_lock` is the same
+with nothing added. ``--ignore-lock`` runs get a row (decision ``ignored``)
+but no file.
 
 The history is plain SQL (``lock_records.lock_json`` holds each lock
 verbatim), so :func:`lock_history` and :func:`lock_diff` read rows and parse
@@ -14,10 +26,14 @@ them; the latest ``written``/``updated`` row is what ``dlm.lock`` holds.
 from __future__ import annotations
 
 import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dlmstore.clock import utc_now
-from dlmstore.errors import LockError
+from dlmstore.errors import LockError, StoreError
 from dlmstore.lock.model import LOCK_NAME, Lock, parse_lock, read_lock
 from dlmstore.lock.policy import Mismatch, compare
 from dlmstore.store.atomic import write_bytes_atomic
@@ -65,7 +81,7 @@ class LockDiff:
 
 
 def write_lock(store: Store, lock: Lock, *, decision: str) -> LockRecord:
-    """Record ``lock`` for its run: write ``dlm.lock`` (unless ignored), then the row.
+    """Record ``lock`` for its run: its row, then ``dlm.lock`` (unless ignored), in one commit.
 
     Args:
         store: the document's store.
@@ -73,36 +89,103 @@ def write_lock(store: Store, lock: Lock, *, decision: str) -> LockRecord:
         decision: ``written``, ``updated`` or ``ignored`` (``LockDecision.decision``).
 
     Raises:
-        StoreError: the database cannot be written.
-        OSError: ``dlm.lock`` cannot be written (nothing is recorded then).
+        StoreError: the database or ``dlm.lock`` cannot be written; nothing
+            is recorded and ``dlm.lock`` is as it was.
+    """
+    with lock_transaction(store, lock, decision=decision) as (_, record):
+        pass
+    return record
+
+
+@contextmanager
+def lock_transaction(
+    store: Store, lock: Lock, *, decision: str
+) -> Iterator[tuple[sqlite3.Connection, LockRecord]]:
+    """A write transaction recording ``lock``, which the caller adds its own rows to.
+
+    Yields the connection (inside ``BEGIN IMMEDIATE``) and the record, whose
+    row is already inserted. When the block ends, ``dlm.lock`` is written
+    (unless ``decision`` is ``ignored``) and everything commits together;
+    see the module docstring for what each failure leaves.
+
+    Raises:
+        StoreError: the database or ``dlm.lock`` cannot be written.
+        ValueError: ``decision`` is not one of :data:`DECISIONS`.
     """
     if decision not in DECISIONS:
         raise ValueError(f"unknown lock decision {decision!r}; expected one of {', '.join(DECISIONS)}")
     text = lock.to_json()
-    if decision != "ignored":
-        write_bytes_atomic(store.path / LOCK_NAME, text.encode("utf-8"))
-    created_at = utc_now()
-    with store.write() as conn:
-        cursor = conn.execute(
-            "INSERT INTO lock_records (run_id, created_at, decision, lock_version, dlm_sha256, "
-            "base_model_revision, base_model_sha256, hardware_tier, determinism_class, seed, lock_json) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                lock.last_run_id,
-                created_at,
-                decision,
-                lock.lock_version,
-                lock.dlm_sha256,
-                lock.base_model_revision,
-                lock.base_model_sha256,
-                lock.hardware_tier,
-                lock.determinism_class,
-                lock.seed,
-                text,
-            ),
-        )
-        record_id = int(cursor.lastrowid or 0)
-    return LockRecord(record_id, lock.last_run_id, created_at, decision, lock)
+    path = store.path / LOCK_NAME
+    on_disk = decision != "ignored"
+    previous = _snapshot(path) if on_disk else None
+    written = False
+    try:
+        with store.write() as conn:
+            created_at = utc_now()
+            cursor = conn.execute(
+                "INSERT INTO lock_records (run_id, created_at, decision, lock_version, dlm_sha256, "
+                "base_model_revision, base_model_sha256, hardware_tier, determinism_class, seed, lock_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    lock.last_run_id,
+                    created_at,
+                    decision,
+                    lock.lock_version,
+                    lock.dlm_sha256,
+                    lock.base_model_revision,
+                    lock.base_model_sha256,
+                    lock.hardware_tier,
+                    lock.determinism_class,
+                    lock.seed,
+                    text,
+                ),
+            )
+            record = LockRecord(int(cursor.lastrowid or 0), lock.last_run_id, created_at, decision, lock)
+            yield conn, record
+            if on_disk:
+                try:
+                    write_bytes_atomic(path, text.encode("utf-8"))
+                except OSError as exc:
+                    raise StoreError(
+                        f"cannot write {path}: {exc.strerror or exc}",
+                        hint="free some disk space or make the store writable, and run again "
+                        "(nothing of this run was recorded)",
+                    ) from None
+                written = True
+    except BaseException:
+        if written and previous is not None:
+            previous.restore()
+        raise
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What ``dlm.lock`` held before a write: its bytes, or None when there was no file."""
+
+    path: Path
+    content: bytes | None
+
+    def restore(self) -> None:
+        """Put the file back as it was, best effort (the caller is already raising)."""
+        try:
+            if self.content is None:
+                self.path.unlink(missing_ok=True)
+            else:
+                write_bytes_atomic(self.path, self.content)
+        except OSError:
+            pass  # the error being raised says what went wrong; this one would hide it
+
+
+def _snapshot(path: Path) -> _Snapshot | None:
+    """A snapshot of ``path``; None when it is no readable file (then a failed run leaves what it wrote)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None  # never read a FIFO or a device: it could block or never end
+        return _Snapshot(path, path.read_bytes())
+    except FileNotFoundError:
+        return _Snapshot(path, None)
+    except OSError:
+        return None
 
 
 def current_lock(store: Store) -> Lock:

@@ -1,10 +1,14 @@
-"""The two calls ``dlm train`` makes: :func:`begin_lock` before training, :func:`finish_lock` after.
+"""The two calls ``dlm train`` makes: :func:`begin_lock` before training, :func:`commit_lock` after.
 
 :func:`begin_lock` applies the determinism settings, captures the run's
 lock and checks it against ``dlm.lock`` before any expensive work, so a
-blocking mismatch costs nothing. :func:`finish_lock` runs only when
-training succeeded: a failed or interrupted run never touches ``dlm.lock``
-and records no lock row.
+blocking mismatch (or a ``dlm.lock`` that is a directory) costs nothing.
+:func:`commit_lock` runs only when training succeeded: it is the write
+transaction in which the run registers its adapter versions, and it
+writes ``dlm.lock`` just before that transaction commits
+(``dlmstore.lock.records.lock_transaction``), so a failed or interrupted
+run never touches ``dlm.lock``, records no lock row and registers no
+adapter. :func:`finish_lock` is :func:`commit_lock` with nothing to add.
 
 A hub base that is not in the local Hugging Face cache yet has no known
 revision when the run begins (it is downloaded when the model loads);
@@ -15,13 +19,16 @@ commit it actually trained on.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlmstore.lock.identity import base_model_identity
 from dlmstore.lock.model import Lock, capture_lock, preference_record
 from dlmstore.lock.policy import LockDecision, check_lock
-from dlmstore.lock.records import write_lock
+from dlmstore.lock.records import lock_transaction
 from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
@@ -68,7 +75,8 @@ def begin_lock(
             returned; applied here when not given (it is idempotent).
 
     Raises:
-        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``.
+        LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
+            or it is no regular file (a directory, a FIFO).
         LockValidationError: a blocking mismatch; nothing was written.
     """
     if determinism is None:
@@ -85,11 +93,30 @@ def finish_lock(store: Store, pending: PendingLock, *, preference: PreferenceSet
     ``preference`` is the document's preference settings when the run
     trained a preference phase; the lock records its method and hyperparameters.
     """
+    with commit_lock(store, pending, preference=preference):
+        pass
+    return pending.decision.decision
+
+
+@contextmanager
+def commit_lock(
+    store: Store, pending: PendingLock, *, preference: PreferenceSettings | None = None
+) -> Iterator[sqlite3.Connection]:
+    """The write transaction that records a successful run's lock, for the caller's rows too.
+
+    The hub revision of a base downloaded during the run is looked up
+    first, outside the transaction. ``dlm.lock`` is written when the block
+    ends, then everything commits; if anything fails, nothing is recorded
+    and ``dlm.lock`` is as it was.
+
+    Raises:
+        StoreError: the database or ``dlm.lock`` cannot be written.
+    """
     lock = pending.lock
     if preference is not None:
         lock = dataclasses.replace(lock, preference=preference_record(preference))
     if lock.base_model_revision is None:
         revision, sha256 = base_model_identity(pending.ref)
         lock = dataclasses.replace(lock, base_model_revision=revision, base_model_sha256=sha256)
-    write_lock(store, lock, decision=pending.decision.decision)
-    return pending.decision.decision
+    with lock_transaction(store, lock, decision=pending.decision.decision) as (conn, _):
+        yield conn

@@ -9,6 +9,11 @@ DPO/ORPO ``rewards/chosen``, ``rewards/margins``, ``rewards/accuracies``,
 ``logps/...``; SFT's ``grad_norm``, ``mean_token_accuracy``, ...), so a new
 TRL metric is stored without a schema change.
 
+A logged loss or gradient norm that is NaN or infinite stops the run at
+that step (``dlmstore.train.integrity.check_logged``): the step is recorded,
+so ``dlm metrics --run-id`` shows where it diverged, and the
+:class:`TrainingError` fails the run before anything is registered.
+
 This module subclasses ``transformers.TrainerCallback`` at import time, so
 only the trainer imports it, once training starts (``trainer._fit``):
 ``dlm show``, ``dlm cache`` and ``dlm metrics`` never import transformers.
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from dlmstore.clock import utc_now
+from dlmstore.train.integrity import check_logged
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
@@ -56,9 +62,11 @@ class StepRecorder(TrainerCallback):
         self.first_step_s: float | None = None
         self.last_tokens = 0.0
         self.last_time = self.started
+        self.learning_rate: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = self.last_time = time.perf_counter()
+        self.learning_rate = float(args.learning_rate)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.first_step_s is None:
@@ -91,6 +99,7 @@ class StepRecorder(TrainerCallback):
             self.progress(step, int(state.max_steps), self.last_loss, rate, self.phase)
         if len(self.pending) >= FLUSH_EVERY:
             self.flush()
+        check_logged(logs, phase=self.phase, step=step, learning_rate=self.learning_rate)
 
     def flush(self) -> None:
         """Write the pending steps and their metrics in one transaction."""

@@ -27,9 +27,17 @@ from the adapter SFT produced. The pipeline, each step timed (the split
    then TRL's ``DPOTrainer`` or ORPO trainer on the same model; every
    logged step goes to ``train_steps`` with its phase, and the other
    values TRL logs (the preference rewards) to ``train_step_metrics``;
-6. **save** - each phase's adapter folder is published as the next version
-   and registered with its sha256 and phase (``dlmstore.train.adapters``);
-   then the lock is written.
+6. **save** - each phase's adapter is checked finite
+   (``dlmstore.train.integrity``) and staged as soon as its phase ends;
+   when every phase has trained, the staged folders are published as the
+   next versions and registered with their sha256 and phase in the same
+   transaction that records the lock and writes ``dlm.lock``
+   (``dlmstore.train.adapters``, ``dlmstore.lock.commit_lock``). A run
+   registers all its adapters and its lock, or nothing.
+
+A run starts by sweeping what earlier runs that are no longer running
+left behind (``dlmstore.train.adapters.sweep_debris``). A logged loss or
+gradient norm that is not finite stops the run at that step.
 
 Seeds (python, numpy, torch, the trainer's data order) and the deterministic
 flags are set before the model is built and again before the preference
@@ -46,7 +54,8 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,12 +176,12 @@ def train_document(
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.document.show import document_warnings
-    from dlmstore.lock import begin_lock, finish_lock
+    from dlmstore.lock import begin_lock
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
     from dlmstore.store.metrics import record_tokenization_event
     from dlmstore.store.runs import recorded_run
-    from dlmstore.train.adapters import sweep_temporary
+    from dlmstore.train.adapters import sweep_debris
     from dlmstore.train.phases import plan_phases
     from dlmstore.train.plan import check_settings, probe_hardware
 
@@ -192,10 +201,10 @@ def train_document(
     use_cache = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
     with open_store(document.dlm_id) as store:
-        sweep_temporary(store)
         with recorded_run(
             store, command="train", dlm_path=document.path, dlm_sha256=document.sha256
         ) as run_id:
+            sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
             marks = {"framework_import": framework_import}
             lock = begin_lock(store, document, ref, seed=seed, run_id=run_id, mode=lock_mode)
             marks["startup"] = time.perf_counter() - started - marks["framework_import"]
@@ -230,13 +239,16 @@ def train_document(
                 else None
             )
             marks["dataset"] = time.perf_counter() - t0
-            fits, adapters, plan, model_load = _train_phases(
+            fits, staged, plan, model_load = _train_phases(
                 store, run_id, document, ref, tokenizer, phases, parent, precision, hardware,
                 sft_dataset=sft_dataset, preference_dataset=preference_dataset,
                 epochs=epochs, max_steps=max_steps, seed=seed, progress=progress,
             )  # fmt: skip
             marks["model_load"] = model_load
-            decision = finish_lock(store, lock, preference=settings.preference if phases.preference else None)
+            t0 = time.perf_counter()
+            adapters = _commit(store, staged, lock, settings.preference if phases.preference else None)
+            fits[-1].save_seconds += time.perf_counter() - t0
+            decision = lock.decision.decision
     last, final = fits[-1], adapters[-1]
     summaries = [
         PhaseSummary(
@@ -340,14 +352,17 @@ def _train_phases(
     seed: int,
     progress: TrainProgress | None,
 ) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float]:
-    """Load the model once and train the planned phases; publish each phase's adapter."""
+    """Load the model once and train the planned phases; stage each phase's adapter.
+
+    Nothing is published: on any failure the staged folders are removed.
+    """
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.preference import fit_preference, load_policy
 
     settings = document.frontmatter.training
     fits: list[PhaseFit] = []
-    adapters: list[Any] = []
-    with warnings.catch_warnings():
+    staged: list[Any] = []
+    with warnings.catch_warnings(), _aborting(staged):
         # transformers deprecation notices about its own internals are noise here
         warnings.filterwarnings("ignore", category=FutureWarning)
         t0 = time.perf_counter()
@@ -362,9 +377,8 @@ def _train_phases(
         )  # fmt: skip
         if phases.sft:
             fit = _fit(store, run_id, model, tokenizer, sft_dataset, plan, progress=progress)
-            parent = _publish(store, run_id, document, fit)
+            staged.append(_stage(store, run_id, document, fit))
             fits.append(fit)
-            adapters.append(parent)
             model = fit.model
             plan = fit.plan
         if phases.preference:
@@ -379,23 +393,54 @@ def _train_phases(
                 progress=progress,
             )
             fits.append(fit)
-            adapters.append(_publish(store, run_id, document, fit, parent=parent))
+            staged.append(_stage(store, run_id, document, fit, parent=parent))
             if not phases.sft:
                 plan = fit.plan
-    return fits, adapters, plan, model_load
+    return fits, staged, plan, model_load
 
 
-def _publish(store: Any, run_id: int, document: Any, fit: PhaseFit, *, parent: Any = None) -> Any:
-    from dlmstore.train.adapters import save_version
+@contextmanager
+def _aborting(staged: list[Any]) -> Iterator[None]:
+    """Remove the staged folders in ``staged`` when the block fails."""
+    try:
+        yield
+    except BaseException:
+        for item in staged:
+            item.abort()
+        raise
+
+
+def _stage(store: Any, run_id: int, document: Any, fit: PhaseFit, *, parent: Any = None) -> Any:
+    """Write, check and stage a phase's adapter; ``parent`` is the prior SFT adapter, if any.
+
+    A preference phase after this run's SFT phase has ``parent`` None: its
+    parent is the SFT adapter staged before it.
+    """
+    from dlmstore.train.adapters import stage_version
 
     t0 = time.perf_counter()
-    adapter = save_version(
+    staged = stage_version(
         store, run_id=run_id, write=fit.save, base_model=document.base_model, steps=fit.steps,
         final_loss=fit.final_loss, phase=fit.phase, method=fit.method,
         parent_version=None if parent is None else parent.version,
+        parent_staged=fit.phase == "preference" and parent is None,
     )  # fmt: skip
     fit.save_seconds = time.perf_counter() - t0
-    return adapter
+    return staged
+
+
+def _commit(store: Any, staged: list[Any], lock: Any, preference: Any) -> list[Any]:
+    """Publish the staged adapters and register them with the run's lock, as one unit.
+
+    The folders are renamed to their versions, then one transaction inserts
+    their rows and the lock record and writes ``dlm.lock`` before it
+    commits. On any failure the published folders are removed again, so the
+    run registers all its adapters and its lock, or nothing.
+    """
+    from dlmstore.lock import commit_lock
+    from dlmstore.train.adapters import commit_versions
+
+    return commit_versions(store, staged, lambda: commit_lock(store, lock, preference=preference))
 
 
 def _import_frameworks() -> None:
@@ -518,7 +563,11 @@ def run_trainer(
     }
 
     def save(folder: Path) -> None:
+        from dlmstore.train.adapters import WEIGHTS
+        from dlmstore.train.integrity import check_adapter_weights
+
         trained.save_pretrained(folder, selected_adapters=adapter_names)
+        check_adapter_weights(folder / WEIGHTS, phase=phase, learning_rate=recorder.learning_rate)
         tokenizer.save_pretrained(folder)
 
     adapted = sorted(trained.peft_config["default"].target_modules)
