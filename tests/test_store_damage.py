@@ -32,8 +32,9 @@ from dlmstore.store.database import open_store
 
 from .helpers import VALID_ID, write_doc
 
-#: Tables opening a store reads (``alembic_version``, ``store_info``); damage elsewhere is met later.
-OPENING_TABLES = ("alembic_version", "store_info")
+#: Tables opening a store reads: its revision and owner, and what its high-water mark counts
+#: (``dlmstore.store.highwater``); damage elsewhere is met later.
+OPENING_TABLES = ("alembic_version", "store_info", "sqlite_sequence", "adapters")
 
 HINT = (
     "hint: restore it from a backup, or move it aside (rename it store.db.damaged) to start the store "
