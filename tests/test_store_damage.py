@@ -6,9 +6,12 @@ through the CLI. The damage kinds are what happens to files in practice:
 pages overwritten with garbage (the header and schema page intact),
 truncation, and the whole file replaced by text. A second set of garbage
 spares the tables opening a store reads, so the damage is first met by a
-later statement of the command itself. The command tests also check
-store.db is byte-for-byte what the damage left: dlm never writes to a
-store it has found damaged.
+later statement of the command itself. A third puts garbage at chosen
+places in the middle of the file: the header, one table page, one index
+page, and a table's name in the schema (which SQLite quotes back in bytes
+Python cannot decode). The command tests also check store.db is
+byte-for-byte what the damage left: dlm never writes to a store it has
+found damaged.
 """
 
 from __future__ import annotations

@@ -8,12 +8,16 @@ a listing of ``<store>/tokens/``:
   was never tokenized reports an empty cache);
 * :func:`prune` drops entries not used since a cutoff (one indexed DELETE),
   deletes packs left empty, rewrites packs that are mostly dead space, and
-  removes unregistered pack files and temp files older than a grace period
-  (a concurrent writer's pack is on disk a moment before its rows commit);
+  removes the debris of killed writers (:func:`_debris`);
 * :func:`clear` drops everything;
-* :func:`verify` checks store.db with SQLite's ``integrity_check``, then
-  every entry against its bytes and every file against the rows, and with
-  ``repair`` drops what is broken (never touching a damaged store.db).
+* :func:`verify` checks store.db with SQLite's ``integrity_check`` and
+  against its high-water mark, then every entry against its bytes and every
+  file against the rows, and with ``repair`` fixes what is broken (never
+  touching a damaged store.db).
+
+A concurrent writer's pack is on disk a moment before its rows commit, so
+an unregistered file is debris only when no other process has the store
+open; the store lock (``dlmstore.store.flock``) says whether one has.
 """
 
 from __future__ import annotations
