@@ -153,8 +153,8 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
 
 
 IN_USE_NOTE = (
-    "note: another dlm process has this store open; files younger than an hour were left alone "
-    "in case it is writing them (run again when it is done)"
+    "note: another dlm process may have this store open (its lock could not be taken); files younger "
+    "than an hour were left alone in case it is writing them (run again when it is done)"
 )
 
 

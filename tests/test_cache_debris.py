@@ -31,8 +31,8 @@ from dlmstore.store.flock import FileLock
 from .helpers import REPO, VALID_ID, write_doc
 
 IN_USE_NOTE = (
-    "note: another dlm process has this store open; files younger than an hour were left alone "
-    "in case it is writing them (run again when it is done)"
+    "note: another dlm process may have this store open (its lock could not be taken); files younger "
+    "than an hour were left alone in case it is writing them (run again when it is done)"
 )
 
 #: Opens the store of argv[1], says so, and keeps it open until its stdin closes.
@@ -239,3 +239,19 @@ def test_a_conversion_removes_the_staging_folder_a_killed_conversion_left(dlm_ho
     converted = Path(tokenizer_source(resolve_base("smollm2-135m")))
     assert (converted / "tokenizer.json").is_file()
     assert sorted(p.name for p in converted.parent.iterdir()) == [".convert.lock", "tokenizer"]
+
+
+def test_a_filesystem_without_flock_opens_the_store_and_sweeps_only_old_files(
+    doc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    orphan, temp = _killed_pack_writer_leftovers()
+    code, stdout, stderr = _dlm("cache", "verify", "--repair", str(doc))
+    assert (code, stderr) == (0, IN_USE_NOTE + "\n")  # it cannot know it is alone, so it assumes not
+    assert (store_dir(VALID_ID) / orphan).exists() and (store_dir(VALID_ID) / temp).exists()

@@ -156,6 +156,29 @@ def test_a_store_whose_commits_all_reached_store_db_opens_and_its_mark_follows_e
     }
 
 
+def test_putting_the_deleted_wal_back_as_the_hint_says_brings_the_run_back(tmp_path: Path) -> None:
+    _completed_run()
+    _run_and_die_in_another_process()
+    wal = store_dir(VALID_ID) / "store.db-wal"
+    shutil.copy(wal, tmp_path / "saved-wal")
+    _delete_wal()
+    with pytest.raises(StoreDamagedError):
+        open_store(VALID_ID)
+    shutil.copy(tmp_path / "saved-wal", wal)
+    with open_store(VALID_ID) as store:
+        assert start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="x") == 3
+
+
+def test_a_store_db_moved_aside_as_damaged_is_replaced_by_one_whose_ids_go_on(doc: Path) -> None:
+    for _ in range(2):
+        _completed_run()
+    db = store_dir(VALID_ID) / "store.db"
+    db.rename(db.with_name("store.db.damaged"))  # what the damaged-store hint says to do
+    with open_store(VALID_ID) as store:
+        assert start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="x") == 3
+    assert CliRunner().invoke(cli, ["cache", "verify", str(doc)]).exit_code == 0
+
+
 def test_a_run_killed_with_its_wal_intact_is_no_loss() -> None:
     _completed_run()
     _run_and_die_in_another_process()

@@ -175,7 +175,7 @@ class Debris:
     orphans: list[str]  # unregistered pack files in tokens/
     temps: list[str]  # temp files of atomic writes that never finished
     staging: list[str]  # base-conversion staging folders under <home>/bases/
-    store_in_use: bool  # another process has the store open: young files were left alone
+    store_in_use: bool  # the store lock was not ours alone: young files were left alone
 
 
 def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
@@ -312,8 +312,9 @@ class VerifyResult:
     entries_checked: int
     packs_checked: int
     problems: list[Problem] = field(default_factory=list)
-    #: Another process had the store open, so files younger than the grace
-    #: period (which it may be writing) were neither reported nor removed.
+    #: The store lock could not be taken exclusively (another process had the
+    #: store open, or the filesystem has no ``flock``), so files younger than
+    #: the grace period, which it may be writing, were neither reported nor removed.
     store_in_use: bool = False
 
     @property

@@ -345,7 +345,8 @@ def open_store_at(
     db_path = path / DB_NAME
     if dlm_id is None:
         dlm_id = _existing_id(db_path) if db_path.is_file() else new_ulid()
-    if not db_path.is_file():
+    created = not db_path.is_file()
+    if created:
         if not create:
             raise StoreError(
                 f"no store for document {dlm_id} at {path}",
@@ -359,6 +360,12 @@ def open_store_at(
                 hint="make the directory writable or point DLM_HOME somewhere writable",
             ) from None
     migrate(db_path, dlm_id)
+    if created and highwater.read_mark(path) is not None:
+        # A store.db made afresh beside the mark of the one it replaces (moved
+        # aside as damaged): it starts where that one's ids ended.
+        store = Store(dlm_id, path)
+        highwater.accept(store)
+        return store
     if check_history:
         highwater.check(db_path)
     return Store(dlm_id, path)

@@ -118,6 +118,11 @@ class FileLock:
         except BlockingIOError:
             self.mode = None  # a failed conversion has dropped the lock held before
             return False
+        except OSError:
+            # A filesystem without flock (ENOLCK, EOPNOTSUPP on some network
+            # mounts): the lock becomes a no-op, and sweeps use the grace period.
+            self.close()
+            return False
         self.mode = mode
         return True
 
