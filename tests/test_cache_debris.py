@@ -255,3 +255,10 @@ def test_a_filesystem_without_flock_opens_the_store_and_sweeps_only_old_files(
     code, stdout, stderr = _dlm("cache", "verify", "--repair", str(doc))
     assert (code, stderr) == (0, IN_USE_NOTE + "\n")  # it cannot know it is alone, so it assumes not
     assert (store_dir(VALID_ID) / orphan).exists() and (store_dir(VALID_ID) / temp).exists()
+
+
+def test_docs_cache_md_explains_every_kind_of_problem_verify_reports() -> None:
+    from dlmstore.cache.admin import PROBLEM_KINDS
+
+    text = (REPO / "docs" / "cache.md").read_text(encoding="utf-8")
+    assert [kind for kind in PROBLEM_KINDS if f"| `{kind}` |" not in text] == []

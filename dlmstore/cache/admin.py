@@ -199,7 +199,7 @@ def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
     """
     from dlmstore.bases import stale_conversions
 
-    alone = store.lock.try_exclusive()
+    alone = store.flock.try_exclusive()
     try:
         with store.read() as conn:
             known = {row["path"] for row in conn.execute("SELECT path FROM token_packs")}
@@ -223,7 +223,7 @@ def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
                 (store.path / relpath).unlink(missing_ok=True)  # an absolute relpath stays absolute
         staging = [str(p) for p in stale_conversions(remove=remove)]
     finally:
-        store.lock.downgrade()
+        store.flock.downgrade()
     return Debris(orphans, temps, staging, not alone)
 
 

@@ -87,7 +87,7 @@ class Store:
         self._damage: StoreDamagedError | None = None
         # Held shared while the store is open, so a sweep can tell whether
         # another process is here (``dlmstore.store.flock``).
-        self.lock = store_lock(path)
+        self.flock = store_lock(path)
 
     @property
     def db_path(self) -> Path:
@@ -214,7 +214,7 @@ class Store:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        self.lock.close()
+        self.flock.close()
 
     def __enter__(self) -> Store:
         return self
