@@ -364,7 +364,11 @@ def open_store_at(
         # A store.db made afresh beside the mark of the one it replaces (moved
         # aside as damaged): it starts where that one's ids ended.
         store = Store(dlm_id, path)
-        highwater.accept(store)
+        try:
+            highwater.accept(store)
+        except BaseException:
+            store.close()
+            raise
         return store
     if check_history:
         highwater.check(db_path)
