@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .params import DURATION
 from .render import emit_json, human_bytes
+
+if TYPE_CHECKING:
+    from dlmstore.store.database import Store
 
 
 @click.group("cache")
@@ -79,8 +83,11 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
     )
     click.echo(
         f"files: {result.packs_removed} empty and {result.packs_compacted} sparse token files, "
-        f"{result.orphan_files_removed} orphans, {result.temp_files_removed} temp files"
+        f"{result.orphan_files_removed} orphans, {result.temp_files_removed} temp files, "
+        f"{result.staging_dirs_removed} base conversion leftovers"
     )
+    if result.store_in_use:
+        click.echo(IN_USE_NOTE, err=True)
 
 
 @cache_group.command("clear")
@@ -110,20 +117,24 @@ def clear_command(path: str, force: bool) -> None:
 
 
 @cache_group.command("verify")
-@click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--repair", is_flag=True, help="Drop broken entries and remove orphan files.")
+@click.argument("path", type=click.Path())
+@click.option("--repair", is_flag=True, help="Fix what is found: drop broken entries, remove debris.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify_command(path: str, repair: bool, as_json: bool) -> None:
     """Check store.db, each entry's token bytes and each file against the rows.
 
+    PATH is a document, or a dataset directory holding its own store.db
+    (`dlm data build-all` and `dlm data build` make those).
+
     Exits 1 while problems remain. After --repair none should, unless store.db
     itself is damaged: repair never writes to it; restore it from a backup or
-    move it aside.
+    move it aside. Temp files and unregistered token files are debris whatever
+    their age, unless another dlm process has the store open: then those
+    younger than an hour are left alone, in case that process is writing them.
     """
     from dlmstore.cache.admin import verify
-    from dlmstore.store.database import open_store
 
-    with open_store(_document_id(path), create=False) as store:
+    with _open_to_verify(path) as store:
         result = verify(store, repair=repair)
     if as_json:
         emit_json({**_asdict(result), "remaining": len(result.remaining)})
@@ -135,8 +146,33 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
             f"checked {result.entries_checked:,} entries in {result.packs_checked} token files: "
             f"{len(result.problems)} problems, {len(result.remaining)} remaining"
         )
+    if result.store_in_use:
+        click.echo(IN_USE_NOTE, err=True)
     if result.remaining:
         sys.exit(1)
+
+
+IN_USE_NOTE = (
+    "note: another dlm process may have this store open (its lock could not be taken); files younger "
+    "than an hour were left alone in case it is writing them (run again when it is done)"
+)
+
+
+def _open_to_verify(path: str) -> Store:
+    """The store of a document, or of a dataset directory, opened even when it lost history."""
+    from pathlib import Path
+
+    from dlmstore.errors import DlmError
+    from dlmstore.store.database import DB_NAME, open_store, open_store_at
+
+    if Path(path).is_dir():
+        if not (Path(path) / DB_NAME).is_file():
+            raise DlmError(
+                f"{path} is a directory without a {DB_NAME}",
+                hint="pass a .dlm document, or a dataset directory built by `dlm data`",
+            )
+        return open_store_at(Path(path), create=False, check_history=False)
+    return open_store(_document_id(path), create=False, check_history=False)
 
 
 def _asdict(value: object) -> dict[str, object]:

@@ -28,8 +28,11 @@ the same error comes after the hub's retries.
 :func:`resolve_base` only looks at names and files and imports nothing
 heavy, so ``dlm show`` can validate a document without loading torch.
 Conversion writes into a temporary directory and renames it into place, so
-an interrupted conversion never leaves a half-written base behind and two
-processes converting at once both end with a complete folder.
+an interrupted conversion never leaves a half-written base behind. It runs
+under an exclusive lock (``<home>/bases/<name>/.convert.lock``): a second
+process waits and then finds the folder done, and a staging folder whose
+lock nobody holds is a leftover of a killed conversion, removed by the next
+conversion or by ``dlm cache verify --repair`` (:func:`stale_conversions`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import importlib
 import importlib.util
 import os
 import re
+import shutil
 import stat
 import warnings
 from collections.abc import Iterator
@@ -52,6 +56,7 @@ from dlmstore.base_registry import REGISTRY, RegisteredBase
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
 from dlmstore.store.atomic import StagingDir
+from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import file_kind
 
 #: Files that make up a tokenizer (and can change what it produces), wherever they exist.
@@ -377,17 +382,81 @@ def _caused_by(exc: BaseException, types: tuple[type[BaseException], ...]) -> bo
 def _converted(ref: BaseModelRef, part: str) -> Path:
     """``<home>/bases/<name>/<part>``, converting from GGUF on first use."""
     target = bases_dir() / ref.name / part
-    if (target / "config.json").is_file() or (target / "tokenizer.json").is_file():
+    if _is_converted(target):
         return target
-    gguf = Path(ref.location)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(target.parent / CONVERT_LOCK, required=True)
+    except OSError as exc:
+        raise _unwritable(ref, target, exc) from None
+    with lock:
+        lock.exclusive()
+        if _is_converted(target):  # another process converted it while this one waited
+            return target
+        _remove_staging(target.parent)  # what is there now was left by a killed conversion
+        return _convert(ref, part, target)
+
+
+#: Held exclusively while a base is converted (see the module docstring).
+CONVERT_LOCK = ".convert.lock"
+
+#: Staging folders of a conversion: ``.tokenizer-<random>``, ``.model-<random>``.
+_STAGING_PREFIXES = (".tokenizer-", ".model-")
+
+
+def _is_converted(target: Path) -> bool:
+    return (target / "config.json").is_file() or (target / "tokenizer.json").is_file()
+
+
+def _unwritable(ref: BaseModelRef, target: Path, exc: OSError) -> BaseModelError:
+    return BaseModelError(
+        f"cannot create {target.parent} to convert base model {ref.name!r}: {exc.strerror or exc}",
+        hint="make it writable or point DLM_HOME somewhere writable",
+    )
+
+
+def _staging_dirs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith(_STAGING_PREFIXES) and p.is_dir())
+
+
+def _remove_staging(folder: Path) -> None:
+    for path in _staging_dirs(folder):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def stale_conversions(*, remove: bool) -> list[Path]:
+    """Staging folders under ``<home>/bases/`` that no running conversion owns.
+
+    A base whose ``.convert.lock`` is held by another process is converting
+    now and is skipped; for every other base, each staging folder is a
+    leftover (whatever its age).
+
+    Args:
+        remove: delete them as well.
+    """
+    root = bases_dir()
+    if not root.is_dir():
+        return []
+    stale: list[Path] = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not _staging_dirs(folder):
+            continue
+        with FileLock(folder / CONVERT_LOCK) as lock:
+            if not lock.try_exclusive():
+                continue
+            found = _staging_dirs(folder)
+            stale += found
+            if remove:
+                _remove_staging(folder)
+    return stale
+
+
+def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
+    gguf = Path(ref.location)
+    try:
         staging = StagingDir(target.parent, prefix=f".{part}-")
     except OSError as exc:
-        raise BaseModelError(
-            f"cannot create {target.parent} to convert base model {ref.name!r}: {exc.strerror or exc}",
-            hint="make it writable or point DLM_HOME somewhere writable",
-        ) from None
+        raise _unwritable(ref, target, exc) from None
     try:
         with _quiet_transformers() as transformers:
             if part == "tokenizer":

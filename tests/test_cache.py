@@ -126,7 +126,8 @@ def test_prune_drops_entries_unused_since_the_cutoff_and_compacts_their_pack(sto
     assert pack.stat().st_size == 20  # only a's bytes are left on disk
 
 
-def test_prune_removes_orphaned_pack_files_and_temp_files_past_the_grace_period(store: Store) -> None:
+def _debris(store: Store) -> tuple[Path, Path, Path]:
+    """An old unregistered pack, an old temp file and a new unregistered pack in tokens/."""
     tokens = store.path / "tokens"
     tokens.mkdir()
     orphan, temp, fresh = tokens / "pack-OLD.bin", tokens / ".pack-x.bin.tmp", tokens / "pack-NEW.bin"
@@ -135,8 +136,23 @@ def test_prune_removes_orphaned_pack_files_and_temp_files_past_the_grace_period(
     old = time.time() - 7200
     os.utime(orphan, (old, old))
     os.utime(temp, (old, old))
+    return orphan, temp, fresh
+
+
+def test_prune_with_the_store_to_itself_removes_every_orphan_and_temp_file_whatever_its_age(
+    store: Store,
+) -> None:
+    orphan, temp, fresh = _debris(store)
     result = prune(store, older_than=timedelta(days=1))
-    assert (result.orphan_files_removed, result.temp_files_removed) == (1, 1)
+    assert (result.orphan_files_removed, result.temp_files_removed, result.store_in_use) == (2, 1, False)
+    assert not orphan.exists() and not temp.exists() and not fresh.exists()
+
+
+def test_prune_leaves_young_files_alone_while_another_opener_holds_the_store(store: Store) -> None:
+    orphan, temp, fresh = _debris(store)
+    with open_store(VALID_ID):  # another holder of the store lock, as a second process would be
+        result = prune(store, older_than=timedelta(days=1))
+    assert (result.orphan_files_removed, result.temp_files_removed, result.store_in_use) == (1, 1, True)
     assert not orphan.exists() and not temp.exists() and fresh.exists()
 
 

@@ -6,9 +6,12 @@ through the CLI. The damage kinds are what happens to files in practice:
 pages overwritten with garbage (the header and schema page intact),
 truncation, and the whole file replaced by text. A second set of garbage
 spares the tables opening a store reads, so the damage is first met by a
-later statement of the command itself. The command tests also check
-store.db is byte-for-byte what the damage left: dlm never writes to a
-store it has found damaged.
+later statement of the command itself. A third puts garbage at chosen
+places in the middle of the file: the header, one table page, one index
+page, and a table's name in the schema (which SQLite quotes back in bytes
+Python cannot decode). The command tests also check store.db is
+byte-for-byte what the damage left: dlm never writes to a store it has
+found damaged.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from dlmstore.store.database import open_store
 
 from .helpers import VALID_ID, write_doc
 
-#: Tables opening a store reads (``alembic_version``, ``store_info``); damage elsewhere is met later.
-OPENING_TABLES = ("alembic_version", "store_info")
+#: Tables opening a store reads: its revision and owner, and what its high-water mark counts
+#: (``dlmstore.store.highwater``); damage elsewhere is met later.
+OPENING_TABLES = ("alembic_version", "store_info", "sqlite_sequence", "adapters")
 
 HINT = (
     "hint: restore it from a backup, or move it aside (rename it store.db.damaged) to start the store "
@@ -287,3 +291,77 @@ def test_a_store_that_found_damage_writes_nothing_more_not_even_the_failed_run(d
     runs = conn.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
     conn.close()
     assert runs == [(1, "completed"), (2, "running")]  # not marked failed: that would be a write
+
+
+def _root_page_of(db: Path, name: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def garbage_over_the_header(db: Path) -> None:
+    _scribble(db, [0], 100)
+
+
+def garbage_over_the_runs_table(db: Path) -> None:
+    _scribble(db, [(_root_page_of(db, "runs") - 1) * _page_size(db)], _page_size(db))
+
+
+def garbage_over_the_row_key_index(db: Path) -> None:
+    # The unique index behind every cache lookup by row key.
+    _scribble(db, [(_root_page_of(db, "sqlite_autoindex_cache_entries_1") - 1) * _page_size(db)], 64)
+
+
+def garbage_in_an_object_name_of_the_schema(db: Path) -> None:
+    """Bytes that are not UTF-8 over a table's name in the schema, and its SQL broken.
+
+    SQLite then quotes the name in its error ("malformed database schema
+    (<bytes>)"), which Python's sqlite3 cannot decode: it raises
+    ``UnicodeDecodeError`` instead of the ``DatabaseError`` SQLite meant.
+    """
+    data = bytearray(db.read_bytes())
+    at = data.find(b"tabletoken_packstoken_packs")
+    data[at + 5 : at + 16] = b"\xbc\xff\xfe" * 3 + b"\xbc\xff"
+    create = data.find(b"CREATE TABLE token_packs")
+    data[create : create + 6] = b"CRXATE"
+    db.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason", "failing"),
+    [
+        (garbage_over_the_header, "file is not a database", {"show", "metrics", "tokenize", "train"}),
+        (garbage_over_the_runs_table, "database disk image is malformed", {"metrics", "tokenize", "train"}),
+        (garbage_over_the_row_key_index, "database disk image is malformed", {"tokenize", "train"}),
+        (
+            garbage_in_an_object_name_of_the_schema,
+            'malformed database schema (\\xbc\\xff\\xfe\\xbc\\xff\\xfe\\xbc\\xff\\xfe\\xbc\\xff) - near "CRXATE": '
+            "syntax error",
+            {"show", "metrics", "tokenize", "train"},
+        ),
+    ],
+    ids=["header", "table page", "index page", "schema name"],
+)
+def test_garbage_in_the_middle_of_store_db_is_one_error_line_from_each_command_and_verify_reports_it(
+    doc: Path, damage: Callable[[Path], None], reason: str, failing: set[str]
+) -> None:
+    db = store_dir(VALID_ID) / "store.db"
+    damage(db)
+    damaged = db.read_bytes()
+    outcomes = {}
+    for command in ("show", "metrics", "tokenize", "train"):
+        code, _, stderr = _run(doc, command)
+        assert "Traceback" not in stderr
+        if code:
+            assert stderr.splitlines() == [f"error: {db} is damaged: {reason}", HINT], command
+        outcomes[command] = code
+    assert {c for c, code in outcomes.items() if code} == failing
+    code, stdout, stderr = _run(doc, "cache verify")
+    assert code == 1
+    if failing == set(outcomes):  # too damaged to open at all: the same one error
+        assert (stdout, stderr.splitlines()) == ("", [f"error: {db} is damaged: {reason}", HINT])
+    else:
+        assert stdout.startswith("problem: damaged_database: store.db: SQLite's integrity_check: ")
+    assert db.read_bytes() == damaged

@@ -8,12 +8,16 @@ a listing of ``<store>/tokens/``:
   was never tokenized reports an empty cache);
 * :func:`prune` drops entries not used since a cutoff (one indexed DELETE),
   deletes packs left empty, rewrites packs that are mostly dead space, and
-  removes unregistered pack files and temp files older than a grace period
-  (a concurrent writer's pack is on disk a moment before its rows commit);
+  removes the debris of killed writers (:func:`_debris`);
 * :func:`clear` drops everything;
-* :func:`verify` checks store.db with SQLite's ``integrity_check``, then
-  every entry against its bytes and every file against the rows, and with
-  ``repair`` drops what is broken (never touching a damaged store.db).
+* :func:`verify` checks store.db with SQLite's ``integrity_check`` and
+  against its high-water mark, then every entry against its bytes and every
+  file against the rows, and with ``repair`` fixes what is broken (never
+  touching a damaged store.db).
+
+A concurrent writer's pack is on disk a moment before its rows commit, so
+an unregistered file is debris only when no other process has the store
+open; the store lock (``dlmstore.store.flock``) says whether one has.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from dlmstore.cache.entries import drop_dead_packs, unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
@@ -30,8 +36,9 @@ from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
 from dlmstore.store.database import DB_NAME, Store, read_only
 
-#: Unregistered files younger than this may belong to a writer that has not
-#: committed yet, so prune and repair leave them alone.
+#: When another process has the store open, unregistered files younger than
+#: this may belong to it (a writer that has not committed yet), so prune and
+#: verify leave them alone. With the store to themselves, they take every one.
 ORPHAN_GRACE_S = 3600.0
 
 #: Packs whose live bytes fall below this fraction are rewritten by prune.
@@ -93,6 +100,8 @@ class PruneResult:
     packs_compacted: int
     orphan_files_removed: int
     temp_files_removed: int
+    staging_dirs_removed: int
+    store_in_use: bool
 
 
 def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_S) -> PruneResult:
@@ -107,8 +116,11 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
         dead = drop_dead_packs(conn)
     unlink_packs(store, dead)
     compacted = _compact(store)
-    orphans, temps = _sweep_files(store, grace_s=grace_s, remove=True)
-    return PruneResult(cutoff, removed, removed_bytes, len(dead), compacted, len(orphans), len(temps))
+    debris = _debris(store, grace_s=grace_s, remove=True)
+    return PruneResult(
+        cutoff, removed, removed_bytes, len(dead), compacted, len(debris.orphans), len(debris.temps),
+        len(debris.staging), debris.store_in_use,
+    )  # fmt: skip
 
 
 def _compact(store: Store) -> int:
@@ -156,27 +168,91 @@ def _compact(store: Store) -> int:
     return done
 
 
-def _sweep_files(store: Store, *, grace_s: float, remove: bool) -> tuple[list[str], list[str]]:
-    """Unregistered pack files and leftover temp files older than ``grace_s``."""
-    directory = store.path / PACK_DIR
-    if not directory.is_dir():
-        return [], []
-    with store.read() as conn:
-        known = {row["path"] for row in conn.execute("SELECT path FROM token_packs")}
-    now = time.time()
-    orphans: list[str] = []
-    temps: list[str] = []
-    for entry in os.scandir(directory):
-        relpath = f"{PACK_DIR}/{entry.name}"
-        if relpath in known or not entry.is_file(follow_symlinks=False):
-            continue
-        if now - entry.stat().st_mtime < grace_s:
-            continue
-        (temps if entry.name.endswith(".tmp") else orphans).append(relpath)
-    if remove:
-        for relpath in orphans + temps:
-            (store.path / relpath).unlink(missing_ok=True)
-    return orphans, temps
+@dataclass(frozen=True)
+class Debris:
+    """Files and folders no row or live process owns (see :func:`_debris`)."""
+
+    orphans: list[str]  # unregistered pack files in tokens/
+    temps: list[str]  # temp files of atomic writes that never finished
+    staging: list[str]  # base-conversion staging folders under <home>/bases/
+    store_in_use: bool  # the store lock was not ours alone: young files were left alone
+
+
+def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
+    """What crashed writers left behind, removed too when ``remove``.
+
+    * unregistered ``tokens/pack-*.bin`` (a pass killed between its pack's
+      rename and the commit of its rows) and any ``tokens/*.tmp``;
+    * temp files of atomic writes (``.<name>.<random>.tmp``) anywhere in the
+      store directory or in a dataset directory registered in it
+      (``.shard_*.tmp`` of a killed dataset build), not looking inside
+      hidden folders, whose owners sweep them (adapter staging is
+      ``dlm train``'s);
+    * staging folders of killed base conversions
+      (:func:`dlmstore.bases.stale_conversions`, decided by their own lock).
+
+    Whether a file is debris is decided by the store lock, not its age:
+    when this process can take the lock exclusively, no other process has
+    the store open and everything found is debris, however new. When it
+    cannot, a live writer may own the newest files, and only those older
+    than ``grace_s`` are taken.
+    """
+    from dlmstore.bases import stale_conversions
+
+    alone = store.flock.try_exclusive()
+    try:
+        with store.read() as conn:
+            known = {row["path"] for row in conn.execute("SELECT path FROM token_packs")}
+            datasets = [Path(row["path"]) for row in conn.execute("SELECT path FROM datasets")]
+        cutoff = None if alone else time.time() - grace_s
+        orphans: list[str] = []
+        temps: list[str] = []
+        tokens = store.path / PACK_DIR
+        for path in _files(tokens, recurse=False):
+            relpath = f"{PACK_DIR}/{path.name}"
+            if relpath in known or not _old_enough(path, cutoff):
+                continue
+            (temps if path.name.endswith(".tmp") else orphans).append(relpath)
+        roots = [store.path, *(d for d in datasets if not d.is_relative_to(store.path))]
+        for root in roots:
+            for path in _files(root, recurse=True, skip=tokens):
+                if path.name.startswith(".") and path.name.endswith(".tmp") and _old_enough(path, cutoff):
+                    temps.append(_shown(path, store.path))
+        if remove:
+            for relpath in orphans + temps:
+                (store.path / relpath).unlink(missing_ok=True)  # an absolute relpath stays absolute
+        staging = [str(p) for p in stale_conversions(remove=remove)]
+    finally:
+        store.flock.downgrade()
+    return Debris(orphans, temps, staging, not alone)
+
+
+def _files(directory: Path, *, recurse: bool, skip: Path | None = None) -> Iterator[Path]:
+    """Plain files in ``directory`` (and, with ``recurse``, below it, hidden folders and ``skip`` aside)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # missing, not a directory, unreadable: nothing to sweep there
+        return
+    for entry in entries:
+        if entry.is_file(follow_symlinks=False):
+            yield Path(entry.path)
+        elif recurse and entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            if skip is None or Path(entry.path) != skip:
+                yield from _files(Path(entry.path), recurse=True, skip=skip)
+
+
+def _old_enough(path: Path, cutoff: float | None) -> bool:
+    if cutoff is None:
+        return True
+    try:
+        return path.stat(follow_symlinks=False).st_mtime < cutoff
+    except OSError:
+        return False  # gone meanwhile
+
+
+def _shown(path: Path, store_path: Path) -> str:
+    """``path`` relative to the store when inside it (as pack paths are), else absolute."""
+    return str(path.relative_to(store_path)) if path.is_relative_to(store_path) else str(path)
 
 
 @dataclass(frozen=True)
@@ -208,10 +284,25 @@ def clear(store: Store) -> ClearResult:
 class Problem:
     """One thing ``verify`` found wrong."""
 
-    kind: str  # damaged_database | missing_pack | short_pack | bad_entry | orphan_file | temp_file | wrong_totals
+    kind: str  # one of PROBLEM_KINDS
     path: str
     detail: str
     repaired: bool = False
+
+
+#: What ``verify`` reports, in the order it looks.
+PROBLEM_KINDS = (
+    "damaged_database",  # SQLite's integrity_check fails; nothing else is checked or repaired
+    "lost_history",  # store.db holds less than its high-water mark (its WAL deleted, an old copy)
+    "unreadable_mark",  # high-water.json is not a mark; repair writes it afresh
+    "missing_pack",  # a registered pack file is gone
+    "short_pack",  # a registered pack file is shorter than registered
+    "bad_entry",  # an entry's bytes are missing or fail their checksum
+    "wrong_totals",  # cache_totals disagrees with the entries
+    "orphan_file",  # a pack file no row registers
+    "temp_file",  # a temp file of an atomic write that never finished
+    "staging_dir",  # a staging folder of a base conversion that never finished
+)
 
 
 @dataclass(frozen=True)
@@ -221,6 +312,10 @@ class VerifyResult:
     entries_checked: int
     packs_checked: int
     problems: list[Problem] = field(default_factory=list)
+    #: The store lock could not be taken exclusively (another process had the
+    #: store open, or the filesystem has no ``flock``), so files younger than
+    #: the grace period, which it may be writing, were neither reported nor removed.
+    store_in_use: bool = False
 
     @property
     def remaining(self) -> list[Problem]:
@@ -232,7 +327,16 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
 
     A damaged store.db is the one problem reported: rows read from it cannot
     be trusted, so no entry or file is checked, and ``repair`` writes
-    nothing to it (it is restored or moved aside by hand).
+    nothing to it (it is restored or moved aside by hand). Open the store
+    with ``check_history=False``, or a store.db that lost its latest
+    records cannot be opened to be verified.
+
+    Args:
+        repair: fix what is found: accept lost history (without reusing
+            ids), drop broken entries, shrink short packs to what survives,
+            recompute totals, remove debris (see :func:`_debris` for which).
+        grace_s: when another process has the store open, leave files
+            younger than this alone.
     """
     damage = store.integrity_problems()
     if damage:
@@ -241,7 +345,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
             "restore store.db from a backup, or move it aside to start the store afresh"
         )
         return VerifyResult(0, 0, [Problem("damaged_database", DB_NAME, detail)])
-    problems: list[Problem] = []
+    problems = _history(store, repair)
     with store.read() as conn:
         packs = conn.execute("SELECT id, path, bytes FROM token_packs").fetchall()
         entries = conn.execute(
@@ -250,16 +354,20 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         ).fetchall()
         totals = tuple(conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone())
         actual = tuple(conn.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries").fetchone())
+    missing: list[str] = []
+    short: dict[str, int] = {}
     for pack in packs:
         relpath, nbytes = pack["path"], pack["bytes"]
-        path = store.path / relpath
-        if not path.is_file():
+        try:
+            size = (store.path / relpath).stat().st_size
+        except FileNotFoundError:
+            missing.append(relpath)
             problems.append(Problem("missing_pack", relpath, "registered pack file is missing", repair))
-        elif path.stat().st_size < nbytes:
+            continue
+        if size < nbytes:
+            short[relpath] = size
             problems.append(
-                Problem(
-                    "short_pack", relpath, f"{path.stat().st_size} bytes on disk, {nbytes} registered", repair
-                )
+                Problem("short_pack", relpath, f"{size} bytes on disk, {nbytes} registered", repair)
             )
     reader = PackReader(store.path)
     bad: list[int] = []
@@ -284,31 +392,63 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
                 repair,
             )
         )
-    orphans, temps = _sweep_files(store, grace_s=grace_s, remove=repair)
-    problems += [Problem("orphan_file", p, "pack file not registered in store.db", repair) for p in orphans]
-    problems += [Problem("temp_file", p, "leftover temporary file", repair) for p in temps]
     if repair:
-        missing = [pack["path"] for pack in packs if not (store.path / pack["path"]).is_file()]
-        with store.write() as conn:
-            if bad:
-                conn.execute(
-                    "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(bad),),
-                )
-            if missing:
-                conn.execute(
-                    "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?)) "
-                    "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)",
-                    (json.dumps(missing),),
-                )
+        _repair_rows(store, bad=bad, missing=missing, short=short)
+    debris = _debris(store, grace_s=grace_s, remove=repair)
+    problems += [
+        Problem("orphan_file", p, "pack file not registered in store.db", repair) for p in debris.orphans
+    ]
+    problems += [Problem("temp_file", p, "leftover temporary file", repair) for p in debris.temps]
+    problems += [
+        Problem("staging_dir", p, "leftover folder of a base conversion that never finished", repair)
+        for p in debris.staging
+    ]
+    return VerifyResult(len(entries), len(packs), problems, debris.store_in_use)
+
+
+def _history(store: Store, repair: bool) -> list[Problem]:
+    """store.db against its high-water mark (``dlmstore.store.highwater``)."""
+    from dlmstore.store import highwater
+
+    with store.read() as conn:
+        held = highwater.current(conn)
+    problems = []
+    if lost := highwater.losses(store.path, held):
+        problems.append(Problem("lost_history", DB_NAME, highwater.lost_reason(lost), repair))
+    if unreadable := highwater.mark_problem(store.path):
+        problems.append(Problem("unreadable_mark", highwater.MARK_NAME, unreadable, repair))
+    if problems and repair:
+        highwater.accept(store)
+    return problems
+
+
+def _repair_rows(store: Store, *, bad: list[int], missing: list[str], short: dict[str, int]) -> None:
+    """Drop bad entries and missing packs, shrink short packs, recompute the totals; one transaction."""
+    with store.write() as conn:
+        if bad:
             conn.execute(
-                "UPDATE cache_totals SET entry_count = (SELECT COUNT(*) FROM cache_entries), "
-                "bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries) WHERE id = 1"
+                "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(bad),),
             )
+        if missing:
             conn.execute(
-                "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
-                "WHERE pack_id = token_packs.id)"
+                "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?)) "
+                "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)",
+                (json.dumps(missing),),
             )
-            dead = drop_dead_packs(conn)
-        unlink_packs(store, dead)
-    return VerifyResult(len(entries), len(packs), problems)
+        # A short pack keeps the entries that still read back (the bad ones
+        # are gone above) and is registered at the size it has, so the next
+        # verify does not find it short again.
+        conn.executemany(
+            "UPDATE token_packs SET bytes = ? WHERE path = ?", [(n, p) for p, n in short.items()]
+        )
+        conn.execute(
+            "UPDATE cache_totals SET entry_count = (SELECT COUNT(*) FROM cache_entries), "
+            "bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries) WHERE id = 1"
+        )
+        conn.execute(
+            "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
+            "WHERE pack_id = token_packs.id)"
+        )
+        dead = drop_dead_packs(conn)
+    unlink_packs(store, dead)

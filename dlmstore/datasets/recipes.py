@@ -35,6 +35,7 @@ from dlmstore.datasets.registry import RegisteredDataset, register_dataset, regi
 from dlmstore.datasets.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.errors import DatasetError
 from dlmstore.store.atomic import publish_dir
+from dlmstore.store.flock import FileLock, store_lock
 
 DEFAULT_BASE = "smollm2-135m"
 DEFAULT_PRETRAIN_VAL_FRAC = 0.01
@@ -131,19 +132,34 @@ def build_pretrain_from(
     if val_frac is None and (train_tokens is None or val_tokens is None):
         val_frac = DEFAULT_PRETRAIN_VAL_FRAC
     data_files(source)  # a missing path fails before the output directory is touched
-    result = build_pretrain_cache(
-        iter_local_texts(source, text_field=text_field),
-        out_dir,
-        tokenizer=encoder,
-        val_frac=val_frac,
-        train_tokens=train_tokens,
-        val_tokens=val_tokens,
-        source={"type": "local", "path": str(Path(source).resolve())},
-        tokenizer_name=base,
-        progress=progress,
-        **options,
-    )
-    return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with _store_held(store_dir or out_dir):
+        result = build_pretrain_cache(
+            iter_local_texts(source, text_field=text_field),
+            out_dir,
+            tokenizer=encoder,
+            val_frac=val_frac,
+            train_tokens=train_tokens,
+            val_tokens=val_tokens,
+            source={"type": "local", "path": str(Path(source).resolve())},
+            tokenizer_name=base,
+            progress=progress,
+            **options,
+        )
+        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+
+
+def _store_held(directory: str | os.PathLike[str]) -> FileLock:
+    """The store lock of the store the build registers in, held shared while it writes.
+
+    Building writes temp files long before the store is opened to register
+    them; holding the lock meanwhile keeps ``dlm cache verify --repair`` on
+    that store from taking them for a killed build's leftovers.
+    """
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # not a directory, not writable: the build says so in its own words; no lock is needed
+    return store_lock(Path(directory))
 
 
 def build_sft_from(
@@ -163,16 +179,17 @@ def build_sft_from(
     encoder = encoder_for_base(base)
     data_files(source)
     examples = (src.dolly_messages(r) for r in iter_local_records(source))
-    result = build_sft_cache(
-        examples,
-        out_dir,
-        tokenizer=encoder,
-        tokenizer_name=base,
-        source={"type": "local", "path": str(Path(source).resolve())},
-        progress=progress,
-        **options,
-    )
-    return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with _store_held(store_dir or out_dir):
+        result = build_sft_cache(
+            examples,
+            out_dir,
+            tokenizer=encoder,
+            tokenizer_name=base,
+            source={"type": "local", "path": str(Path(source).resolve())},
+            progress=progress,
+            **options,
+        )
+        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def build_all(

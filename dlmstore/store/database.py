@@ -56,6 +56,8 @@ from dlmstore.clock import utc_now
 from dlmstore.errors import StoreDamagedError, StoreError, StoreVersionError
 from dlmstore.home import store_dir
 from dlmstore.migrations import HEAD_REVISION, REVISIONS
+from dlmstore.store import highwater
+from dlmstore.store.flock import FileLock, store_lock
 from dlmstore.ulid import new_ulid
 
 DB_NAME = "store.db"
@@ -66,6 +68,10 @@ BUSY_TIMEOUT_S = 30.0
 #: locked, read-only and I/O errors are ``OperationalError`` with codes of
 #: their own and keep their own handling.
 _DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+#: What a statement can raise: SQLite's errors, and the decode error of a
+#: message quoting garbage (see :func:`is_damage`).
+_SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 
 #: How many findings ``integrity_check`` reports before it stops looking.
 INTEGRITY_CHECK_LIMIT = 10
@@ -79,6 +85,9 @@ class Store:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._damage: StoreDamagedError | None = None
+        # Held shared while the store is open, so a sweep can tell whether
+        # another process is here (``dlmstore.store.flock``).
+        self.flock = store_lock(path)
 
     @property
     def db_path(self) -> Path:
@@ -134,7 +143,7 @@ class Store:
         try:
             conn = self._connection()
             conn.execute(begin)
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             if (error := self._error(exc)) is None:
                 raise
             raise error from None
@@ -147,7 +156,7 @@ class Store:
             raise error from None
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             _rollback(conn)
             if (error := self._error(exc)) is None:
                 raise
@@ -205,6 +214,7 @@ class Store:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self.flock.close()
 
     def __enter__(self) -> Store:
         return self
@@ -218,15 +228,33 @@ class Store:
 
 def is_damage(exc: BaseException) -> bool:
     """True when ``exc`` is SQLite saying the file's bytes are not a sound database."""
+    if isinstance(exc, UnicodeDecodeError):
+        return _undecodable_damage(exc)
     code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.DatabaseError) else None
     return code is not None and code & 0xFF in _DAMAGE_CODES  # the low byte is the primary code
 
 
+#: How SQLite's messages about damage begin. Garbage over the schema makes
+#: SQLite quote it ("malformed database schema (<garbage>)"), and Python's
+#: sqlite3 then fails to decode the message as UTF-8: a ``UnicodeDecodeError``
+#: whose bytes are SQLite's message stands for the ``DatabaseError`` it was
+#: meant to be. No other UTF-8 decoding inside a transaction produces these bytes.
+_DAMAGE_MESSAGES = (b"malformed database schema", b"database disk image is malformed")
+
+
+def _undecodable_damage(exc: UnicodeDecodeError) -> bool:
+    return isinstance(exc.object, bytes) and exc.object.startswith(_DAMAGE_MESSAGES)
+
+
 def damaged_error(db_path: Path, exc: BaseException) -> StoreDamagedError:
     """The error for a damaged ``db_path``: what SQLite said, and the two ways out."""
+    if isinstance(exc, UnicodeDecodeError) and _undecodable_damage(exc):
+        reason = bytes(exc.object).decode("utf-8", "backslashreplace")
+    else:
+        reason = str(exc)
     return StoreDamagedError(
         db_path,
-        str(exc),
+        reason,
         hint=f"restore it from a backup, or move it aside (rename it {DB_NAME}.damaged) to start the "
         "store afresh, losing the runs, metrics, lock history and cache, adapter and dataset records "
         "it holds (the files beside it stay; the cache refills on the next run)",
@@ -249,7 +277,7 @@ def read_only(db_path: Path) -> Iterator[sqlite3.Connection]:
         raise StoreError(f"cannot open {db_path}: {exc}") from None
     try:
         yield conn
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         if is_damage(exc):
             raise damaged_error(db_path, exc) from None
         raise
@@ -280,25 +308,35 @@ def store_exists(dlm_id: str) -> bool:
     return (store_dir(dlm_id) / DB_NAME).is_file()
 
 
-def open_store(dlm_id: str, *, create: bool = True) -> Store:
+def open_store(dlm_id: str, *, create: bool = True, check_history: bool = True) -> Store:
     """Open (and migrate to head) the store for ``dlm_id`` under the dlm home.
+
+    The open store holds the store lock shared until it is closed
+    (``dlmstore.store.flock``).
 
     Args:
         dlm_id: the document id.
         create: make the directory and database when missing; with
             ``False`` a missing store raises ``StoreError`` and nothing is
             created.
+        check_history: refuse a store.db that has lost records its
+            high-water mark counts (``dlmstore.store.highwater``); only
+            ``dlm cache verify``, which reports and repairs that, opens
+            without the check.
 
     Raises:
         StoreError: the store cannot be created or opened, or belongs to
             another document.
         StoreVersionError: the database was written by a newer dlmstore.
+        StoreDamagedError: store.db is damaged, or has lost records.
     """
-    return open_store_at(store_dir(dlm_id), dlm_id, create=create)
+    return open_store_at(store_dir(dlm_id), dlm_id, create=create, check_history=check_history)
 
 
-def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True) -> Store:
-    """Open (and migrate) the store whose directory is ``path``.
+def open_store_at(
+    path: Path, dlm_id: str | None = None, *, create: bool = True, check_history: bool = True
+) -> Store:
+    """Open (and migrate) the store whose directory is ``path`` (see :func:`open_store`).
 
     A store that belongs to no document (a dataset directory built by
     ``dlm data``) passes ``dlm_id=None``: a new one gets a fresh ULID, an
@@ -307,7 +345,8 @@ def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True)
     db_path = path / DB_NAME
     if dlm_id is None:
         dlm_id = _existing_id(db_path) if db_path.is_file() else new_ulid()
-    if not db_path.is_file():
+    created = not db_path.is_file()
+    if created:
         if not create:
             raise StoreError(
                 f"no store for document {dlm_id} at {path}",
@@ -321,6 +360,18 @@ def open_store_at(path: Path, dlm_id: str | None = None, *, create: bool = True)
                 hint="make the directory writable or point DLM_HOME somewhere writable",
             ) from None
     migrate(db_path, dlm_id)
+    if created and highwater.read_mark(path) is not None:
+        # A store.db made afresh beside the mark of the one it replaces (moved
+        # aside as damaged): it starts where that one's ids ended.
+        store = Store(dlm_id, path)
+        try:
+            highwater.accept(store)
+        except BaseException:
+            store.close()
+            raise
+        return store
+    if check_history:
+        highwater.check(db_path)
     return Store(dlm_id, path)
 
 
@@ -340,16 +391,15 @@ def migrate(db_path: Path, dlm_id: str) -> None:
         _refuse_other_owner(db_path, owner, dlm_id)
         return
     _refuse_unknown(db_path, revision)
-    lock_path = db_path.parent / ".migrate.lock"
     try:
-        lock_file = open(lock_path, "a+b")
+        lock = FileLock(db_path.parent / ".migrate.lock", required=True)
     except OSError as exc:
         raise StoreError(
             f"cannot write to store directory {db_path.parent}: {exc.strerror or exc}",
             hint="make the directory writable or point DLM_HOME somewhere writable",
         ) from None
-    with lock_file:
-        _lock_exclusive(lock_file)
+    with lock:
+        lock.exclusive()
         revision = current_revision(db_path)  # another process may have migrated meanwhile
         _refuse_unknown(db_path, revision)
         if revision != HEAD_REVISION:
@@ -391,21 +441,13 @@ def _refuse_unknown(db_path: Path, revision: str | None) -> None:
             conn.close()
         if version is not None:
             writer = f"dlmstore {version}"
-    except sqlite3.Error:
+    except _SQLITE_ERRORS:
         pass  # the writer's version is only a nicety in the message
     raise StoreVersionError(
         f"{db_path} was written by {writer} (schema revision {revision}); "
         f"this is dlmstore {__version__} (schema up to {HEAD_REVISION})",
         hint="upgrade dlmstore (pip install -U dlmstore); the database was not modified",
     )
-
-
-def _lock_exclusive(lock_file: object) -> None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: sqlite's own locking still serialises
-        return
-    fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)  # type: ignore[attr-defined]
 
 
 def _upgrade(db_path: Path, revision: str | None) -> None:
@@ -456,7 +498,7 @@ def _stamp_store_info(db_path: Path, dlm_id: str) -> None:
         elif owner == dlm_id:
             conn.execute("UPDATE store_info SET dlmstore_version = ? WHERE id = 1", (__version__,))
         conn.execute("COMMIT")
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         if is_damage(exc):
             raise damaged_error(db_path, exc) from None
         raise StoreError(f"cannot write {db_path}: {exc}") from None

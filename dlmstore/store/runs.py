@@ -5,7 +5,10 @@ A run is inserted as ``running`` before any work starts and finished as
 an exception (Ctrl-C included) marks the run failed with a one-line reason
 and re-raises, so the store never keeps a run that claims to be running
 after its process is gone. Ids come from ``AUTOINCREMENT`` and are never
-reused.
+reused: the high-water mark beside store.db (``dlmstore.store.highwater``)
+is raised once the run's row is committed and again when it finishes, so a
+store.db that loses its latest runs (its WAL deleted) is refused instead
+of handing an id out twice.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from dlmstore import __version__
 from dlmstore.clock import utc_now
+from dlmstore.store import highwater
 from dlmstore.store.database import Store
 
 _COLUMNS = "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
@@ -63,7 +67,9 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) ->
             "VALUES (?, 'running', ?, ?, ?, ?, ?)",
             (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid()),
         )
-        return int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
+        run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
+    highwater.record(store)
+    return run_id
 
 
 def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:
@@ -75,6 +81,7 @@ def finish_run(store: Store, run_id: int, *, status: str, error: str | None = No
             "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE id = ?",
             (status, utc_now(), error, run_id),
         )
+    highwater.record(store)  # counts what the run registered: lock records, adapters
 
 
 def _alive(pid: int) -> bool:

@@ -359,8 +359,11 @@ def _check_origin(
 
 def _publish(staging: StagingDir, versions: Path) -> int:
     """Rename ``staging`` to the first free ``vNNNN`` (atomic; never over an existing one)."""
+    from dlmstore.store.highwater import adapter_floor
+
     taken = [int(p.name[1:]) for p in versions.glob("v[0-9][0-9][0-9][0-9]") if p.name[1:].isdigit()]
-    version = max(taken, default=0) + 1
+    # A version store.db lost (and `verify --repair` accepted losing) is never handed out again.
+    version = max([*taken, adapter_floor(versions.parent.parent)], default=0) + 1
     while True:
         try:
             staging.publish(versions / f"v{version:04d}")
