@@ -16,14 +16,17 @@ alone on the same text, in one run:
 3. the 57 MB text as a tree of files under the cap: ``dlm tokenize``
    tokenizes all of it in bounded batches, against the tokenizer alone on
    the whole text (case 1's figure) and on the same files one at a time
-   (the least a bounded pass can cost).
+   (the least a bounded pass can cost);
+4. ``--tiny`` tiny files (100,000 by default, a few lines of stdlib source
+   each): ``dlm tokenize`` cold against the tokenizer alone reading the
+   same files and encoding them in batches of 256.
 
 The text is the Python standard library's source files concatenated (code
 and docstrings), generated once under ``--workdir``. Each figure comes from
 its own process (peak RSS from ``wait4``), cold (no cache entries). The
 216 MB tokenizer-alone case takes the longest; ``--skip-216`` leaves it out.
 
-    python bench/bench_hostile_io.py [--workdir /tmp/dlm-bench-hostile] [--limit-gb 12] [--skip-216]
+    python bench/bench_hostile_io.py [--workdir /tmp/dlm-bench-hostile] [--limit-gb 12] [--skip-216] [--tiny 100000]
 """
 
 from __future__ import annotations
@@ -54,6 +57,20 @@ for path in sys.argv[1:]:
     text = open(path, encoding="utf-8").read()
     tokens += len(tokenizer([text], add_special_tokens=True)["input_ids"][0])
     del text
+print(tokens, round(time.perf_counter() - start, 2))
+"""
+
+#: The tokenizer alone on many small files: read them all, encode in batches of 256.
+TOKENIZER_BATCHES = """
+import sys, time
+from pathlib import Path
+from dlmstore.bases import load_tokenizer, resolve_base
+tokenizer = load_tokenizer(resolve_base("smollm2-135m"))
+start, tokens = time.perf_counter(), 0
+paths = sorted(Path(sys.argv[1]).iterdir())
+for begin in range(0, len(paths), 256):
+    texts = [p.read_text(encoding="utf-8") for p in paths[begin : begin + 256]]
+    tokens += sum(len(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"])
 print(tokens, round(time.perf_counter() - start, 2))
 """
 
@@ -148,6 +165,26 @@ def run(
     return peak, seconds, code, stdout
 
 
+def make_tiny_tree(tree: Path, count: int) -> Path:
+    """``count`` files of a few stdlib source lines each, written once."""
+    if tree.is_dir() and sum(1 for _ in tree.iterdir()) == count:
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    lines: list[str] = []
+    for source in sorted(STDLIB.rglob("*.py")):
+        try:
+            lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(lines) >= count * 3:
+            break
+    for index in range(count):
+        start = (index * 3) % max(len(lines) - 3, 1)
+        (tree / f"f{index:06d}.txt").write_text("\n".join(lines[start : start + 3]) + "\n", encoding="utf-8")
+    return tree
+
+
 def write_doc(path: Path, root: Path) -> Path:
     path.write_text(
         f"---\ndlm_id: {DLM_ID}\ntraining:\n  sources:\n    - path: {root}\n---\nA huge corpus.\n",
@@ -183,6 +220,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dlm-bench-hostile"))
     parser.add_argument("--limit-gb", type=float, default=12.0)
     parser.add_argument("--skip-216", action="store_true")
+    parser.add_argument("--tiny", type=int, default=100_000, help="tiny files in case 4 (0: skip it)")
     parser.add_argument(
         "--quick", action="store_true", help="5 and 20 MB instead of 57 and 216 (a smoke run)"
     )
@@ -222,6 +260,16 @@ def main() -> None:
     tree_case = f"{first} as {len(parts)} files"
     figures.append(dlm_tokenize(tree_doc, env, home, f"{tree_case}: dlm tokenize"))
     figures.append(tokenizer_alone(parts, env, f"{tree_case}: tokenizer alone, one by one", None))
+    if args.tiny:
+        print(f"measuring {args.tiny:,} tiny files", flush=True)
+        tiny = make_tiny_tree(work / "tiny" / "src", args.tiny)
+        tiny_doc = write_doc(work / "tiny" / "doc.dlm", tiny)
+        figures.append(dlm_tokenize(tiny_doc, env, home, f"{args.tiny:,} tiny files: dlm tokenize"))
+        argv = [sys.executable, "-c", TOKENIZER_BATCHES, str(tiny)]
+        peak, seconds, _, stdout = run(argv, env)
+        tokens, encode_s = stdout.split()
+        figures.append(Figure(f"{args.tiny:,} tiny files: tokenizer alone", peak, seconds,
+                              f"{int(tokens):,} tokens, {encode_s} s reading + encoding"))  # fmt: skip
     print()
     print(f"{'case':<52} {'peak RSS':>9} {'wall':>8}  note")
     for figure in figures:
@@ -234,6 +282,13 @@ def main() -> None:
     print(f"{first} tokenized by dlm in bounded batches: peak RSS {tree.peak_gb / whole.peak_gb:.2f}x "
           f"the tokenizer's on the whole text, wall {tree.wall_s / one_by_one.wall_s:.2f}x "
           "the tokenizer alone file by file")  # fmt: skip
+    if args.tiny:
+        ours, alone = (
+            by_case[f"{args.tiny:,} tiny files: dlm tokenize"],
+            by_case[f"{args.tiny:,} tiny files: tokenizer alone"],
+        )
+        print(f"{args.tiny:,} tiny files: dlm tokenize peak RSS {ours.peak_gb / alone.peak_gb:.2f}x, "
+              f"wall {ours.wall_s / alone.wall_s:.2f}x the tokenizer alone")  # fmt: skip
 
 
 if __name__ == "__main__":

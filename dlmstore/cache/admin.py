@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
 from dlmstore.store.database import DB_NAME, Store, read_only
+from dlmstore.store.regular_files import file_kind
 
 #: When another process has the store open, unregistered files younger than
 #: this may belong to it (a writer that has not committed yet), so prune and
@@ -359,11 +361,23 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
     for pack in packs:
         relpath, nbytes = pack["path"], pack["bytes"]
         try:
-            size = (store.path / relpath).stat().st_size
+            st = (store.path / relpath).stat()
         except FileNotFoundError:
             missing.append(relpath)
             problems.append(Problem("missing_pack", relpath, "registered pack file is missing", repair))
             continue
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device: no tokens can come from it
+            missing.append(relpath)
+            problems.append(
+                Problem(
+                    "missing_pack",
+                    relpath,
+                    f"registered pack file is {file_kind(st.st_mode)}, not a file",
+                    repair,
+                )
+            )
+            continue
+        size = st.st_size
         if size < nbytes:
             short[relpath] = size
             problems.append(
