@@ -127,3 +127,48 @@ def test_a_warm_pass_with_every_row_cached_reads_no_source_file(
     monkeypatch.setattr(sources, "_load_checked", refuse)
     summary, _ = tokenize_document(str(doc), materialize=False)
     assert summary.tokenization.cache_hits == summary.tokenization.total_rows
+
+
+def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The source files ``dlmstore.sources.read`` opens from now on, by name."""
+    import dlmstore.sources.read as sources
+
+    opened: list[str] = []
+    real = sources.open_regular
+
+    def spy(path: str, **kwargs: bool) -> tuple[int, os.stat_result]:
+        opened.append(os.path.basename(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(sources, "open_regular", spy)
+    return opened
+
+
+def test_show_reads_only_the_files_the_last_tokenize_did_not_prove_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlmstore.document.show import summarize
+
+    doc = _corpus(tmp_path)
+    before = summarize(doc)  # no store yet: every file is read
+    tokenize_document(str(doc))
+    note = tmp_path / "notes" / "a.md"
+    note.write_text("ALPHA\n")  # same size, mtime restored: only ctime tells
+    os.utime(note, (PAST, PAST))
+    opened = _opened(monkeypatch)
+    after = summarize(doc)
+    assert opened == ["a.md"]
+    assert (after.rows, after.sources) == (before.rows, before.sources)
+
+
+def test_show_reads_a_racily_clean_file_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlmstore.document.show import summarize
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "new.md").write_text("just written\n")  # recorded within RACY_NS of its mtime
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: notes\n")
+    tokenize_document(str(doc))
+    opened = _opened(monkeypatch)
+    assert summarize(doc).sources[0]["files_included"] == 1
+    assert opened == ["new.md"]

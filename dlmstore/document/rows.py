@@ -99,11 +99,14 @@ class Row:
     ) -> None:
         if data is None and section is None:
             raise ValueError("a row needs its data or the section that holds its text")
-        for name, value in (
-            ("row_key", row_key), ("section_id", section_id), ("index", index),
-            ("kind", kind), ("_data", data), ("_section", section),
-        ):  # fmt: skip
-            object.__setattr__(self, name, value)
+        # One call per field, unrolled: a corpus builds one Row per file.
+        set_ = object.__setattr__
+        set_(self, "row_key", row_key)
+        set_(self, "section_id", section_id)
+        set_(self, "index", index)
+        set_(self, "kind", kind)
+        set_(self, "_data", data)
+        set_(self, "_section", section)
 
     @property
     def data(self) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """``dlm show``: a read-only summary of a document and its store.
 
 Nothing here writes: the store is only looked at (path, existence, cache
-totals read through a read-only connection), so ``dlm show`` on a document
-that has never been tokenized creates nothing.
+totals and the stat records of source files read through a read-only
+connection), so ``dlm show`` on a document that has never been tokenized
+creates nothing. The stat records let it skip reading source files the last
+``dlm tokenize`` saw unchanged, racily clean ones excepted
+(``dlmstore.sources.statcache``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dlmstore.document.rows import Row
 from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
+from dlmstore.sources.statcache import StatCache
 from dlmstore.store.database import DB_NAME
 
 
@@ -82,7 +86,11 @@ def summarize(path: str | Path) -> DocumentSummary:
         SourceError: a ``training.sources`` directive cannot be expanded.
     """
     document = parse_document(path)
-    corpus = load_corpus(document)
+    store_path = store_dir(document.dlm_id)
+    # The stat records the last `dlm tokenize` kept, read-only: files they prove
+    # unchanged are not read (their rows need only the recorded digest), so
+    # `dlm show` on a tokenized tree costs a walk and a stat per file.
+    corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
     try:
         ref = resolve_base(document.base_model, relative_to=document.directory)
         base = BaseModelInfo(ref.name, ref.kind, ref.location)
@@ -90,7 +98,6 @@ def summarize(path: str | Path) -> DocumentSummary:
         base = BaseModelInfo(document.base_model, "unresolved", None, exc.message)
     by_type = Counter(section.type for section in document.sections)
     row_kinds = Counter(row.kind for row in corpus.rows())
-    store_path = store_dir(document.dlm_id)
     cache = cache_summary(document.dlm_id)
     training = document.frontmatter.training
     return DocumentSummary(

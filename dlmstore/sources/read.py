@@ -114,23 +114,22 @@ def read_files(
     nbytes = examined = binary = encoding = too_large = 0
     stats = stat_cache
     known = stats.stamps if stats is not None else {}
+    lookup = stats.lookup if stats is not None else StatCache().lookup
+    stat = os.stat
     checked_ns = time.time_ns()  # before any read: records compare mtimes against it
     for rel, path in files:
         if max_files is not None and len(sections) >= max_files:
             break
         examined += 1
-        try:
-            head = _HEAD + (rel + "\n\n").encode()
-        except UnicodeEncodeError:  # a file name that is not valid UTF-8
-            encoding += 1
-            continue
+        # A recorded file's name was encoded when it was read, so the stat
+        # check comes first and a trusted file costs one ``stat`` and no more.
         if stats is not None and (path, rel) in known:
             try:
-                st = os.stat(path)
+                st = stat(path)
             except OSError as exc:
                 warnings.append(f"{label}: skipping {rel}: {exc.strerror}")
                 continue
-            stamp = stats.lookup(path, rel, st)
+            stamp = lookup(path, rel, st)
             if stamp is not None and not (max_bytes is not None and st.st_size > max_bytes):
                 if stamp.status == "binary":
                     binary += 1
@@ -141,6 +140,11 @@ def read_files(
                     append(Section("prose", None, None, rel, stamp.digest or "", load=loader))
                     nbytes += st.st_size
                 continue
+        try:
+            head = _HEAD + (rel + "\n\n").encode()
+        except UnicodeEncodeError:  # a file name that is not valid UTF-8
+            encoding += 1
+            continue
         start = len(head)
         try:
             # Non-blocking, no symlink, and the descriptor must be the file

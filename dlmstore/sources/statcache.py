@@ -19,19 +19,26 @@ during a run is an error, never wrong tokens.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    import sqlite3
+    from pathlib import Path
+
     from dlmstore.store.database import Store
 
 #: Records younger than this relative to the file's mtime are not trusted.
 RACY_NS = 2_000_000_000
 
 
-@dataclass(frozen=True)
-class FileStamp:
-    """One file as it was when last read."""
+class FileStamp(NamedTuple):
+    """One file as it was when last read.
+
+    A named tuple rather than a frozen dataclass: a run loads one per source
+    file, and a tuple is built in one step where a frozen dataclass sets
+    each field through ``object.__setattr__`` (on 100,000 files that was a
+    quarter of a second).
+    """
 
     size: int
     mtime_ns: int
@@ -82,17 +89,44 @@ class StatCache:
     def load(cls, store: Store) -> StatCache:
         """All records of ``store`` (one query)."""
         with store.read() as conn:
-            # Plain tuples, the stamp columns in FileStamp's field order: this
-            # reads one row per source file on every run, and building a
-            # sqlite3.Row per row and reading it by name is a measurable share
-            # of this load (bench/bench_tokenize.py times the warm pass).
-            cursor = conn.cursor()
-            cursor.row_factory = None
-            rows = cursor.execute(
-                "SELECT path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, checked_ns "
-                "FROM source_stats"
-            ).fetchall()
-        return cls({(path, relpath): FileStamp(*stamp) for path, relpath, *stamp in rows})
+            return cls.from_connection(conn)
+
+    @classmethod
+    def load_read_only(cls, db_path: Path) -> StatCache | None:
+        """All records of the store.db at ``db_path``, read without opening the store
+        (``dlm show``, which never writes); ``None`` when there is no store.db or no
+        ``source_stats`` table in it yet.
+
+        Raises:
+            StoreDamagedError: SQLite finds the database damaged.
+        """
+        import sqlite3
+
+        from dlmstore.store.database import read_only
+
+        if not db_path.is_file():
+            return None
+        with read_only(db_path) as conn:
+            try:
+                return cls.from_connection(conn)
+            except sqlite3.OperationalError:  # a store from before the stat cache existed
+                return None
+
+    @classmethod
+    def from_connection(cls, conn: sqlite3.Connection) -> StatCache:
+        """All records readable through ``conn`` (one query)."""
+        # Plain tuples, the stamp columns in FileStamp's field order: this
+        # reads one row per source file on every run, and building a
+        # sqlite3.Row per row and reading it by name is a measurable share
+        # of this load (bench/bench_tokenize.py times the warm pass).
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        rows = cursor.execute(
+            "SELECT path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, checked_ns "
+            "FROM source_stats"
+        ).fetchall()
+        make = FileStamp._make
+        return cls({(row[0], row[1]): make(row[2:]) for row in rows})
 
     def save(self, store: Store) -> None:
         """Write new and changed records; drop records of files no run saw this time."""
