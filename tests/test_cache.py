@@ -178,6 +178,49 @@ def test_verify_reports_a_damaged_entry_and_repair_drops_it(store: Store) -> Non
     assert list(_cache(store).lookup(["a", "b"], run_id=run).tokens) == ["b"]
 
 
+def test_a_lookup_that_only_counts_reads_no_entry_but_the_one_that_serves_tokens_checks_every_crc(
+    store: Store,
+) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b"])
+    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    data = bytearray(pack.read_bytes())
+    data[0] ^= 1  # inside "a"
+    pack.write_bytes(bytes(data))
+    counted = _cache(store).lookup(["a", "b"], run_id=run, verify=False)
+    assert (counted.tokens, counted.counts, counted.damaged) == ({}, {"a": 10, "b": 10}, ())
+    served = _cache(store).lookup(["a", "b"], run_id=run)
+    assert list(served.tokens) == ["b"] and served.damaged == ("a",)
+    assert as_array(*served.tokens["b"]).tolist() == list(range(1, 11))
+    assert _cache(store).lookup(["a"], run_id=run, verify=False).counts == {}  # dropped: re-tokenized next
+
+
+def test_a_lookup_that_only_counts_still_misses_entries_of_a_missing_or_truncated_pack(store: Store) -> None:
+    run = _run(store)
+    _fill(store, run, ["a", "b"])
+    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    pack.write_bytes(pack.read_bytes()[:-1])  # the last entry, "b", is cut short
+    counted = _cache(store).lookup(["a", "b"], run_id=run, verify=False)
+    assert (counted.counts, counted.damaged) == ({"a": 10}, ("b",))
+    pack.unlink()
+    assert _cache(store).lookup(["a"], run_id=run, verify=False).damaged == ("a",)
+
+
+def test_a_damaged_entry_is_never_trained_on_even_after_a_pass_that_only_counted(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", body="Some prose to tokenize.\n")
+    _, expected = tokenize_document(str(doc))
+    (pack,) = (store_dir(VALID_ID) / "tokens").glob("pack-*.bin")
+    data = bytearray(pack.read_bytes())
+    data[0] ^= 0xFF
+    pack.write_bytes(bytes(data))
+    counted, _ = tokenize_document(str(doc), materialize=False)  # `dlm tokenize`: reads no entry
+    assert (counted.tokenization.cache_hits, counted.damaged_entries) == (1, 0)
+    trained, rows = tokenize_document(str(doc))  # what `dlm train` runs: every entry checked
+    assert (trained.tokenization.cache_misses, trained.damaged_entries) == (1, 1)
+    assert rows is not None and expected is not None
+    assert rows.values.tolist() == expected.values.tolist()
+
+
 def test_verify_reports_a_missing_pack_and_wrong_totals(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a"])

@@ -11,8 +11,10 @@ simply has a new key and its old entry is orphaned until pruned.
 Storage: the manifest is the ``cache_entries`` table of ``store.db``; the
 tokens are byte ranges of pack files (``dlmstore.cache.packs``). A pack is durable
 before its rows commit, so no row ever points at a partial file. Reading
-verifies each entry's CRC-32: a missing, truncated or damaged range is a
-miss (the row is dropped and the caller re-tokenizes), never an exception.
+tokens verifies each entry's CRC-32: a missing, truncated or damaged range is a
+miss (the row is dropped and the caller re-tokenizes), never an exception. A
+lookup that only counts (``verify=False``) reads no entry's bytes and checks
+only that its pack is there and long enough (see :meth:`TokenCache.lookup`).
 
 Every batch operation is one SQL statement over a JSON array of keys or ids
 (``json_each``), not one statement per entry: a warm lookup of 13K rows is
@@ -55,10 +57,13 @@ class Lookup:
             into a numpy array without copying.
         damaged: keys whose rows pointed at missing or damaged bytes; the
             rows were dropped, the caller re-tokenizes them.
+        counts: row_key -> token count, for every key found (``tokens`` is
+            empty when the lookup did not verify).
     """
 
     tokens: dict[str, tuple[memoryview, str]]
     damaged: tuple[str, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,18 @@ class TokenCache:
         self.sequence_len = sequence_len
         self._reader = PackReader(store.path)
 
-    def lookup(self, row_keys: Sequence[str], *, run_id: int) -> Lookup:
-        """Fetch the tokens of every cached key and mark them used by ``run_id``."""
+    def lookup(self, row_keys: Sequence[str], *, run_id: int, verify: bool = True) -> Lookup:
+        """Find every cached key and mark it used by ``run_id``.
+
+        With ``verify`` (tokens about to be used: training, ``tokenize_document``)
+        each entry's bytes are read and checked against its CRC-32 and returned
+        in ``tokens``. Without it (``dlm tokenize``, which only counts) no entry's
+        bytes are read: ``counts`` gives each found key's token count, and an
+        entry is found when its pack is a regular file long enough to hold it,
+        so a missing, replaced or truncated pack is still a miss. A flipped bit
+        inside a pack is then found by the next pass that uses the tokens (it
+        checks the CRC before anything is served) or by ``dlm cache verify``.
+        """
         if not row_keys:
             return Lookup({})
         with self.store.read() as conn:
@@ -90,27 +105,55 @@ class TokenCache:
             # (bench/bench_tokenize.py times the warm pass).
             cursor = conn.cursor()
             cursor.row_factory = None
-            rows = cursor.execute(
-                "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum "
-                "FROM json_each(?) AS k "
-                "JOIN cache_entries AS e ON e.row_key = k.value "
-                "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? "
-                "JOIN token_packs AS p ON p.id = e.pack_id",
-                (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
-            ).fetchall()
+            columns = (
+                "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count "
+            )
+            entries = int(first_value(conn, "SELECT entry_count FROM cache_totals WHERE id = 1") or 0)
+            if 2 * len(row_keys) >= entries:
+                # Asking for most of the cache (a warm pass): one scan of this
+                # tokenizer's entries, kept by a set test, is about 3x cheaper
+                # than one index search per key through json_each.
+                wanted = set(row_keys)
+                rows = [
+                    row
+                    for row in cursor.execute(
+                        columns + "FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id "
+                        "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
+                        (self.tokenizer_sha256, self.sequence_len),
+                    )
+                    if row[1] in wanted
+                ]
+            else:
+                rows = cursor.execute(
+                    columns + "FROM json_each(?) AS k "
+                    "JOIN cache_entries AS e ON e.row_key = k.value "
+                    "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? "
+                    "JOIN token_packs AS p ON p.id = e.pack_id",
+                    (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
+                ).fetchall()
         tokens: dict[str, tuple[memoryview, str]] = {}
+        counts: dict[str, int] = {}
         good: list[int] = []
         bad: list[int] = []
         damaged: list[str] = []
         read = self._reader.read
-        for entry_id, row_key, relpath, offset, nbytes, dtype, expected in rows:
-            data = read(relpath, offset, nbytes, expected)
-            if data is None:
+        size = self._reader.size
+        for entry_id, row_key, relpath, offset, nbytes, dtype, expected, count in rows:
+            if verify:
+                data = read(relpath, offset, nbytes, expected)
+                whole = data is not None
+                if data is not None:
+                    tokens[row_key] = (data, dtype)
+                    count = nbytes // (2 if dtype == "uint16" else 4)  # what was read, not what a row says
+            else:
+                extent = size(relpath)
+                whole = extent is not None and offset + nbytes <= extent
+            if whole:
+                counts[row_key] = count
+                good.append(entry_id)
+            else:
                 bad.append(entry_id)
                 damaged.append(row_key)
-            else:
-                tokens[row_key] = (data, dtype)
-                good.append(entry_id)
         if good or bad:
             with self.store.write() as conn:
                 if good:
@@ -124,7 +167,7 @@ class TokenCache:
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(bad),),
                     )
-        return Lookup(tokens, tuple(damaged))
+        return Lookup(tokens, tuple(damaged), counts)
 
     def store_many(self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype) -> int:
         """Write ``(row_key, tokens)`` pairs as one pack, then register them.

@@ -119,6 +119,7 @@ class PackReader:
     def __init__(self, store_path: Path) -> None:
         self.store_path = store_path
         self._maps: dict[str, memoryview | None] = {}
+        self._sizes: dict[str, int | None] = {}
 
     def _map(self, relpath: str) -> memoryview | None:
         if relpath not in self._maps:
@@ -137,6 +138,26 @@ class PackReader:
                 os.close(fd)
         return self._maps[relpath]
 
+    def size(self, relpath: str) -> int | None:
+        """The pack's length in bytes, or ``None`` if it is missing or not a regular file.
+
+        One ``open`` and ``fstat`` per pack (non-blocking, as for mapping), no
+        mapping and no read: what a lookup that only counts needs.
+        """
+        if relpath not in self._sizes:
+            if relpath in self._maps:
+                mapped = self._maps[relpath]
+                self._sizes[relpath] = None if mapped is None else len(mapped)
+            else:
+                try:
+                    fd, st = open_regular(self.store_path / relpath)
+                except OSError:  # missing, unreadable, or not a regular file
+                    self._sizes[relpath] = None
+                else:
+                    os.close(fd)
+                    self._sizes[relpath] = st.st_size
+        return self._sizes[relpath]
+
     def read(self, relpath: str, byte_offset: int, nbytes: int, expected_checksum: str) -> memoryview | None:
         """The entry's bytes (a view of the mapping), or ``None`` if missing or damaged."""
         mapped = self._map(relpath)
@@ -150,6 +171,7 @@ class PackReader:
     def close(self) -> None:
         # Views handed out keep their mapping alive; dropping ours is enough.
         self._maps.clear()
+        self._sizes.clear()
 
 
 def as_array(data: memoryview | bytes, dtype: str) -> np.ndarray:

@@ -220,14 +220,17 @@ def tokenize_pass(
     damaged: tuple[str, ...] = ()
     cache = TokenCache(store, tokenizer_sha256=tokenizer_sha256, sequence_len=sequence_len)
     if use_cache:
+        # Entry bytes are read, and their CRC-32 checked, only when the
+        # tokens are used (materialize): a pass that only counts reads none.
         found = cache.lookup(
-            [row.row_key for row in rows] + [k for keys in parts.values() for k in keys], run_id=run_id
+            [row.row_key for row in rows] + [k for keys in parts.values() for k in keys],
+            run_id=run_id,
+            verify=materialize,
         )
         damaged = found.damaged
+        lengths.update(found.counts)
         for key, (data, dtype) in found.tokens.items():
-            lengths[key] = len(data) // (2 if dtype == "uint16" else 4)
-            if materialize:
-                arrays[key] = as_array(data, dtype)
+            arrays[key] = as_array(data, dtype)
     missing = [row for row in rows if row.row_key not in lengths]
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
     hits = total - len(missing) - len(missing_preferences)
