@@ -130,7 +130,9 @@ def rendered_text(tokenizer: Any, row: Row) -> str:
     return text if eos is None or text.endswith(eos) else text + eos
 
 
-def encode_rows(tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None) -> list[np.ndarray]:
+def encode_rows(
+    tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None, dtype: Any = None
+) -> list[np.ndarray]:
     """Token ids of ``rows`` the way TRL would compute them, batched.
 
     ``text`` rows are encoded with special tokens, ``messages`` rows are
@@ -139,10 +141,13 @@ def encode_rows(tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None) -> l
     encoded once. With ``prefix`` (a ``dlmstore.prefix.PrefixCachedTokenizer``
     over the same tokenizer) the rendered chats go through the prefix cache,
     so a system prompt or conversation prefix shared by many rows is
-    tokenized once; its output equals the tokenizer's.
+    tokenized once; its output equals the tokenizer's. The arrays are
+    ``dtype`` (default int64; the pass asks for its pack dtype, which holds
+    every id of the vocabulary).
     """
     import numpy as np
 
+    dtype = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
     inputs: list[tuple[str, bool]] = []
     conversations = [row.data["messages"] for row in rows if row.kind == "messages"]
     rendered = iter(
@@ -160,7 +165,7 @@ def encode_rows(tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None) -> l
     unique: dict[tuple[str, bool], int] = {}
     order = [unique.setdefault(item, len(unique)) for item in inputs]
     distinct = list(unique)
-    encoded: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(distinct)
+    encoded: list[np.ndarray] = [np.empty(0, dtype=dtype)] * len(distinct)
     for special in (True, False):
         positions = [i for i, (_, flag) in enumerate(distinct) if flag is special]
         if not positions:
@@ -169,10 +174,38 @@ def encode_rows(tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None) -> l
         if prefix is not None and not special:
             ids = [prefix.encode(text, add_special_tokens=False) for text in texts]
         else:
-            ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
+            ids = encode_texts(tokenizer, texts, add_special_tokens=special)
         for position, row_ids in zip(positions, ids, strict=True):
-            encoded[position] = np.asarray(row_ids, dtype=np.int64)
+            encoded[position] = np.array(row_ids, dtype=dtype)
     return [encoded[i] for i in order]
+
+
+def encode_texts(tokenizer: Any, texts: list[str], *, add_special_tokens: bool) -> list[list[int]]:
+    """``tokenizer(texts, add_special_tokens=...)["input_ids"]``, straight from the Rust tokenizer where that is the same.
+
+    For a fast tokenizer whose backend has no truncation or padding set and
+    splits special tokens as the wrapper says, ``transformers`` does exactly
+    one thing: ``backend.encode_batch(texts)``, then builds a Python list of
+    ids *and* one of attention-mask ones per row, and a ``BatchEncoding``.
+    Calling the backend's ``encode_batch_fast`` gives the same ids (it only
+    skips the character offsets, which nothing here reads) without the
+    per-token lists nobody uses; on the stdlib that is about 7% of the
+    tokenizer's CPU time and a few seconds of single-threaded Python.
+    Anything else goes through the wrapper. The parity tests
+    (``tests/test_tokenization.py``) compare both paths with TRL's.
+    """
+    backend: Any = getattr(tokenizer, "_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    if (
+        fast is not None
+        and getattr(tokenizer, "is_fast", False)
+        and backend.truncation is None
+        and backend.padding is None
+        and backend.encode_special_tokens == bool(getattr(tokenizer, "split_special_tokens", False))
+    ):
+        return [encoding.ids for encoding in fast(texts, add_special_tokens=add_special_tokens)]
+    ids: list[list[int]] = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    return ids
 
 
 def tokenize_pass(
@@ -246,18 +279,27 @@ def tokenize_pass(
 
             prefix = PrefixCachedTokenizer(tokenizer, fingerprint=tokenizer_sha256)
         todo = missing + missing_preferences
-        done = 0
-        for batch, nbytes in _batches(todo):
+
+        def encode(batch: list[Row], nbytes: int) -> dict[str, np.ndarray]:
+            """The new entries of one batch (runs on the encoding thread, the only one using the tokenizer)."""
             texts = [row for row in batch if row.kind != "preference"]
             triples = [row for row in batch if row.kind == "preference"]
             fresh = {
-                row.row_key: ids.astype(pack_dtype)
-                for row, ids in zip(texts, encode_rows(tokenizer, texts, prefix=prefix), strict=True)
+                row.row_key: ids
+                for row, ids in zip(
+                    texts, encode_rows(tokenizer, texts, prefix=prefix, dtype=pack_dtype), strict=True
+                )
             }
             for row, encoded in zip(triples, encode_preferences(tokenizer, triples), strict=True):
                 for part, key in zip(PARTS, parts[row.row_key], strict=True):
                     if key not in lengths:  # a part already cached is kept as it is
                         fresh[key] = encoded[part].astype(pack_dtype)
+            if nbytes >= TRIM_AFTER_BYTES:
+                _give_back_freed_memory()
+            return fresh
+
+        done = 0
+        for batch, fresh in _pipelined(_batches(todo), encode):
             if use_cache:
                 cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
             if materialize:
@@ -265,8 +307,6 @@ def tokenize_pass(
             lengths.update((key, len(ids)) for key, ids in fresh.items())
             tokens_done += sum(len(ids) for ids in fresh.values())
             done += len(batch)
-            if nbytes >= TRIM_AFTER_BYTES:
-                _give_back_freed_memory()
             if progress:
                 progress(hits + done, total, tokens_done)
     evicted = 0
@@ -345,6 +385,31 @@ def _batches(rows: Sequence[Row]) -> Iterator[tuple[list[Row], int]]:
         size += nbytes
     if batch:
         yield batch, size
+
+
+def _pipelined(
+    batches: Iterator[tuple[list[Row], int]], encode: Callable[[list[Row], int], dict[str, np.ndarray]]
+) -> Iterator[tuple[list[Row], dict[str, np.ndarray]]]:
+    """``(batch, encode(batch))`` in order, encoding the next batch while the caller stores this one.
+
+    The Rust tokenizer releases the GIL while it encodes (on every core),
+    so one encoding thread keeps it busy while this thread writes the
+    previous batch's pack, checksums it and commits its rows: that work no
+    longer leaves the cores idle between batches. One thread, one batch
+    ahead: the tokenizer's working memory is still that of one batch, and
+    only the finished token arrays of one more are held.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlm-encode") as pool:
+        pending = None
+        for batch, nbytes in batches:
+            job = pool.submit(encode, batch, nbytes)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (batch, job)
+        if pending is not None:
+            yield pending[0], pending[1].result()
 
 
 def _give_back_freed_memory() -> None:
