@@ -41,9 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-STDLIB = Path(os.__file__).parent
-DLM = str(Path(sys.executable).with_name("dlm"))
-REPO = Path(__file__).resolve().parent.parent
+from benchlib import DLM, REPO, STDLIB, make_tiny_tree
+
 DLM_ID = "01M7YJ087N2NEP493AF56E3CE2"
 PIECE = 3_800_000  # bytes per file of the tree case: under the 4 MiB cap
 
@@ -163,26 +162,6 @@ def run(
     out = subprocess.run(helper, env=env, capture_output=True, text=True, check=True)
     peak, seconds, code, stdout = json.loads(out.stdout)
     return peak, seconds, code, stdout
-
-
-def make_tiny_tree(tree: Path, count: int) -> Path:
-    """``count`` files of a few stdlib source lines each, written once."""
-    if tree.is_dir() and sum(1 for _ in tree.iterdir()) == count:
-        return tree
-    shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
-    lines: list[str] = []
-    for source in sorted(STDLIB.rglob("*.py")):
-        try:
-            lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(lines) >= count * 3:
-            break
-    for index in range(count):
-        start = (index * 3) % max(len(lines) - 3, 1)
-        (tree / f"f{index:06d}.txt").write_text("\n".join(lines[start : start + 3]) + "\n", encoding="utf-8")
-    return tree
 
 
 def write_doc(path: Path, root: Path) -> Path:

@@ -1,20 +1,23 @@
-"""Whole-process `dlm tokenize` on the Python stdlib tree: cold, warm, memory.
+"""Whole-process `dlm tokenize` against the tokenizer's floor, cold and warm, with peak RSS.
 
-Targets (issue: tokenized-section cache), on the stdlib tree with
-`include: ["**/*.py"]` (~13K files, ~50M SmolLM2 tokens):
+Prints, side by side from one run on this machine (issue 17, "Tokenize at
+the tokenizer's floor"):
 
-* warm `dlm tokenize` (all hits), whole process: <= 1.5 s;
-* cold: <= 60 s on 2 cores, tokens bit-identical to the per-row path;
-* cold/warm on a 1K-file subset: >= 20x (the spec's target is > 5x);
-* peak RSS of a warm pass: <= 1 GiB.
+* **floor**: one process that reads the files `dlm tokenize` reads (the
+  stdlib's ``**/*.py``, ~13K files) and encodes them with the Rust
+  tokenizer's ``encode_batch`` in batches of 256 on every core; its time is
+  taken from after the tokenizer is loaded, so the floor leaves out what
+  any process must pay first;
+* **cold** `dlm tokenize` on the same tree (no cache entries), as a ratio
+  of the floor; then the same with ``RAYON_NUM_THREADS=1`` (one tokenizer
+  thread), as the speedup all cores give;
+* **warm** `dlm tokenize` on the stdlib (all hits), median of ``--repeat``;
+* a generated tree of ``--tiny`` tiny files (100,000 by default): cold,
+  warm (median) and `dlm show` (median);
+* the peak RSS of every process (``wait4``), and the issue's "now" figures
+  (measured before this work, same machine) as ratios.
 
-The reference implementation this spec comes from measured 152 s cold and
-32 s warm on the 13K corpus, 11.8 s cold and 3.3 s warm on the 1K subset;
-those figures are printed beside ours as the named baseline. The per-row
-path (TRL's own `_tokenize`, one row at a time) is timed in the same run on
-the 1K subset and checked to give identical tokens.
-
-    python bench/bench_tokenize.py [--root PATH] [--repeat 5] [--skip-full]
+    python bench/bench_tokenize.py [--root PATH] [--repeat 5] [--tiny 100000] [--skip-one-thread]
 """
 
 from __future__ import annotations
@@ -22,138 +25,181 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-STDLIB = Path(os.__file__).parent
-DLM = str(Path(sys.executable).with_name("dlm"))
-ID_FULL = "01M7YJ087N2NEP493AF56E3CE0"
-ID_SUBSET = "01M7YJ087N2NEP493AF56E3CE1"
-REFERENCE = {"full": (152.0, 32.0), "subset": (11.8, 3.3)}
+from benchlib import DLM, REPO, STDLIB, make_tiny_tree, timed_process
+
+ID_STDLIB = "01M7YJ087N2NEP493AF56E3CE0"
+ID_TINY = "01M7YJ087N2NEP493AF56E3CE2"
+
+#: The issue's "now" (before this work; quiet 2-core machine, whole process).
+BEFORE = {"cold": 76.5, "warm": 0.93, "tiny_warm": 3.7, "tiny_cold": 34.7, "tiny_show": 4.6}
+GOALS = {
+    "cold/floor": 1.10,
+    "cold_rss": 1 << 30,
+    "warm": 0.5,
+    "tiny_warm": 1.5,
+    "tiny_show": 1.5,
+    "threads": 1.8,
+}
+
+#: The floor: load the tokenizer, then (timed) read the listed files and
+#: encode them with the backend's encode_batch in batches of 256.
+FLOOR = """
+import sys, time
+from dlmstore.bases import load_tokenizer, resolve_base
+backend = load_tokenizer(resolve_base("smollm2-135m"))._tokenizer
+paths = open(sys.argv[1], encoding="utf-8").read().splitlines()
+start, tokens = time.perf_counter(), 0
+for begin in range(0, len(paths), 256):
+    texts = []
+    for path in paths[begin : begin + 256]:
+        with open(path, "rb") as f:
+            data = f.read()
+        try:  # dlm skips a file that is not UTF-8 too
+            texts.append(data.decode("utf-8") + "<|endoftext|>")
+        except UnicodeDecodeError:
+            pass
+    tokens += sum(len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=True))
+print(tokens, time.perf_counter() - start)
+"""
 
 
-def write_doc(path: Path, dlm_id: str, root: Path) -> None:
+def write_doc(path: Path, dlm_id: str, root: Path, include: str | None) -> Path:
+    globs = f'      include: ["{include}"]\n' if include else ""
     path.write_text(
-        f"---\ndlm_id: {dlm_id}\ntraining:\n  sources:\n    - path: {root}\n"
-        '      include: ["**/*.py"]\n---\nA corpus of Python source files.\n'
+        f"---\ndlm_id: {dlm_id}\ntraining:\n  sources:\n    - path: {root}\n{globs}---\nA corpus.\n",
+        encoding="utf-8",
     )
+    return path
 
 
-def copy_subset(root: Path, target: Path, count: int) -> None:
-    """The first ``count`` .py files of ``root`` (sorted walk), copied with their relative paths."""
-    from dlmstore.document.frontmatter import SourceDirective
-    from dlmstore.sources.expand import expand_sources
-
-    directive = SourceDirective(path=str(root), include=["**/*.py"], max_files=count)
-    for section in expand_sources([directive], doc_dir=root).sections:
-        assert section.source is not None
-        destination = target / section.source
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_bytes((root / section.source).read_bytes())
-
-
-def timed_run(doc: Path, env: dict[str, str]) -> tuple[float, int, dict[str, object]]:
-    """Seconds, peak RSS (bytes) and the JSON summary of one `dlm tokenize` process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([DLM, "tokenize", str(doc), "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"dlm tokenize failed:\n{stderr.decode()}")
-    return seconds, usage.ru_maxrss * 1024, json.loads(stdout)
-
-
-def per_row_reference(doc: Path, env: dict[str, str]) -> tuple[float, list[list[int]]]:
-    """TRL's `_tokenize`, one row at a time (the per-row path), in this process."""
-    os.environ.update(env)
-    from trl.data_utils import _tokenize
-
-    from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.document.corpus import load_corpus
+def chosen_files(doc: Path) -> list[str]:
+    """The files `dlm tokenize` reads for ``doc`` (its walk), as paths to open."""
     from dlmstore.document.parser import parse_document
+    from dlmstore.sources.walk import walk_directive
 
-    tokenizer = load_tokenizer(resolve_base("smollm2-135m"))
-    rows = [r for r in load_corpus(parse_document(doc)).rows() if r.kind != "preference"]
-    eos = tokenizer.eos_token
-    start = time.perf_counter()
-    out = []
-    for row in rows:
-        text = row.data["text"]
-        out.append(list(_tokenize(tokenizer, text if text.endswith(eos) else text + eos)["input_ids"]))
-    return time.perf_counter() - start, out
+    document = parse_document(doc)
+    directive = document.frontmatter.training.sources[0]
+    walked = walk_directive(directive, label="bench", doc_dir=document.directory,
+                            doc_root=os.path.realpath(document.directory), policy="permissive")  # fmt: skip
+    return [path for _, path in walked.files]
 
 
-def measure(name: str, doc: Path, env: dict[str, str], repeat: int) -> dict[str, float]:
-    cold_s, cold_rss, cold = timed_run(doc, env)
-    warm = [timed_run(doc, env) for _ in range(repeat)]
-    warm_s = statistics.median(w[0] for w in warm)
-    warm_rss = max(w[1] for w in warm)
-    event = warm[-1][2]["tokenization"]  # type: ignore[index]
-    assert event["cache_misses"] == 0, event  # type: ignore[index]
-    print(f"\n{name}: {cold['tokenization']['total_rows']:,} rows, {cold['tokens']:,} tokens")  # type: ignore[index]
-    ref_cold, ref_warm = REFERENCE[name]
-    print(
-        f"  cold  {cold_s:7.2f} s   (reference implementation {ref_cold:6.1f} s: {ref_cold / cold_s:5.1f}x faster)"
-    )
-    print(f"  warm  {warm_s:7.2f} s   (reference implementation {ref_warm:6.1f} s: {ref_warm / warm_s:5.1f}x faster)"
-          f"   median of {repeat}")  # fmt: skip
-    print(
-        f"  cold/warm {cold_s / warm_s:6.1f}x   peak RSS cold {cold_rss / 2**20:,.0f} MiB, warm {warm_rss / 2**20:,.0f} MiB"
-    )
-    return {"cold": cold_s, "warm": warm_s, "warm_rss": warm_rss, "cold_rss": cold_rss}
+def tokenize(doc: Path, env: dict[str, str]) -> tuple[float, int, dict[str, object]]:
+    seconds, peak, stdout = timed_process([DLM, "tokenize", str(doc), "--json"], env)
+    return seconds, peak, json.loads(stdout)
+
+
+def cold(doc: Path, dlm_id: str, env: dict[str, str], home: Path) -> tuple[float, int, dict[str, object]]:
+    shutil.rmtree(home / "store" / dlm_id, ignore_errors=True)
+    seconds, peak, summary = tokenize(doc, env)
+    event = summary["tokenization"]
+    assert event["cache_hits"] == 0, event  # type: ignore[index]
+    return seconds, peak, summary
+
+
+def median_of(argv_runs: list[tuple[float, int, object]]) -> tuple[float, int]:
+    return statistics.median(r[0] for r in argv_runs), max(r[1] for r in argv_runs)
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:5.2f} GiB"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=STDLIB)
+    parser.add_argument("--root", type=Path, default=STDLIB, help="the tree of .py files (the stdlib)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--skip-full", action="store_true", help="only the 1K-file subset")
+    parser.add_argument("--tiny", type=int, default=100_000, help="files of the generated tree (0: skip)")
+    parser.add_argument("--skip-one-thread", action="store_true", help="leave out the 1-thread cold run")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the generated tree here")
     args = parser.parse_args()
+    load = os.getloadavg()[0]
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="dlm-bench-tokenize-"))
+    home = work / "home"
+    env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    env.pop("RAYON_NUM_THREADS", None)
+    env.pop("TOKENIZERS_PARALLELISM", None)
+    rows: list[tuple[str, float, int, str]] = []  # case, seconds, peak RSS, note
+    try:
+        stdlib = write_doc(work / "stdlib.dlm", ID_STDLIB, args.root, "**/*.py")
+        # Convert the base once, so no timing below includes the one-off conversion.
+        timed_process([DLM, "tokenize", "--no-cache", str(write_doc(work / "one.dlm", ID_TINY, REPO / "bench",
+                                                                    "benchlib.py"))], env)  # fmt: skip
+        listing = work / "files.txt"
+        files = chosen_files(stdlib)
+        listing.write_text("\n".join(files), encoding="utf-8")
+        print(f"load average {load:.2f} at start; {len(files):,} files under {args.root}", flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
-        env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-        subset = Path(tmp) / "subset.dlm"
-        copy_subset(args.root, Path(tmp) / "subset", 1000)
-        write_doc(subset, ID_SUBSET, Path(tmp) / "subset")
-        # Convert the base once so no timing below includes the one-off GGUF conversion.
-        subprocess.run([DLM, "tokenize", str(subset), "--no-cache"], env=env, check=True, capture_output=True)
+        floor_wall, floor_rss, out = timed_process([sys.executable, "-c", FLOOR, str(listing)], env)
+        floor_tokens, floor_s = int(out.split()[0]), float(out.split()[1])
+        rows.append(("floor: read + encode_batch, 256/batch", floor_s, floor_rss,
+                     f"{floor_tokens:,} tokens; whole process {floor_wall:.1f} s"))  # fmt: skip
+        cold_s, cold_rss, summary = cold(stdlib, ID_STDLIB, env, home)
+        rows.append(("stdlib cold dlm tokenize", cold_s, cold_rss,
+                     f"{summary['tokens']:,} tokens; {cold_s / floor_s:.3f}x the floor"))  # fmt: skip
+        one_s = None
+        if not args.skip_one_thread:
+            one_s, one_rss, _ = cold(stdlib, ID_STDLIB, {**env, "RAYON_NUM_THREADS": "1"}, home)
+            rows.append(("stdlib cold, RAYON_NUM_THREADS=1", one_s, one_rss,
+                         f"all {os.cpu_count()} cores {one_s / cold_s:.2f}x faster"))  # fmt: skip
+        warm_s, warm_rss = median_of([tokenize(stdlib, env) for _ in range(args.repeat)])
+        rows.append(("stdlib warm dlm tokenize", warm_s, warm_rss, f"median of {args.repeat}"))
+        tiny_figures: dict[str, float] = {}
+        if args.tiny:
+            tree = make_tiny_tree(work / "tiny" / "src", args.tiny)
+            tiny = write_doc(work / "tiny.dlm", ID_TINY, tree, None)
+            tiny_cold, tiny_cold_rss, _ = cold(tiny, ID_TINY, env, home)
+            rows.append((f"{args.tiny:,} tiny files cold", tiny_cold, tiny_cold_rss, ""))
+            tiny_warm, tiny_warm_rss = median_of([tokenize(tiny, env) for _ in range(args.repeat)])
+            rows.append(
+                (f"{args.tiny:,} tiny files warm", tiny_warm, tiny_warm_rss, f"median of {args.repeat}")
+            )
+            shows = [timed_process([DLM, "show", str(tiny)], env) for _ in range(args.repeat)]
+            show_s, show_rss = median_of(shows)  # type: ignore[arg-type]
+            rows.append((f"{args.tiny:,} tiny files dlm show", show_s, show_rss, f"median of {args.repeat}"))
+            tiny_figures = {"tiny_cold": tiny_cold, "tiny_warm": tiny_warm, "tiny_show": show_s}
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
 
-        small = measure("subset", subset, env, args.repeat)
-        results = {"subset": small}
-        if not args.skip_full:
-            full = Path(tmp) / "full.dlm"
-            write_doc(full, ID_FULL, args.root)
-            results["full"] = measure("full", full, env, args.repeat)
-        # Last: loading transformers here would inflate the peak RSS that
-        # os.wait4 reports for children forked afterwards.
-        per_row_s, per_row = per_row_reference(subset, env)
-        cached = subprocess.run([sys.executable, "-c", (
-            "import json,sys; from dlmstore.cache.tokenize import tokenize_document; "
-            f"s, r = tokenize_document({str(subset)!r}); "
-            "json.dump([r.input_ids(i).tolist() for i in range(len(r))], sys.stdout)")],
-            env=env, check=True, capture_output=True, text=True)  # fmt: skip
-        identical = json.loads(cached.stdout) == per_row
-        print(f"  per-row path (TRL _tokenize per row, in-process, tokenizer loaded): {per_row_s:.2f} s; "
-              f"cached tokens identical: {identical}")  # fmt: skip
+    print(f"\n{'case':<42} {'wall':>8} {'peak RSS':>10}  note")
+    for case, seconds, peak, note in rows:
+        print(f"{case:<42} {seconds:>6.2f} s {gib(peak)}  {note}")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end ({load:.2f} at the start)")
 
-    print("\ntargets")
-    ratio = small["cold"] / small["warm"]
-    print(f"  1K subset cold/warm >= 20x: {ratio:.1f}x  {'met' if ratio >= 20 else 'MISSED'}")
-    print(f"  per-row identical tokens: {'met' if identical else 'MISSED'}")
-    if "full" in results:
-        full_r = results["full"]
-        print(f"  13K warm <= 1.5 s: {full_r['warm']:.2f} s  {'met' if full_r['warm'] <= 1.5 else 'MISSED'}")
-        print(f"  13K cold <= 60 s: {full_r['cold']:.1f} s  {'met' if full_r['cold'] <= 60 else 'MISSED'}")
-        print(f"  13K warm peak RSS <= 1 GiB: {full_r['warm_rss'] / 2**20:,.0f} MiB  "
-              f"{'met' if full_r['warm_rss'] <= 2**30 else 'MISSED'}")  # fmt: skip
+    print("\nagainst the issue's goals and its 'now' (before this work)")
+    ratio = cold_s / floor_s
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    print(f"  cold / floor <= {GOALS['cold/floor']:.2f}: {ratio:.3f}  {verdict(ratio <= GOALS['cold/floor'])}"
+          f"   (now {BEFORE['cold'] / cold_s:.2f}x faster than the issue's {BEFORE['cold']:.1f} s)")  # fmt: skip
+    print(f"  cold peak RSS <= 1 GiB: {gib(cold_rss)}  {verdict(cold_rss <= GOALS['cold_rss'])}")
+    if one_s is not None:
+        speedup = one_s / cold_s
+        print(
+            f"  all cores vs 1 thread >= {GOALS['threads']}x: {speedup:.2f}x  {verdict(speedup >= GOALS['threads'])}"
+        )
+    print(f"  warm <= {GOALS['warm']} s: {warm_s:.2f} s  {verdict(warm_s <= GOALS['warm'])}"
+          f"   ({BEFORE['warm'] / warm_s:.2f}x faster than {BEFORE['warm']} s)")  # fmt: skip
+    for key, label in (("tiny_warm", "tiny warm"), ("tiny_show", "tiny show")):
+        if key in tiny_figures:
+            value = tiny_figures[key]
+            print(f"  {label} <= {GOALS[key]} s: {value:.2f} s  {verdict(value <= GOALS[key])}"
+                  f"   ({BEFORE[key] / value:.2f}x faster than {BEFORE[key]} s)")  # fmt: skip
+    if "tiny_cold" in tiny_figures:
+        print(
+            f"  tiny cold: {tiny_figures['tiny_cold']:.1f} s   "
+            f"({BEFORE['tiny_cold'] / tiny_figures['tiny_cold']:.2f}x faster than {BEFORE['tiny_cold']} s)"
+        )
 
 
 if __name__ == "__main__":

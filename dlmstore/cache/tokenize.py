@@ -21,13 +21,18 @@ test). ``--no-cache`` (or ``training.cache.enabled: false``) bypasses it
 without touching entries.
 
 Speed: on all hits the tokenizer is never loaded (its identity comes from
-hashing its files), the lookup is one SQL join and the tokens are views of
-memory-mapped packs, concatenated once into the output arrays. On misses,
-identical contents are tokenized once, and the misses are encoded in
-batches through the fast tokenizer (Rust, all cores), each at most 256 rows
-and 4 MiB of text, which bounds the tokenizer's memory. No per-token Python
-objects are kept: rows are numpy arrays, the result is ``values`` +
-``offsets`` (Arrow's list layout).
+hashing its files), the lookup is one SQL query, and the tokens are views of
+memory-mapped packs, concatenated once into the output arrays. A pass that
+does not materialize (``dlm tokenize``) reads no entry's bytes at all: it
+needs only the token counts the manifest holds (see ``TokenCache.lookup``
+for when the CRC-32 is checked). On misses, identical contents are
+tokenized once, and the misses are encoded in batches through the fast
+tokenizer (Rust, all cores), each at most 256 rows and 4 MiB of text, which
+bounds the tokenizer's memory; text rows go straight to the Rust
+``encode_batch_fast`` (:func:`encode_texts`), and the next batch encodes on
+a thread while this one's pack is written (:func:`_pipelined`). No
+per-token Python objects are kept: rows are numpy arrays, the result is
+``values`` + ``offsets`` (Arrow's list layout).
 """
 
 from __future__ import annotations

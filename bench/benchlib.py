@@ -1,0 +1,55 @@
+"""Helpers shared by the bench scripts: paths, generated corpora, one measured process.
+
+Imported by ``bench/bench_tokenize.py`` and ``bench/bench_hostile_io.py`` (run
+as scripts from the repository root, so ``bench/`` is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STDLIB = Path(os.__file__).parent
+DLM = str(Path(sys.executable).with_name("dlm"))
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_tiny_tree(tree: Path, count: int) -> Path:
+    """``count`` files of a few stdlib source lines each, written once."""
+    if tree.is_dir() and sum(1 for _ in tree.iterdir()) == count:
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    lines: list[str] = []
+    for source in sorted(STDLIB.rglob("*.py")):
+        try:
+            lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(lines) >= count * 3:
+            break
+    for index in range(count):
+        start = (index * 3) % max(len(lines) - 3, 1)
+        (tree / f"f{index:06d}.txt").write_text("\n".join(lines[start : start + 3]) + "\n", encoding="utf-8")
+    return tree
+
+
+def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
+    """Wall seconds, peak RSS (bytes, from ``wait4``: this child's own) and stdout of one process.
+
+    Raises:
+        SystemExit: the process failed (its stderr is shown).
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed:\n{stderr.decode()[-3000:]}")
+    return seconds, usage.ru_maxrss * 1024, stdout
