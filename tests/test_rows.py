@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import dlmstore.document.rows as rows_module
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_text
-from dlmstore.document.rows import ROW_KEY_SCHEME, Row, document_rows, row_key, section_rows
+from dlmstore.document.rows import ROW_KEY_SCHEME, Row, document_rows, row_counts, row_key, section_rows
 from dlmstore.document.sections import Section
 
 PROSE = Section("prose", "hello world")
@@ -238,3 +238,14 @@ def test_document_rows_does_not_rehash_big_prose(monkeypatch):
     assert rows[5].data["text"] is content
     assert hashed < 13_000 * 120  # ~95 bytes of key material per row
     assert elapsed < 5
+
+
+def test_row_counts_are_the_kinds_of_the_rows_without_building_them() -> None:
+    def unreadable() -> str:
+        raise AssertionError("a source file's text was loaded to count its row")
+
+    lazy = Section("prose", None, None, "a.py", "0" * 64, load=unreadable)
+    sections = [PROSE, PAIRS, SAME_PAIRS, PREFERENCE, Section("prose", "   "), lazy]
+    kinds = [row.kind for row in document_rows(sections[:-1])] + ["text"]
+    assert row_counts(sections) == {kind: kinds.count(kind) for kind in ("text", "messages", "preference")}
+    assert row_counts(sections) == {"text": 3, "messages": 4, "preference": 1}

@@ -207,6 +207,23 @@ def section_rows(section: Section, *, occurrence: int = 0) -> list[Row]:
     ]
 
 
+def row_counts(sections: Iterable[Section]) -> dict[str, int]:
+    """How many rows of each kind :func:`document_rows` would give, without building them.
+
+    A prose section is one ``text`` row whatever its text, so a source file
+    costs nothing here (no row key is hashed, no text is loaded): ``dlm
+    show`` counts 100,000 files' rows this way.
+    """
+    counts = dict.fromkeys(ROW_KINDS, 0)
+    for section in sections:
+        if section.type == "prose":
+            counts["text"] += 1
+        else:
+            for row in section_rows(section):
+                counts[row.kind] += 1
+    return counts
+
+
 def document_rows(sections: Iterable[Section]) -> list[Row]:
     """The rows of a sequence of sections, in order, with distinct keys.
 

@@ -20,7 +20,7 @@ from dlmstore.cache.admin import cache_summary
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.frontmatter import unused_keys
 from dlmstore.document.parser import Document, parse_document, preference_triples
-from dlmstore.document.rows import Row
+from dlmstore.document.rows import Row, row_counts
 from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
@@ -97,7 +97,6 @@ def summarize(path: str | Path) -> DocumentSummary:
     except BaseModelError as exc:
         base = BaseModelInfo(document.base_model, "unresolved", None, exc.message)
     by_type = Counter(section.type for section in document.sections)
-    row_kinds = Counter(row.kind for row in corpus.rows())
     cache = cache_summary(document.dlm_id)
     training = document.frontmatter.training
     return DocumentSummary(
@@ -110,7 +109,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         seed=training.seed,
         sections={kind: by_type.get(kind, 0) for kind in SECTION_TYPES},
         source_sections=len(corpus.source_sections),
-        rows={kind: row_kinds.get(kind, 0) for kind in ("text", "messages", "preference")},
+        rows=row_counts(corpus.sections),
         sources=[dataclasses.asdict(p) for p in corpus.expansion.provenance],
         store=StoreInfo(str(store_path), (store_path / DB_NAME).is_file()),
         training_cache=TrainingCacheInfo(
