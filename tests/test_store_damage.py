@@ -334,7 +334,10 @@ def garbage_in_an_object_name_of_the_schema(db: Path) -> None:
     [
         (garbage_over_the_header, "file is not a database", {"show", "metrics", "tokenize", "train"}),
         (garbage_over_the_runs_table, "database disk image is malformed", {"metrics", "tokenize", "train"}),
-        (garbage_over_the_row_key_index, "database disk image is malformed", {"tokenize", "train"}),
+        # A lookup of most of the cache scans the entries table instead of
+        # searching this index key by key, so no command meets the damaged
+        # index; `dlm cache verify` still reports it.
+        (garbage_over_the_row_key_index, "database disk image is malformed", set()),
         (
             garbage_in_an_object_name_of_the_schema,
             'malformed database schema (\\xbc\\xff\\xfe\\xbc\\xff\\xfe\\xbc\\xff\\xfe\\xbc\\xff) - near "CRXATE": '
@@ -349,7 +352,6 @@ def test_garbage_in_the_middle_of_store_db_is_one_error_line_from_each_command_a
 ) -> None:
     db = store_dir(VALID_ID) / "store.db"
     damage(db)
-    damaged = db.read_bytes()
     outcomes = {}
     for command in ("show", "metrics", "tokenize", "train"):
         code, _, stderr = _run(doc, command)
@@ -358,6 +360,7 @@ def test_garbage_in_the_middle_of_store_db_is_one_error_line_from_each_command_a
             assert stderr.splitlines() == [f"error: {db} is damaged: {reason}", HINT], command
         outcomes[command] = code
     assert {c for c, code in outcomes.items() if code} == failing
+    damaged = db.read_bytes()  # what verify finds (commands that could open the store wrote runs)
     code, stdout, stderr = _run(doc, "cache verify")
     assert code == 1
     if failing == set(outcomes):  # too damaged to open at all: the same one error
