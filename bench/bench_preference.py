@@ -23,14 +23,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-DLM = str(Path(sys.executable).with_name("dlm"))
+from benchlib import DLM, timed_process
+
 OURS = ("startup", "tokenize", "dataset")
 
 # TRL alone: the same model, adapter, triples and config, TRL doing its own tokenization.
@@ -77,20 +76,9 @@ print(json.dumps({"import_and_parse": t1 - t0, "model_load": t2 - t1, "trainer_s
 """
 
 
-def run_peak(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (bytes) and stdout of one child, reaped with ``wait4`` for its own peak."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err)
-        assert child.stdout is not None
-        out = child.stdout.read()
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode != 0:
-            err.seek(0)
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{err.read().decode()}")
-    return wall, usage.ru_maxrss * 1024, out.decode()
+def run_peak_text(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    seconds, rss, stdout = timed_process(cmd, env)
+    return seconds, rss, stdout.decode()
 
 
 def main() -> None:
@@ -112,16 +100,20 @@ def main() -> None:
         (home / "bases").symlink_to(bases, target_is_directory=True)  # no GGUF conversion in the timings
         env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
         steps = ["--max-steps", str(args.max_steps), "--update-lock", "--json"]
-        sft_wall, sft_rss, sft_out = run_peak([DLM, "train", str(args.doc), "--phase", "sft", *steps], env)
+        sft_wall, sft_rss, sft_out = run_peak_text(
+            [DLM, "train", str(args.doc), "--phase", "sft", *steps], env
+        )
         adapter_dir = json.loads(sft_out)["adapter_path"]
-        run_peak(
+        run_peak_text(
             [DLM, "train", str(args.doc), "--phase", "preference", *steps], env
         )  # fills nothing new: warm-up
 
         ours: list[dict[str, Any]] = []
         baseline: list[dict[str, Any]] = []
         for _ in range(args.repeat):
-            wall, rss, out = run_peak([DLM, "train", str(args.doc), "--phase", "preference", *steps], env)
+            wall, rss, out = run_peak_text(
+                [DLM, "train", str(args.doc), "--phase", "preference", *steps], env
+            )
             ours.append({"wall": wall, "rss": rss, **json.loads(out)["timings"]})
             output = Path(tmp) / "trl-out"
             cmd = [
@@ -133,7 +125,7 @@ def main() -> None:
                 str(args.max_steps),
                 str(output),
             ]
-            wall, rss, out = run_peak(cmd, env)
+            wall, rss, out = run_peak_text(cmd, env)
             baseline.append({"wall": wall, "rss": rss, **json.loads(out.strip().splitlines()[-1])})
 
     def med(rows: list[dict[str, Any]], key: str) -> float:

@@ -1,6 +1,7 @@
 """Helpers shared by the bench scripts: paths, generated corpora, one measured process.
 
-Imported by ``bench/bench_tokenize.py`` and ``bench/bench_hostile_io.py`` (run
+Imported by ``bench/bench_tokenize.py``, ``bench/bench_hostile_io.py`` and
+``bench/bench_preference.py`` (run
 as scripts from the repository root, so ``bench/`` is on ``sys.path``).
 """
 
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,11 +47,15 @@ def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, int, byt
         SystemExit: the process failed (its stderr is shown).
     """
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed:\n{stderr.decode()[-3000:]}")
+    # stderr goes to a file: reading two pipes one after the other can deadlock
+    # once the unread one fills (a chatty stderr while stdout is still open).
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err)
+        stdout = proc.stdout.read()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(argv[:2])} failed:\n{err.read().decode(errors='replace')[-3000:]}")
     return seconds, usage.ru_maxrss * 1024, stdout
