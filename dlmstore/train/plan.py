@@ -319,28 +319,12 @@ def sft_config_kwargs(plan: TrainingPlan, output_dir: str) -> dict[str, Any]:
     no checkpoints and no reporting (the adapter is saved by dlmstore), no
     progress bar (dlmstore draws its own) and no loader workers.
     """
-    kwargs: dict[str, Any] = {
-        "output_dir": output_dir,
-        "num_train_epochs": float(plan.num_epochs),
-        "max_steps": plan.max_steps if plan.max_steps is not None else -1,
-        "per_device_train_batch_size": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.grad_accum,
-        "learning_rate": plan.learning_rate,
-        "lr_scheduler_type": plan.lr_scheduler,
-        "warmup_steps": plan.warmup_ratio,  # below 1: a share of the total steps
-        "optim": plan.optimizer,
-        "bf16": plan.precision == "bf16",
-        "fp16": plan.precision == "fp16",
-        "seed": plan.seed,
-        "data_seed": plan.seed,
-        "max_length": plan.sequence_len,
-        "use_cpu": plan.device == "cpu",
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": [],
-        "disable_tqdm": True,
-        "dataloader_num_workers": 0,
-    }
+    kwargs = _trainer_kwargs(plan, output_dir, epochs=plan.num_epochs, learning_rate=plan.learning_rate)
+    kwargs.update(
+        lr_scheduler_type=plan.lr_scheduler,
+        warmup_steps=plan.warmup_ratio,  # below 1: a share of the total steps
+        optim=plan.optimizer,
+    )
     if plan.optimizer.startswith("galore_"):
         # transformers refuses GaLore without a module list; with LoRA the
         # linear layers that train are the adapter matrices.
@@ -363,13 +347,26 @@ def preference_config_kwargs(
     Logging, checkpoints and workers as for SFT.
     """
     hyper = settings.hyperparams
-    kwargs: dict[str, Any] = {
+    kwargs = _trainer_kwargs(plan, output_dir, epochs=hyper.num_epochs, learning_rate=hyper.learning_rate)
+    if settings.method == "dpo":
+        kwargs["beta"] = hyper.beta
+        kwargs["loss_type"] = settings.loss_type
+    else:
+        kwargs["beta"] = hyper.alpha
+    return kwargs
+
+
+def _trainer_kwargs(
+    plan: TrainingPlan, output_dir: str, *, epochs: int, learning_rate: float
+) -> dict[str, Any]:
+    """The ``TrainingArguments`` every phase shares: batches, precision, seed, length, logging, no saves."""
+    return {
         "output_dir": output_dir,
-        "num_train_epochs": float(hyper.num_epochs),
+        "num_train_epochs": float(epochs),
         "max_steps": plan.max_steps if plan.max_steps is not None else -1,
         "per_device_train_batch_size": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.grad_accum,
-        "learning_rate": hyper.learning_rate,
+        "learning_rate": learning_rate,
         "bf16": plan.precision == "bf16",
         "fp16": plan.precision == "fp16",
         "seed": plan.seed,
@@ -382,12 +379,6 @@ def preference_config_kwargs(
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
-    if settings.method == "dpo":
-        kwargs["beta"] = hyper.beta
-        kwargs["loss_type"] = settings.loss_type
-    else:
-        kwargs["beta"] = hyper.alpha
-    return kwargs
 
 
 def lora_config_kwargs(plan: TrainingPlan) -> dict[str, Any]:
