@@ -79,10 +79,22 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO train_step_metrics (run_id, phase, step, name, value) "
         "VALUES (2, 'preference', 1, 'rewards/margins', 0.25)",
     ],
+    # Run 3 resumed run 1 on two ranks, mixing in a pretrain dataset, and left a checkpoint.
+    "0008": [
+        "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, world_size, "
+        "resumed_from) VALUES ('train', 'failed', '2026-01-08T00:00:00.000Z', '/doc.dlm', 'ab', '0.0.1', 2, 1)",
+        "INSERT INTO run_datasets (run_id, position, path, kind, name, split, weight, meta_sha256, "
+        "tokenizer_sha256, tokens_available, samples_used, tokens_used) "
+        "VALUES (3, 0, '/data/wiki', 'pretrain', 'wiki', 'train', 2.0, 'sha256:m', 'sha256:t', 100, 4, 64)",
+        "INSERT INTO run_ranks (run_id, phase, rank, samples, tokens) VALUES (3, 'sft', 1, 2, 32)",
+        "INSERT INTO checkpoints (run_id, phase, step, path, dlm_sha256, base_model, inputs_sha256, world_size, "
+        "micro_batch_size, grad_accum, seed, created_at) VALUES (3, 'sft', 2, 'checkpoints/run3/checkpoint-2', "
+        "'ab', 'smollm2-135m', 'sha256:i', 2, 1, 1, 42, 'x')",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
-    "0002": ("SELECT id, command, status, error FROM runs", [(1, "train", "failed", "interrupted")]),
+    "0002": ("SELECT id, command, status, error FROM runs WHERE id = 1", [(1, "train", "failed", "interrupted")]),
     "0003": (
         "SELECT c.entry_count, c.bytes, p.live_bytes, h.hit_rate "
         "FROM cache_totals c, token_packs p, run_hit_rates h",
@@ -96,6 +108,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "(SELECT group_concat(name || '=' || value) FROM train_step_metrics m WHERE m.run_id = v.run_id) "
         "FROM train_runs v WHERE run_id = 2",
         [(3, "preference", "dpo", 2, "rewards/margins=0.25")],
+    ),
+    "0008": (
+        "SELECT r.world_size, r.resumed_from, d.tokens_used, k.samples, c.step "
+        "FROM runs r, run_datasets d, run_ranks k, checkpoints c WHERE r.id = 3",
+        [(2, 1, 64, 2, 2)],
     ),
 }
 

@@ -80,6 +80,14 @@ runs = Table(
     Column("dlmstore_version", Text, nullable=False, comment="dlmstore version that ran it."),
     Column("pid", Integer, comment="Process id of the dlm process that ran it."),
     Column("error", Text, comment="One-line reason when status is failed."),
+    Column(
+        "world_size",
+        Integer,
+        nullable=False,
+        server_default="1",
+        comment="Processes the run trained on (`dlm train --nproc`); 1 for everything else.",
+    ),
+    Column("resumed_from", Integer, comment="The interrupted train run this run continued (`--resume`)."),
     CheckConstraint("status IN ('running', 'completed', 'failed')", name="runs_status"),
     comment="Every tokenize or train run, newest has the largest id.",
     sqlite_autoincrement=True,
@@ -333,6 +341,72 @@ train_step_metrics = Table(
     CheckConstraint("phase IN ('sft', 'preference')", name="train_step_metrics_phase"),
     comment="Every other number the trainer logs at a step (preference rewards, margins, accuracies, ...).",
     sqlite_with_rowid=False,
+)
+
+run_datasets = Table(
+    "run_datasets",
+    metadata,
+    Column(
+        "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
+    ),
+    Column("position", Integer, nullable=False, comment="Order of the input in the run's mixture, from 0."),
+    Column("path", Text, nullable=False, comment="Absolute path of the dataset directory."),
+    Column("kind", Text, nullable=False, comment="pretrain (packed windows) or sft (masked conversations)."),
+    Column("name", Text, nullable=False, comment="The dataset's name from its meta.json."),
+    Column("split", Text, nullable=False, comment="The split trained on: train or val."),
+    Column("weight", Float, nullable=False, comment="Mixture weight; the document's rows weigh 1."),
+    Column("meta_sha256", Text, nullable=False, comment="sha256 of the dataset's meta.json: its identity."),
+    Column("tokenizer_sha256", Text, nullable=False, comment="Tokenizer the dataset was built with."),
+    Column("tokens_available", Integer, nullable=False, comment="Tokens the split holds."),
+    Column("samples_used", Integer, nullable=False, server_default="0", comment="Items the run trained on."),
+    Column("tokens_used", Integer, nullable=False, server_default="0", comment="Tokens of those items."),
+    PrimaryKeyConstraint("run_id", "position", name="run_datasets_pk"),
+    CheckConstraint("kind IN ('pretrain', 'sft')", name="run_datasets_kind"),
+    comment="The token datasets a train run mixed in, and how much of each it used.",
+)
+
+run_ranks = Table(
+    "run_ranks",
+    metadata,
+    Column(
+        "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
+    ),
+    Column("phase", Text, nullable=False, comment="Training phase: sft or preference."),
+    Column("rank", Integer, nullable=False, comment="Process rank, 0 to world_size - 1."),
+    Column("samples", Integer, nullable=False, comment="Items this rank trained on."),
+    Column("tokens", Integer, nullable=False, comment="Tokens of those items (padding excluded)."),
+    Column(
+        "samples_path",
+        Text,
+        comment="The .npy of the item indices this rank trained on, relative to the store.",
+    ),
+    PrimaryKeyConstraint("run_id", "phase", "rank", name="run_ranks_pk"),
+    comment="What each process of a training phase trained on.",
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, comment="The train run that wrote it."),
+    Column("phase", Text, nullable=False, comment="Training phase: sft or preference."),
+    Column("step", Integer, nullable=False, comment="Optimizer steps done when it was written."),
+    Column("path", Text, nullable=False, unique=True, comment="Folder relative to the store."),
+    Column("dlm_sha256", Text, nullable=False, comment="sha256 of the document it was trained from."),
+    Column("base_model", Text, nullable=False, comment="The document's base_model."),
+    Column(
+        "inputs_sha256",
+        Text,
+        nullable=False,
+        comment="sha256 over the identities of the token datasets and their weights.",
+    ),
+    Column("world_size", Integer, nullable=False, comment="Processes the run trained on."),
+    Column("micro_batch_size", Integer, nullable=False, comment="Items per rank per forward pass."),
+    Column("grad_accum", Integer, nullable=False, comment="Micro-batches per optimizer step."),
+    Column("seed", Integer, nullable=False, comment="The run's seed."),
+    Column("created_at", Text, nullable=False, comment="When the checkpoint was registered."),
+    CheckConstraint("phase IN ('sft', 'preference')", name="checkpoints_phase"),
+    comment="Complete checkpoints of interrupted or running train runs (`dlm train --resume`).",
 )
 
 lock_records = Table(
