@@ -66,3 +66,6 @@ def _register() -> None:
 
 
 _register()
+
+if __name__ == "__main__":  # `python -m dlmstore.cli.main`: how `dlm train --nproc` starts its ranks
+    cli()

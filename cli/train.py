@@ -22,11 +22,32 @@ from .render import emit_json, human_bytes, warn
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
 @click.option("--seed", type=SEED, help="Override training.seed.")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    metavar="DIR[:WEIGHT]",
+    help="Also train on this token dataset (`dlm data build`), mixed by WEIGHT (default 1; the document's "
+    "rows weigh 1). Repeatable; adds to training.datasets.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the newest train run, which was interrupted, from its last checkpoint.",
+)
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Train data-parallel on this many processes of this machine (gloo on CPU, NCCL on CUDA).",
+)
 @lock_mode_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@click.pass_context
 def train_command(
-    path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
-    lock_mode: str, as_json: bool,
+    ctx: click.Context, path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None,
+    seed: int | None, datasets: tuple[str, ...], resume: bool, nproc: int, lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
@@ -37,19 +58,35 @@ def train_command(
     written to adapter/versions/vNNNN beside store.db, and the run, its
     per-step metrics and its reproducibility lock (dlm.lock) are recorded
     in the store.
+
+    Token datasets (training.datasets, --dataset) are mixed in by weight.
+    A run writes a checkpoint into the store every training.checkpoint_steps
+    steps; --resume continues an interrupted run from the last one. --nproc N
+    trains on N processes, each on its own share of every epoch.
     """
+    if nproc > 1:
+        from dlmstore.train.launch import launch
+
+        arguments = _rank_arguments(
+            path, phase, no_cache, max_steps, epochs, seed, datasets, resume, lock_mode, as_json
+        )
+        ctx.exit(launch(arguments, nproc))
+    from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
 
     from .progress import TrainBar
 
-    bar = TrainBar(enabled=not as_json)
+    main_rank = current_world().is_main
+    bar = TrainBar(enabled=not as_json and main_rank)
     try:
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, progress=bar,
+            lock_mode=lock_mode, progress=bar, datasets=datasets, resume=resume,
         )  # fmt: skip
     finally:
         bar.close()
+    if not main_rank:
+        return
     for message in [*summary.warnings, *summary.lock_warnings]:
         warn(message)
     if as_json:
@@ -66,6 +103,13 @@ def train_command(
             rewards = _rewards(part.metrics)
             click.echo(f"run {summary.run_id} preference ({part.method}): {part.steps} steps on "
                        f"{part.rows:,} triples, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
+    for use in summary.datasets:
+        click.echo(f"dataset: {use.path} ({use.kind}, weight {use.weight:g}): {use.samples:,} items, "
+                   f"{use.tokens:,} tokens")  # fmt: skip
+    if summary.world_size > 1:
+        click.echo(f"ranks:   {summary.world_size} processes")
+    if summary.resumed_from is not None:
+        click.echo(f"resumed: run {summary.resumed_from} from step {summary.resumed_at_step}")
     click.echo(f"adapter: v{summary.adapter_version:04d} {summary.adapter_path}")
     click.echo(f"sha256:  {summary.adapter_sha256}")
     click.echo(f"cache:   {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate}), "
@@ -81,3 +125,23 @@ def _rewards(metrics: dict[str, float]) -> str:
     if "rewards/accuracies" in metrics:
         parts.append(f"accuracy {metrics['rewards/accuracies']:.0%}")
     return "".join(f", {part}" for part in parts)
+
+
+def _rank_arguments(
+    path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
+    datasets: tuple[str, ...], resume: bool, lock_mode: str, as_json: bool,
+) -> list[str]:  # fmt: skip
+    """``dlm train`` arguments for each rank: this command's, without ``--nproc``."""
+    from .lock import LOCK_FLAGS
+
+    args = ["train", path, "--phase", phase]
+    args += ["--no-cache"] if no_cache else []
+    args += ["--max-steps", str(max_steps)] if max_steps is not None else []
+    args += ["--epochs", str(epochs)] if epochs is not None else []
+    args += ["--seed", str(seed)] if seed is not None else []
+    for dataset in datasets:
+        args += ["--dataset", dataset]
+    args += ["--resume"] if resume else []
+    args += [flag for flag, mode in LOCK_FLAGS.items() if mode == lock_mode]
+    args += ["--json"] if as_json else []
+    return args

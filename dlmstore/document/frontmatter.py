@@ -197,6 +197,23 @@ class AdapterSettings(_Strict):
     _target_modules = field_validator("target_modules", mode="before")(_check_target_modules)
 
 
+class DatasetInput(_Strict):
+    """One entry of ``training.datasets``: a token dataset trained on beside the document's rows."""
+
+    path: str = Field(
+        min_length=1,
+        description="A dataset folder built by `dlm data build` (its meta.json beside the splits); "
+        "relative paths are read from the document's folder.",
+    )
+    weight: FiniteFloat = Field(
+        default=1.0,
+        gt=0.0,
+        strict=True,
+        description="Mixture weight: items are drawn in proportion to it; the document's own rows weigh 1.",
+    )
+    split: Literal["train", "val"] = Field(default="train", description="The split to train on.")
+
+
 class TrainingSettings(_Strict):
     """``training``: LoRA, optimizer and schedule knobs, sources and the cache."""
 
@@ -263,6 +280,19 @@ class TrainingSettings(_Strict):
         strict=True,
         description="dlmstore extension: stop after this many optimizer steps, even before the last epoch ends.",
     )
+    datasets: list[DatasetInput] = Field(
+        default_factory=list,
+        description="dlmstore extension: token datasets (`dlm data build`) to train on beside the "
+        "document's rows, mixed by weight: pretrain datasets as packed windows of sequence_len tokens, "
+        "SFT datasets with their assistant-only loss masks.",
+    )
+    checkpoint_steps: int | None = Field(
+        default=50,
+        gt=0,
+        strict=True,
+        description="dlmstore extension: write a checkpoint into the store every this many optimizer "
+        "steps, so `dlm train --resume` continues an interrupted run; null writes none.",
+    )
     preference: PreferenceSettings = Field(
         default_factory=PreferenceSettings, description="The preference phase (DPO or ORPO)."
     )
@@ -285,7 +315,7 @@ class TrainingSettings(_Strict):
         "folder an error; `permissive` reads such a path and skips such a symlink.",
     )
 
-    @field_validator("sources", mode="before")
+    @field_validator("sources", "datasets", mode="before")
     @classmethod
     def _null_sources(cls, value: object) -> object:
         return [] if value is None else value

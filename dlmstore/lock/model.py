@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
 #: 2 added ``preference``; a version-1 lock reads with ``preference`` null.
-LOCK_VERSION = 2
+#: 3 added ``datasets``; older locks read with ``datasets`` null.
+LOCK_VERSION = 3
 
 #: The lock file's name, beside ``store.db``.
 LOCK_NAME = "dlm.lock"
@@ -76,6 +77,10 @@ class Lock:
             :func:`preference_record` writes it (``method`` and the
             hyperparameters that method uses); None when the run had no
             preference phase.
+        datasets: the token datasets the run mixed in, keyed
+            ``<path>#<split>``, each with its ``meta_sha256`` (the dataset's
+            identity: meta.json lists every file's sha256) and ``weight``;
+            None when the run trained on the document alone.
     """
 
     lock_version: int
@@ -94,6 +99,7 @@ class Lock:
     license_acceptance: dict[str, Any] | None
     last_run_id: int | None
     preference: dict[str, Any] | None = None
+    datasets: dict[str, dict[str, Any]] | None = None
 
     def to_json(self) -> str:
         """The exact text of ``dlm.lock``: sorted keys, two-space indents, final newline."""
@@ -119,6 +125,7 @@ def capture_lock(
     determinism: DeterminismInfo,
     run_id: int | None,
     license_acceptance: Mapping[str, Any] | None = None,
+    datasets: Sequence[Mapping[str, Any]] = (),
 ) -> Lock:
     """The lock of the run about to train ``document`` on ``ref``.
 
@@ -129,6 +136,8 @@ def capture_lock(
         determinism: what :func:`dlmstore.train.determinism.apply_determinism` returned.
         run_id: the ``runs.id`` of this run.
         license_acceptance: the accepted licence record, for bases that need one.
+        datasets: the identities of the token datasets the run trains on
+            (:meth:`dlmstore.train.inputs.DatasetInput.identity`).
     """
     from dlmstore.lock.identity import base_model_identity
 
@@ -149,6 +158,11 @@ def capture_lock(
         determinism_class=determinism.determinism_class,
         license_acceptance=dict(license_acceptance) if license_acceptance is not None else None,
         last_run_id=run_id,
+        datasets={
+            f"{item['path']}#{item['split']}": {"meta_sha256": item["meta_sha256"], "weight": item["weight"]}
+            for item in datasets
+        }
+        or None,
     )
 
 
@@ -211,6 +225,8 @@ def parse_lock(text: str, *, source: str) -> Lock:
     version = data.get("lock_version")
     if version == 1 and "preference" not in data:
         data = {**data, "preference": None}  # version 1 predates the field
+    if version in (1, 2) and "datasets" not in data:
+        data = {**data, "datasets": None}  # versions 1 and 2 predate the field
     unknown = sorted(set(data) - set(names))
     missing = [name for name in names if name not in data]
     if isinstance(version, int) and not isinstance(version, bool) and version > LOCK_VERSION:
@@ -282,6 +298,14 @@ def _check_field(name: str, value: Any) -> str | None:
             return "must be null or an object with method dpo or orpo"
         if not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value.values()):
             return "must map names to numbers or strings"
+        return None
+    if name == "datasets":
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("meta_sha256"), str) for v in value.values()
+        ):
+            return "must be null or map dataset keys to objects with a meta_sha256 string"
         return None
     raise AssertionError(f"no check for lock field {name!r}")  # every field above; a new one needs a check
 

@@ -16,6 +16,11 @@ model sha256, licence, timestamps, run ids) are recorded but never compared.
   reason); the lock records them so ``dlm lock diff`` says what changed in
   training terms, and a run with a preference phase against one without
   shows as ``preference.method: None -> 'dpo'``.
+* ``datasets.<path>#<split>.meta_sha256`` (a token dataset the run mixed
+  in, ``dlmstore.train.inputs``): WARN. The same folder now holds other
+  bytes (rebuilt, or edited in place), which the document does not show;
+  ``--strict-lock`` makes it an error. A dataset added or dropped, or a
+  weight changed, is ALLOW: the document or the command line says so.
 
 :func:`decide` turns the mismatches into a :class:`LockDecision` for one of
 four modes, the library side of ``dlm train``'s flags:
@@ -60,7 +65,7 @@ VALIDATION_HINT = (
     "or --ignore-lock to train without checking or writing it"
 )
 
-Value = str | int | bool | None
+Value = str | int | float | bool | None
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,21 @@ def compare(previous: Lock, current: Lock) -> list[Mismatch]:
     new_preference = current.preference or {}
     for key in _preference_keys(old_preference, new_preference):
         _add(found, f"preference.{key}", old_preference.get(key), new_preference.get(key), "ALLOW")
+    old_datasets = previous.datasets or {}
+    new_datasets = current.datasets or {}
+    for key in sorted(set(old_datasets) | set(new_datasets)):
+        old, new = old_datasets.get(key), new_datasets.get(key)
+        if old is None or new is None:
+            _add(
+                found,
+                f"datasets.{key}",
+                None if old is None else "present",
+                None if new is None else "present",
+                "ALLOW",
+            )
+            continue
+        _add(found, f"datasets.{key}.meta_sha256", old.get("meta_sha256"), new.get("meta_sha256"), "WARN")
+        _add(found, f"datasets.{key}.weight", old.get("weight"), new.get("weight"), "ALLOW")
     for flag in sorted(set(previous.determinism_flags) | set(current.determinism_flags)):
         _add(
             found,

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlmstore.lock.identity import base_model_identity
 from dlmstore.lock.model import Lock, capture_lock, preference_record
@@ -61,6 +61,7 @@ def begin_lock(
     run_id: int,
     mode: str,
     determinism: DeterminismInfo | None = None,
+    datasets: Sequence[Mapping[str, Any]] = (),
 ) -> PendingLock:
     """Capture this run's lock and check it against ``dlm.lock``.
 
@@ -73,6 +74,7 @@ def begin_lock(
         mode: ``validate``, ``strict``, ``update`` or ``ignore``.
         determinism: what :func:`~dlmstore.train.determinism.apply_determinism`
             returned; applied here when not given (it is idempotent).
+        datasets: identities of the token datasets the run trains on.
 
     Raises:
         LockError: ``dlm.lock`` is corrupt and ``mode`` is not ``update``,
@@ -83,7 +85,7 @@ def begin_lock(
         from dlmstore.train.determinism import apply_determinism
 
         determinism = apply_determinism()
-    lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id)
+    lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id, datasets=datasets)
     return PendingLock(lock, check_lock(store, lock, mode=mode), ref)
 
 

@@ -191,7 +191,7 @@ class StagingDir:
             True if this directory is now ``target``.
         """
         if not self._synced:
-            _fsync_tree(self.path)
+            fsync_tree(self.path)
             self.path.chmod(0o755)  # mkdtemp makes it private; what we publish is not
             self._synced = True
         if existing == "replace" and target.exists():
@@ -236,7 +236,7 @@ def publish_dir(path: Path, *, existing: Existing = "refuse") -> Iterator[Path]:
         staging.publish(path, existing=existing)
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root``, children before parents."""
     for directory, _, files in os.walk(root, topdown=False):
         for name in files:

@@ -45,7 +45,7 @@ class Run:
     error: str | None
 
 
-def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) -> int:
+def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1) -> int:
     """Insert a ``running`` run and return its id.
 
     Runs still marked ``running`` whose process is gone (killed with
@@ -63,9 +63,9 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) ->
                 [(utc_now(), run_id) for run_id in dead],
             )
         cursor = conn.execute(
-            "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid) "
-            "VALUES (?, 'running', ?, ?, ?, ?, ?)",
-            (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid()),
+            "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid, "
+            "world_size) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+            (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
         )
         run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
     highwater.record(store)
@@ -96,10 +96,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def set_resumed_from(store: Store, run_id: int, parent: int) -> None:
+    """Record that run ``run_id`` continues the interrupted run ``parent`` (``dlm train --resume``)."""
+    with store.write() as conn:
+        conn.execute("UPDATE runs SET resumed_from = ? WHERE id = ?", (parent, run_id))
+
+
 @contextmanager
-def recorded_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str) -> Iterator[int]:
+def recorded_run(
+    store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1
+) -> Iterator[int]:
     """Record a run around a block: completed on success, failed on any exception."""
-    run_id = start_run(store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256)
+    run_id = start_run(
+        store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256, world_size=world_size
+    )
     try:
         yield run_id
     except BaseException as exc:

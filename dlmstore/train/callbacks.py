@@ -49,7 +49,7 @@ class StepRecorder(TrainerCallback):
     """
 
     def __init__(
-        self, store: Store, run_id: int, progress: TrainProgress | None, phase: Phase = "sft"
+        self, store: Store | None, run_id: int, progress: TrainProgress | None, phase: Phase = "sft"
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -104,6 +104,10 @@ class StepRecorder(TrainerCallback):
     def flush(self) -> None:
         """Write the pending steps and their metrics in one transaction."""
         if not self.pending:
+            return
+        if self.store is None:  # a rank other than 0 records nothing
+            self.pending.clear()
+            self.pending_metrics.clear()
             return
         with self.store.write() as conn:
             conn.executemany(

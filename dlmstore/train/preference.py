@@ -40,7 +40,7 @@ def load_policy(base_model: Any, adapter_dir: Path) -> Any:
 
 
 def fit_preference(
-    store: Store,
+    store: Store | None,
     run_id: int,
     policy: Any,
     tokenizer: Any,
@@ -68,7 +68,9 @@ def fit_preference(
     # The same seed as a run that trains only this phase: `all` and `sft`
     # followed by `preference` draw the same batches.
     seed_everything(plan.seed)
-    output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
+    output = Path(
+        tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=None if store is None else store.path)
+    )
     try:
         kwargs = preference_config_kwargs(plan, settings, str(output))
         recorder = StepRecorder(store, run_id, progress, phase="preference")

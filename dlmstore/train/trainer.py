@@ -50,11 +50,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import shutil
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,11 +107,28 @@ class PhaseSummary:
 
 
 @dataclass(frozen=True)
+class DatasetUse:
+    """A token dataset the run trained on, and how much of it (``run_datasets``)."""
+
+    path: str
+    kind: str
+    name: str
+    split: str
+    weight: float
+    meta_sha256: str
+    samples: int
+    tokens: int
+
+
+@dataclass(frozen=True)
 class TrainSummary:
     """The JSON shape of ``dlm train --json``.
 
     The top-level adapter, steps and loss are those of the run's last
     phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
+    ``datasets`` lists the token datasets mixed in, ``world_size`` the
+    processes the run trained on, ``resumed_from`` the interrupted run it
+    continued (``--resume``) and ``resumed_at_step`` the checkpoint's step.
     """
 
     run_id: int
@@ -132,7 +147,26 @@ class TrainSummary:
     lock_warnings: list[str]
     plan: TrainingPlan
     timings: TrainTimings
+    datasets: list[DatasetUse] = field(default_factory=list)
+    world_size: int = 1
+    resumed_from: int | None = None
+    resumed_at_step: int | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Prepared:
+    """What rank 0 prepares before the model loads, and hands every other rank."""
+
+    run_id: int
+    store_path: str
+    rows: Any
+    preferences: Any
+    phases: Any
+    parent: Any
+    inputs: list[Any]
+    resume: Any  # a checkpoints.Checkpoint, or None
+    resumed_from: int | None
 
 
 def train_document(
@@ -145,6 +179,8 @@ def train_document(
     seed: int | None = None,
     lock_mode: str = "validate",
     progress: TrainProgress | None = None,
+    datasets: Sequence[str] = (),
+    resume: bool = False,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -159,6 +195,15 @@ def train_document(
         lock_mode: ``validate`` (default), ``strict``, ``update`` or ``ignore``
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
         progress: optional callback for a progress bar.
+        datasets: ``DIR[:WEIGHT]`` token datasets to train on besides
+            ``training.datasets`` (``--dataset``).
+        resume: continue the newest train run, which was interrupted, from
+            its last checkpoint (``--resume``).
+
+    Launched as one of several ranks (``dlm train --nproc``, torchrun),
+    rank 0 does everything that touches the store and every rank trains on
+    its share (``dlmstore.train.distributed``); every rank returns the
+    summary.
 
     Raises:
         DocumentError, SourceError: the document or its sources are invalid.
@@ -167,21 +212,54 @@ def train_document(
         StoreError: the store or the adapter cannot be written.
         TrainingError: the document has nothing to train on for the phases
             asked, the preference phase has no SFT adapter to start from or
-            a preference row cannot train, or the settings ask for what this
-            machine cannot train (``dlmstore.train.plan.check_settings``).
+            a preference row cannot train, the settings ask for what this
+            machine cannot train (``dlmstore.train.plan.check_settings``), a
+            token dataset cannot train (``dlmstore.train.inputs``), or there
+            is no checkpoint to resume or it belongs to another setup.
     """
+    from dlmstore.train.distributed import current_world, join, leave
+
+    world = current_world()
+    join(world)
+    try:
+        return _train(
+            path, world, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
+            lock_mode=lock_mode, progress=progress, datasets=datasets, resume=resume,
+        )  # fmt: skip
+    finally:
+        leave(world)
+
+
+def _train(
+    path: str,
+    world: Any,
+    *,
+    phase: str,
+    no_cache: bool,
+    max_steps: int | None,
+    epochs: int | None,
+    seed: int | None,
+    lock_mode: str,
+    progress: TrainProgress | None,
+    datasets: Sequence[str],
+    resume: bool,
+) -> TrainSummary:
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
     from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.tokenize import tokenize_pass
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.document.show import document_warnings
+    from dlmstore.errors import DlmError
     from dlmstore.lock import begin_lock
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
     from dlmstore.store.metrics import record_tokenization_event
-    from dlmstore.store.runs import recorded_run
+    from dlmstore.store.runs import recorded_run, set_resumed_from
     from dlmstore.train.adapters import sweep_debris
+    from dlmstore.train.checkpoints import check_identity, resumable, sweep_unregistered
+    from dlmstore.train.distributed import share
+    from dlmstore.train.inputs import check_dataset_input, context_length, dataset_specs
     from dlmstore.train.phases import plan_phases
     from dlmstore.train.plan import check_settings, probe_hardware
 
@@ -189,64 +267,108 @@ def train_document(
     document = parse_document(path)
     settings = document.frontmatter.training
     seed = settings.seed if seed is None else seed
+    specs = dataset_specs(document, datasets)
     ref = resolve_base(document.base_model, relative_to=document.directory)
     t0 = time.perf_counter()
     _import_frameworks()
     framework_import = time.perf_counter() - t0
     hardware = probe_hardware()
     precision = check_settings(settings, hardware)
+    if not world.is_main:
+        prepared: _Prepared = share(world)
+        tokenizer = load_tokenizer(ref)
+        fits, _, _, _, accounting = _train_phases(
+            None, prepared, document, ref, tokenizer, precision, hardware, world,
+            epochs=epochs, max_steps=max_steps, seed=seed, progress=None,
+        )  # fmt: skip
+        _write_rank_samples(Path(prepared.store_path), prepared.run_id, world, accounting)
+        share_accounting(world, accounting)
+        summary: TrainSummary = share(world)
+        return summary
     tokenizer_source(ref)  # converts a built-in once; fails fast on a broken base
-    model_source(ref)
+    folder = model_source(ref)
     fingerprint = tokenizer_sha256(ref)
     use_cache = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
     with open_store(document.dlm_id) as store:
         with recorded_run(
-            store, command="train", dlm_path=document.path, dlm_sha256=document.sha256
+            store, command="train", dlm_path=document.path, dlm_sha256=document.sha256, world_size=world.size
         ) as run_id:
-            sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
-            marks = {"framework_import": framework_import}
-            lock = begin_lock(store, document, ref, seed=seed, run_id=run_id, mode=lock_mode)
-            marks["startup"] = time.perf_counter() - started - marks["framework_import"]
+            try:
+                sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
+                resumed_from, checkpoint = resumable(store, before=run_id) if resume else (None, None)
+                if resumed_from is not None:
+                    set_resumed_from(store, run_id, resumed_from)
+                sweep_unregistered(store)
+                marks = {"framework_import": framework_import}
+                tokenizer = load_tokenizer(ref)
+                inputs = [
+                    check_dataset_input(
+                        spec,
+                        tokenizer_sha256=fingerprint,
+                        vocab_size=len(tokenizer),
+                        sequence_len=settings.sequence_len,
+                        context_len=context_length(Path(folder)),
+                    )  # fmt: skip
+                    for spec in specs
+                ]
+                if checkpoint is not None:
+                    check_identity(
+                        checkpoint, _identity(document, inputs, world, seed, None),
+                        fields=("dlm_sha256", "base_model", "inputs_sha256", "world_size", "seed"),
+                    )  # fmt: skip
+                lock = begin_lock(
+                    store, document, ref, seed=seed, run_id=run_id, mode=lock_mode,
+                    datasets=[item.identity() for item in inputs],
+                )  # fmt: skip
+                marks["startup"] = time.perf_counter() - started - marks["framework_import"]
+                t0 = time.perf_counter()
+                stats = StatCache.load(store) if use_cache else None
+                corpus = load_corpus(document, stat_cache=stats)
+                result = tokenize_pass(
+                    store, corpus, run_id=run_id, tokenizer_sha256=fingerprint,
+                    load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
+                    max_bytes=settings.cache.max_bytes,
+                )  # fmt: skip
+                record_tokenization_event(
+                    store,
+                    run_id,
+                    result.event,
+                    tokenizer_sha256=fingerprint,
+                    sequence_len=settings.sequence_len,
+                )
+                if stats is not None:
+                    stats.save(store)
+                marks["tokenize"] = time.perf_counter() - t0
+                rows = result.rows
+                preferences = result.preferences
+                assert rows is not None and preferences is not None  # materialized
+                phases = plan_phases(
+                    phase, settings.preference, path=str(document.path),
+                    sft_rows=len(rows) + (1 if inputs else 0), preference_rows=len(preferences),
+                )  # fmt: skip
+                parent = _starting_adapter(store, document) if phases.needs_prior_adapter else None
+                prepared = _Prepared(
+                    run_id=run_id, store_path=str(store.path), rows=rows, preferences=preferences, phases=phases,
+                    parent=parent, inputs=inputs, resume=checkpoint, resumed_from=resumed_from,
+                )  # fmt: skip
+            except DlmError as exc:
+                share(world, error=exc)
+                raise
+            share(world, prepared)
             t0 = time.perf_counter()
-            stats = StatCache.load(store) if use_cache else None
-            corpus = load_corpus(document, stat_cache=stats)
-            tokenizer = load_tokenizer(ref)
-            result = tokenize_pass(
-                store, corpus, run_id=run_id, tokenizer_sha256=fingerprint,
-                load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
-                max_bytes=settings.cache.max_bytes,
-            )  # fmt: skip
-            record_tokenization_event(
-                store, run_id, result.event, tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len
-            )
-            if stats is not None:
-                stats.save(store)
-            marks["tokenize"] = time.perf_counter() - t0
-            rows = result.rows
-            preferences = result.preferences
-            assert rows is not None and preferences is not None  # materialized
-            phases = plan_phases(
-                phase, settings.preference, path=str(document.path),
-                sft_rows=len(rows), preference_rows=len(preferences),
-            )  # fmt: skip
-            parent = _starting_adapter(store, document) if phases.needs_prior_adapter else None
-            t0 = time.perf_counter()
-            sft_dataset = rows.to_dataset() if phases.sft else None
-            preference_dataset = (
-                _preference_dataset(preferences, tokenizer, settings.preference.method, settings.sequence_len)
-                if phases.preference
-                else None
-            )
-            marks["dataset"] = time.perf_counter() - t0
-            fits, staged, plan, model_load = _train_phases(
-                store, run_id, document, ref, tokenizer, phases, parent, precision, hardware,
-                sft_dataset=sft_dataset, preference_dataset=preference_dataset,
+            fits, staged, plan, model_load, accounting = _train_phases(
+                store, prepared, document, ref, tokenizer, precision, hardware, world,
                 epochs=epochs, max_steps=max_steps, seed=seed, progress=progress,
             )  # fmt: skip
+            marks["dataset"] = 0.0
             marks["model_load"] = model_load
+            _write_rank_samples(store.path, run_id, world, accounting)
+            uses = _record_usage(store, run_id, inputs, share_accounting(world, accounting))
             t0 = time.perf_counter()
-            adapters = _commit(store, staged, lock, settings.preference if phases.preference else None)
+            adapters = _commit(
+                store, staged, lock, settings.preference if phases.preference else None, run_id=run_id
+            )  # fmt: skip
             fits[-1].save_seconds += time.perf_counter() - t0
             decision = lock.decision.decision
     last, final = fits[-1], adapters[-1]
@@ -264,7 +386,7 @@ def train_document(
         )  # fmt: skip
         for fit, adapter in zip(fits, adapters, strict=True)
     ]
-    return TrainSummary(
+    summary = TrainSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
         adapter_version=final.version,
@@ -284,13 +406,17 @@ def train_document(
             startup=round(marks["startup"], 3),
             framework_import=round(marks["framework_import"], 3),
             tokenize=round(marks["tokenize"], 3),
-            dataset=round(marks["dataset"], 3),
+            dataset=round(sum(f.dataset_seconds for f in fits), 3),
             model_load=round(marks["model_load"], 3),
             trainer_setup=round(sum(f.trainer_setup for f in fits), 3),
             first_step=round(sum(f.first_step for f in fits), 3),
             train=round(sum(f.train for f in fits), 3),
             save=round(sum(f.save_seconds for f in fits), 3),
         ),
+        datasets=uses,
+        world_size=world.size,
+        resumed_from=resumed_from,
+        resumed_at_step=None if checkpoint is None else checkpoint.step,
         warnings=[
             *document_warnings(document),
             *corpus.expansion.warnings,
@@ -298,6 +424,100 @@ def train_document(
             *phases.warnings,
         ],  # fmt: skip
     )
+    share(world, summary)
+    return summary
+
+
+def _identity(document: Any, inputs: Sequence[Any], world: Any, seed: int, plan: Any) -> Any:
+    """What this run's checkpoints are valid for (the batch fields once the plan is known)."""
+    from dlmstore.train.checkpoints import CheckpointIdentity
+    from dlmstore.train.inputs import inputs_sha256
+
+    return CheckpointIdentity(
+        dlm_sha256=document.sha256,
+        base_model=document.base_model,
+        inputs_sha256=inputs_sha256(inputs),
+        world_size=world.size,
+        micro_batch_size=0 if plan is None else plan.micro_batch_size,
+        grad_accum=0 if plan is None else plan.grad_accum,
+        seed=seed,
+    )
+
+
+def share_accounting(world: Any, accounting: dict[str, Any] | None) -> list[dict[str, Any] | None]:
+    """Every rank's SFT accounting (positions trained, per-source counts), on every rank."""
+    from dlmstore.train.distributed import gather
+
+    summary = None if accounting is None else {k: v for k, v in accounting.items() if k != "samples"}
+    if summary is not None and accounting is not None:
+        summary["count"] = len(accounting["samples"])
+    return gather(world, summary)
+
+
+SAMPLES_DIR = "runs"
+
+
+def _write_rank_samples(store_path: Path, run_id: int, world: Any, accounting: dict[str, Any] | None) -> None:
+    """This rank's trained positions, as ``runs/<run>/sft-rank<r>.samples.npy`` (each rank its own file)."""
+    if accounting is None:
+        return
+    import io
+
+    import numpy as np
+
+    from dlmstore.store.atomic import write_bytes_atomic
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(accounting["samples"], dtype=np.int64), allow_pickle=False)
+    folder = store_path / SAMPLES_DIR / str(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(folder / f"sft-rank{world.rank}.samples.npy", buffer.getvalue())
+
+
+def _record_usage(
+    store: Any, run_id: int, inputs: Sequence[Any], per_rank: list[dict[str, Any] | None]
+) -> list[DatasetUse]:
+    """Register what each rank trained (``run_ranks``) and each dataset's share (``run_datasets``)."""
+    ranks = [(rank, counts) for rank, counts in enumerate(per_rank) if counts is not None]
+    if not ranks:
+        return []
+    offset = len(ranks[0][1]["source_samples"]) - len(inputs)  # the document's rows are source 0 when present
+    uses = []
+    for position, item in enumerate(inputs):
+        source = position + offset
+        uses.append(
+            DatasetUse(
+                path=item.path,
+                kind=item.kind,
+                name=item.name,
+                split=item.split,
+                weight=item.weight,
+                meta_sha256=item.meta_sha256,
+                samples=sum(c["source_samples"][source] for _, c in ranks),
+                tokens=sum(c["source_tokens"][source] for _, c in ranks),
+            )  # fmt: skip
+        )
+    with store.write() as conn:
+        conn.executemany(
+            "INSERT OR REPLACE INTO run_ranks (run_id, phase, rank, samples, tokens, samples_path) "
+            "VALUES (?, 'sft', ?, ?, ?, ?)",
+            [
+                (run_id, rank, c["count"], sum(c["source_tokens"]),
+                 f"{SAMPLES_DIR}/{run_id}/sft-rank{rank}.samples.npy")
+                for rank, c in ranks
+            ],
+        )  # fmt: skip
+        conn.executemany(
+            "INSERT OR REPLACE INTO run_datasets (run_id, position, path, kind, name, split, weight, meta_sha256, "
+            "tokenizer_sha256, tokens_available, samples_used, tokens_used) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (run_id, position, item.path, item.kind, item.name, item.split, item.weight, item.meta_sha256,
+                 item.tokenizer_sha256, item.tokens, use.samples, use.tokens)
+                for position, (item, use) in enumerate(zip(inputs, uses, strict=True))
+            ],
+        )  # fmt: skip
+    return uses
 
 
 def _starting_adapter(store: Any, document: Any) -> Any:
@@ -336,32 +556,37 @@ def _preference_dataset(preferences: Any, tokenizer: Any, method: str, sequence_
 
 def _train_phases(
     store: Any,
-    run_id: int,
+    prepared: _Prepared,
     document: Any,
     ref: Any,
     tokenizer: Any,
-    phases: Any,
-    parent: Any,
     precision: Precision,
     hardware: Any,
+    world: Any,
     *,
-    sft_dataset: Any,
-    preference_dataset: Any,
     epochs: int | None,
     max_steps: int | None,
     seed: int,
     progress: TrainProgress | None,
-) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float]:
-    """Load the model once and train the planned phases; stage each phase's adapter.
+) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float, dict[str, Any] | None]:
+    """Load the model once and train the planned phases; stage each phase's adapter (rank 0).
 
-    Nothing is published: on any failure the staged folders are removed.
+    ``store`` is None on the other ranks, which train the same phases on
+    their share and stage nothing. Nothing is published: on any failure the
+    staged folders are removed. Returns the fits, the staged adapters, the
+    plan, the model-load seconds and this rank's SFT accounting.
     """
+    from dlmstore.train.checkpoints import check_identity, run_folder
+    from dlmstore.train.examples import training_examples
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.preference import fit_preference, load_policy
+    from dlmstore.train.sft import fit_sft
 
     settings = document.frontmatter.training
+    phases, parent, checkpoint = prepared.phases, prepared.parent, prepared.resume
     fits: list[PhaseFit] = []
     staged: list[Any] = []
+    accounting: dict[str, Any] | None = None
     with warnings.catch_warnings(), _aborting(staged):
         # transformers deprecation notices about its own internals are noise here
         warnings.filterwarnings("ignore", category=FutureWarning)
@@ -369,34 +594,57 @@ def _train_phases(
         model = _load_model(ref, settings.adapter, precision, seed=seed)
         base_params = model.num_parameters()
         if parent is not None:
-            model = load_policy(model, store.path / parent.path)
+            model = load_policy(model, Path(prepared.store_path) / parent.path)
         model_load = time.perf_counter() - t0
         plan = resolve_plan(
             settings, hardware, base_params=base_params,
             auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
+        identity = _identity(document, prepared.inputs, world, seed, plan)
+        if checkpoint is not None:
+            check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
         if phases.sft:
-            fit = _fit(store, run_id, model, tokenizer, sft_dataset, plan, progress=progress)
-            staged.append(_stage(store, run_id, document, fit))
+            t0 = time.perf_counter()
+            dataset, names = training_examples(
+                prepared.rows, prepared.inputs, sequence_len=settings.sequence_len, seed=seed
+            )
+            dataset_seconds = time.perf_counter() - t0
+            fit = fit_sft(
+                store, prepared.run_id, model, tokenizer, dataset, len(names), plan, world=world,
+                checkpoint_steps=settings.checkpoint_steps,
+                checkpoint_dir=run_folder(Path(prepared.store_path), prepared.run_id),
+                identity=identity, resume_from=None if checkpoint is None else checkpoint.path, progress=progress,
+            )  # fmt: skip
+            fit.dataset_seconds = dataset_seconds
+            accounting = fit.accounting
+            if store is not None:
+                staged.append(_stage(store, prepared.run_id, document, fit))
             fits.append(fit)
             model = fit.model
             plan = fit.plan
         if phases.preference:
+            t0 = time.perf_counter()
+            preference_dataset = _preference_dataset(
+                prepared.preferences, tokenizer, settings.preference.method, settings.sequence_len
+            )
+            dataset_seconds = time.perf_counter() - t0
             fit = fit_preference(
                 store,
-                run_id,
+                prepared.run_id,
                 model,
                 tokenizer,
                 preference_dataset,
                 plan,
                 settings.preference,
-                progress=progress,
+                progress=progress if world.is_main else None,
             )
+            fit.dataset_seconds = dataset_seconds
             fits.append(fit)
-            staged.append(_stage(store, run_id, document, fit, parent=parent))
+            if store is not None:
+                staged.append(_stage(store, prepared.run_id, document, fit, parent=parent))
             if not phases.sft:
                 plan = fit.plan
-    return fits, staged, plan, model_load
+    return fits, staged, plan, model_load, accounting
 
 
 @contextmanager
@@ -429,7 +677,7 @@ def _stage(store: Any, run_id: int, document: Any, fit: PhaseFit, *, parent: Any
     return staged
 
 
-def _commit(store: Any, staged: list[Any], lock: Any, preference: Any) -> list[Any]:
+def _commit(store: Any, staged: list[Any], lock: Any, preference: Any, *, run_id: int) -> list[Any]:
     """Publish the staged adapters and register them with the run's lock, as one unit.
 
     The folders are renamed to their versions, then one transaction inserts
@@ -439,8 +687,13 @@ def _commit(store: Any, staged: list[Any], lock: Any, preference: Any) -> list[A
     """
     from dlmstore.lock import commit_lock
     from dlmstore.train.adapters import commit_versions
+    from dlmstore.train.checkpoints import remove_finished
 
-    return commit_versions(store, staged, lambda: commit_lock(store, lock, preference=preference))
+    adapters = commit_versions(store, staged, lambda: commit_lock(store, lock, preference=preference))
+    remove_finished(
+        store, run_id=run_id
+    )  # this run's checkpoints, and older ones nothing can resume any more
+    return adapters
 
 
 def _import_frameworks() -> None:
@@ -486,47 +739,8 @@ class PhaseFit:
     model: Any
     save: Callable[[Path], None]
     save_seconds: float = 0.0
-
-
-def _fit(
-    store: Any,
-    run_id: int,
-    model: Any,
-    tokenizer: Any,
-    dataset: Any,
-    plan: TrainingPlan,
-    *,
-    progress: TrainProgress | None,
-) -> PhaseFit:
-    """Train ``model`` with TRL's ``SFTTrainer`` as ``plan`` says."""
-    import datasets
-    from peft import LoraConfig
-    from transformers import PrinterCallback, ProgressCallback
-    from trl.trainer.sft_config import SFTConfig
-    from trl.trainer.sft_trainer import SFTTrainer
-
-    from dlmstore.train.callbacks import StepRecorder
-    from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
-
-    datasets.disable_progress_bars()
-    output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
-    try:
-        recorder = StepRecorder(store, run_id, progress, phase="sft")
-        t0 = time.perf_counter()
-        trainer = SFTTrainer(
-            model=model,
-            args=SFTConfig(**sft_config_kwargs(plan, str(output))),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=LoraConfig(**lora_config_kwargs(plan)),
-            callbacks=[recorder],
-        )
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-        setup = time.perf_counter() - t0
-        return run_trainer(trainer, recorder, tokenizer, plan, setup, adapter_names=None)
-    finally:
-        shutil.rmtree(output, ignore_errors=True)
+    dataset_seconds: float = 0.0
+    accounting: dict[str, Any] | None = None
 
 
 def run_trainer(
@@ -538,6 +752,7 @@ def run_trainer(
     *,
     adapter_names: list[str] | None,
     method: PreferenceMethod | None = None,
+    resume_from: str | None = None,
 ) -> PhaseFit:
     """Run a constructed TRL trainer to the end; the fit saves ``adapter_names`` (None: all).
 
@@ -548,7 +763,7 @@ def run_trainer(
     phase = recorder.phase
     try:
         t0 = time.perf_counter()
-        outcome = trainer.train()
+        outcome = trainer.train(resume_from_checkpoint=resume_from)
         train_s = time.perf_counter() - t0
     finally:
         recorder.flush()

@@ -1,0 +1,125 @@
+"""Data-parallel ranks: who this process is, and the few messages ranks exchange.
+
+``dlm train --nproc N`` starts N processes (:mod:`dlmstore.train.launch`);
+``torchrun`` and ``accelerate launch`` start them the same way. Each learns
+its place from the environment those launchers set (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``). Rank 0 is the only one that touches the
+store: it tokenizes through the cache, records the run, and afterwards
+stages and registers the adapter and the lock. It hands the other ranks
+what they need in one broadcast (:func:`share`), or the error that stopped
+it, so every rank fails with the same one-line message instead of waiting
+for a peer that is gone. Gradients are averaged by DDP (gloo on CPU, NCCL
+on CUDA) inside the trainer; each rank reads its own share of every epoch
+through :class:`~dlmstore.datasets.RankPartitionSampler`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from dlmstore.errors import DlmError, TrainingError
+
+#: How long a rank waits for its peers (model load included) before giving up.
+TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's rank among ``size`` ranks (size 1: a plain single-process run)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def current_world() -> World:
+    """The rank and world size the launcher set in the environment (a single process without one).
+
+    Raises:
+        TrainingError: the variables are set but not whole numbers, or the rank is outside the world.
+    """
+    try:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise TrainingError(
+            "RANK, WORLD_SIZE and LOCAL_RANK must be whole numbers",
+            hint="launch with `dlm train --nproc N`, torchrun or accelerate launch",
+        ) from None
+    if size < 1 or not 0 <= rank < size:
+        raise TrainingError(
+            f"RANK {rank} is outside WORLD_SIZE {size}",
+            hint="launch with `dlm train --nproc N`, torchrun or accelerate launch",
+        )
+    return World(rank=rank, size=size, local_rank=local_rank)
+
+
+def join(world: World) -> None:
+    """Join the process group (gloo on CPU, NCCL with CUDA), once, before the ranks exchange anything."""
+    if not world.distributed:
+        return
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=TIMEOUT)
+
+
+def share(world: World, payload: Any = None, error: DlmError | None = None) -> Any:
+    """Rank 0's ``payload`` on every rank; rank 0's ``error`` raised on every rank instead.
+
+    Rank 0 passes what it prepared, or the error that stopped it (and then
+    re-raises it itself); the others pass nothing.
+    """
+    if not world.distributed:
+        return payload
+    import torch.distributed as dist
+
+    box = [("error", (type(error).__name__, error.message, error.hint)) if error else ("ok", payload)]
+    dist.broadcast_object_list(box, src=0)
+    status, value = box[0]
+    if status == "error" and not world.is_main:
+        _, message, hint = value
+        raise TrainingError(f"rank 0 stopped: {message}", hint=hint)
+    return value
+
+
+def gather(world: World, value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if not world.distributed:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world.size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def barrier(world: World) -> None:
+    """Wait until every rank is here."""
+    if world.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def leave(world: World) -> None:
+    """Leave the process group at the end of a run."""
+    if world.distributed:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,196 @@
+"""Training examples as tensors straight from the token arrays: the SFT phase's dataset.
+
+Every source is a map-style dataset whose items are ``{"input_ids",
+"labels"}`` int64 arrays in the Hugging Face convention (labels aligned
+with the inputs; the model shifts them; ``-100`` is not trained):
+
+* :class:`RowExamples` - the document's rows (prose, instructions,
+  sources) from the tokenize pass, cut to ``sequence_len``; every token is
+  a target, as TRL's SFT trains them;
+* :class:`PackedWindows` - a pretrain dataset as windows of
+  ``sequence_len`` tokens over its memory-mapped shards
+  (:class:`~dlmstore.datasets.MemoryMappedDataset` with packing): the
+  first token of each document inside a window is not a target, so no
+  loss crosses a document boundary;
+* :class:`SftExamples` - an SFT dataset's conversations, cut to
+  ``sequence_len``, with the stored assistant-only loss mask.
+
+:func:`training_examples` mixes several by weight
+(:class:`~dlmstore.datasets.MixtureDataset`; the document's rows weigh 1)
+and tags each item with its source and position, which the collator
+(:class:`Collator`) strips and counts: what each rank trained on, per
+source, without a Python object per token. Items are views of the memory
+maps until the collator pads them into the batch tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from dlmstore.datasets.formats import MASK_DTYPE, TokenFile, sft_names, token_dtype
+from dlmstore.datasets.mixture import MixtureDataset
+from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
+from dlmstore.datasets.packing import IGNORE_INDEX
+
+Item = dict[str, Any]
+
+
+class RowExamples(Dataset[Item]):
+    """The document's tokenized rows, each cut to ``sequence_len`` tokens, all tokens trained."""
+
+    def __init__(self, rows: Any, sequence_len: int) -> None:
+        self.rows = rows
+        self.sequence_len = sequence_len
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> Item:
+        ids = self.rows.input_ids(index)[: self.sequence_len].astype(np.int64)
+        return {"input_ids": ids, "labels": ids}
+
+
+class PackedWindows(Dataset[Item]):
+    """Windows of ``sequence_len`` tokens from a pretrain dataset's split, no loss across documents."""
+
+    def __init__(self, root: str | Path, split: str, sequence_len: int) -> None:
+        self.windows = MemoryMappedDataset(
+            Path(root) / split, seq_len=sequence_len, file_pattern="shard_*.bin", pack_sequences=True
+        )
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> Item:
+        item = self.windows[index]  # inputs w[:-1], labels w[1:] with -100 where a document starts
+        last = np.int64(self.windows.window(index)[-1])
+        ids = np.append(item["input_ids"].numpy(), last)
+        labels = np.concatenate(([IGNORE_INDEX], item["labels"].numpy()))
+        return {"input_ids": ids, "labels": labels}
+
+
+class SftExamples(Dataset[Item]):
+    """An SFT dataset's conversations, cut to ``sequence_len``, targets where the stored mask says."""
+
+    def __init__(self, root: str | Path, split: str, sequence_len: int, dtype: str) -> None:
+        names = sft_names(split)
+        root = Path(root)
+        self.tokens = TokenFile(root / names["tokens"], token_dtype(dtype))
+        self.mask = TokenFile(root / names["loss_mask"], MASK_DTYPE, expected_count=len(self.tokens))
+        self.offsets = np.append(
+            np.asarray(TokenFile(root / names["offsets"]).array, dtype=np.int64), len(self.tokens)
+        )
+        self.sequence_len = sequence_len
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> Item:
+        start = int(self.offsets[index])
+        end = min(int(self.offsets[index + 1]), start + self.sequence_len)
+        ids = self.tokens.array[start:end].astype(np.int64)
+        trained = self.mask.array[start:end].astype(bool)
+        return {"input_ids": ids, "labels": np.where(trained, ids, IGNORE_INDEX)}
+
+
+class TaggedMixture(MixtureDataset):
+    """A :class:`MixtureDataset` whose items say which source and position they came from."""
+
+    def __getitem__(self, index: int) -> Item:
+        source, item = self.source_of(index)
+        return {**self.datasets[source][item], "source": source, "sample": index}
+
+
+class Tagged(Dataset[Item]):
+    """One source alone, its items tagged like a mixture's (source 0)."""
+
+    def __init__(self, dataset: Dataset[Item]) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Item:
+        return {**self.dataset[index], "source": 0, "sample": index}
+
+
+def open_examples(inputs: Sequence[Any], sequence_len: int) -> list[Dataset[Item]]:
+    """One dataset per checked :class:`~dlmstore.train.inputs.DatasetInput`."""
+    out: list[Dataset[Item]] = []
+    for item in inputs:
+        if item.kind == "pretrain":
+            out.append(PackedWindows(item.path, item.split, sequence_len))
+        else:
+            out.append(SftExamples(item.path, item.split, sequence_len, item.token_dtype))
+    return out
+
+
+def training_examples(
+    rows: Any, inputs: Sequence[Any], *, sequence_len: int, seed: int
+) -> tuple[Dataset[Item], list[str]]:
+    """The SFT phase's dataset and the name of each source (``document`` first when it has rows).
+
+    One source is used as it is; several are mixed by weight with
+    ``seed`` (the mixture's epoch ``e`` is a pure function of the seed and
+    ``e``, so a resumed run draws the same items).
+    """
+    sources: list[Dataset[Item]] = []
+    names: list[str] = []
+    weights: list[float] = []
+    if rows is not None and len(rows):
+        sources.append(RowExamples(rows, sequence_len))
+        names.append("document")
+        weights.append(1.0)
+    for item, dataset in zip(inputs, open_examples(inputs, sequence_len), strict=True):
+        sources.append(dataset)
+        names.append(item.path)
+        weights.append(item.weight)
+    if len(sources) == 1:
+        return Tagged(sources[0]), names
+    return TaggedMixture(sources, weights=weights, seed=seed), names
+
+
+class Collator:
+    """Pads a batch (TRL's language-model collator) after taking off and counting the tags.
+
+    ``samples`` lists the positions this process trained on, in order;
+    ``source_samples`` / ``source_tokens`` count items and tokens per source.
+    """
+
+    def __init__(self, pad_token_id: int, sources: int) -> None:
+        from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+        self.pad = DataCollatorForLanguageModeling(pad_token_id=pad_token_id)
+        self.samples: list[int] = []
+        self.source_samples = [0] * sources
+        self.source_tokens = [0] * sources
+
+    def __call__(self, items: list[Item]) -> dict[str, torch.Tensor]:
+        plain = []
+        for item in items:
+            source = int(item["source"])
+            self.samples.append(int(item["sample"]))
+            self.source_samples[source] += 1
+            self.source_tokens[source] += len(item["input_ids"])
+            plain.append({"input_ids": item["input_ids"], "labels": item["labels"]})
+        batch: dict[str, torch.Tensor] = self.pad(plain)
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps, so a resumed run counts on from there."""
+        return {
+            "samples": list(self.samples),
+            "source_samples": list(self.source_samples),
+            "source_tokens": list(self.source_tokens),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.samples = [int(v) for v in state["samples"]]
+        self.source_samples = [int(v) for v in state["source_samples"]]
+        self.source_tokens = [int(v) for v in state["source_tokens"]]

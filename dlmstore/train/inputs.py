@@ -1,0 +1,214 @@
+"""Token datasets as training input: which ones a run trains on, and the checks before it does.
+
+A document names them in ``training.datasets`` (a dlmstore extension:
+``[{path, weight, split}]``, paths relative to the document's folder) and
+the command line adds more (``dlm train DOC --dataset DIR[:WEIGHT]``,
+relative to the working directory). Each is a folder ``dlm data build``
+wrote; :func:`check_dataset_input` reads its ``meta.json`` and refuses,
+before any model loads, what cannot train correctly:
+
+* a folder without ``meta.json``, or one whose meta.json says ``built:
+  false`` (the build did not finish);
+* a dataset built by another tokenizer than the base model's (its token ids
+  mean other text);
+* a token dtype that cannot hold the base's vocabulary;
+* a split the dataset does not have;
+* windows longer than the model's context (``sequence_len`` above the
+  base's ``max_position_embeddings``).
+
+What passes is a :class:`DatasetInput`: the dataset's identity (its
+meta.json sha256 names every byte of it, since meta.json lists each file's
+sha256) and what the run records about it in ``run_datasets``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlmstore.errors import DatasetError, TrainingError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset a run was asked to train on, before it is opened."""
+
+    path: Path
+    weight: float
+    split: str
+    origin: str  # "training.datasets[i]" or "--dataset"
+
+
+@dataclass(frozen=True)
+class DatasetInput:
+    """A checked dataset input: what it is, and its identity for the lock and ``run_datasets``."""
+
+    path: str
+    kind: str  # pretrain | sft
+    name: str
+    split: str
+    weight: float
+    meta_sha256: str
+    tokenizer_sha256: str
+    token_dtype: str
+    tokens: int  # tokens in the split
+    eos_token_id: int | None
+
+    def identity(self) -> dict[str, Any]:
+        """What the lock records: path, split, weight and the meta.json sha256."""
+        return {
+            "path": self.path,
+            "split": self.split,
+            "weight": self.weight,
+            "meta_sha256": self.meta_sha256,
+        }
+
+
+def parse_dataset_option(text: str) -> tuple[str, float]:
+    """``DIR[:WEIGHT]`` -> ``(DIR, WEIGHT)``; a suffix that is no positive number is part of the path.
+
+    Raises:
+        TrainingError: an empty path, or a weight that is zero, negative or not finite.
+    """
+    path, weight = text, 1.0
+    head, sep, tail = text.rpartition(":")
+    if sep and head:
+        try:
+            number = float(tail)
+        except ValueError:
+            number = None
+        if number is not None:
+            if not math.isfinite(number) or number <= 0:
+                raise TrainingError(
+                    f"--dataset {text}: the weight must be a positive number, not {tail}",
+                    hint="write --dataset DIR:WEIGHT, e.g. --dataset data/wiki:2",
+                )
+            path, weight = head, number
+    if not path:
+        raise TrainingError("--dataset needs a dataset folder", hint="write --dataset DIR[:WEIGHT]")
+    return path, weight
+
+
+def dataset_specs(document: Any, options: Sequence[str] = ()) -> list[DatasetSpec]:
+    """The datasets of ``training.datasets`` (relative to the document) then of ``--dataset`` (relative to cwd).
+
+    Raises:
+        TrainingError: an option is malformed, or one dataset split is named twice.
+    """
+    specs = [
+        DatasetSpec(
+            path=(document.directory / entry.path).resolve(),
+            weight=float(entry.weight),
+            split=entry.split,
+            origin=f"training.datasets[{index}]",
+        )
+        for index, entry in enumerate(document.frontmatter.training.datasets)
+    ]
+    for option in options:
+        path, weight = parse_dataset_option(option)
+        specs.append(DatasetSpec(path=Path(path).resolve(), weight=weight, split="train", origin="--dataset"))
+    seen: dict[tuple[Path, str], str] = {}
+    for spec in specs:
+        key = (spec.path, spec.split)
+        if key in seen:
+            raise TrainingError(
+                f"{document.path}: dataset {spec.path} ({spec.split}) is named twice, "
+                f"by {seen[key]} and {spec.origin}",
+                hint="name each dataset once; its weight sets how often it is drawn",
+            )
+        seen[key] = spec.origin
+    return specs
+
+
+def check_dataset_input(
+    spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int, sequence_len: int, context_len: int | None
+) -> DatasetInput:
+    """Open ``spec``'s meta.json and refuse what cannot train (see the module docstring).
+
+    Raises:
+        TrainingError: with the dataset's path and what to do.
+    """
+    from dlmstore.datasets.formats import check_dtype_fits
+    from dlmstore.datasets.meta import META_NAME, load_meta
+    from dlmstore.store.digests import file_sha256
+
+    where = f"{spec.origin} {spec.path}"
+    if not spec.path.is_dir():
+        raise TrainingError(
+            f"{where}: no such dataset folder",
+            hint="build one with `dlm data build pretrain|sft ... --out DIR`",
+        )
+    if not (spec.path / META_NAME).is_file():
+        raise TrainingError(
+            f"{where}: no {META_NAME}, so this is not a finished dataset",
+            hint="build it with `dlm data build` (meta.json is written last, when every file is complete)",
+        )
+    try:
+        meta = load_meta(spec.path)
+    except DatasetError as exc:
+        raise TrainingError(f"{where}: {exc.message}", hint=exc.hint) from None
+    if not meta.built:
+        raise TrainingError(
+            f"{where}: {META_NAME} says built: false (the build did not finish)",
+            hint="rerun the `dlm data build` command that made it",
+        )
+    if meta.tokenizer_sha256 != tokenizer_sha256:
+        raise TrainingError(
+            f"{where}: built with tokenizer {meta.tokenizer_sha256} ({meta.raw.get('tokenizer_name')}), "
+            f"but the base model's tokenizer is {tokenizer_sha256}",
+            hint="rebuild the dataset with the base model's tokenizer (token ids differ between tokenizers)",
+        )
+    try:
+        check_dtype_fits(meta.token_dtype, vocab_size, where=spec.path / META_NAME)
+    except DatasetError as exc:
+        raise TrainingError(
+            f"{where}: token dtype {meta.token_dtype} cannot hold the base's vocabulary of {vocab_size}",
+            hint=exc.hint,
+        ) from None
+    files = meta.files_of(spec.split, "tokens")
+    if not files:
+        raise TrainingError(
+            f"{where}: the dataset has no {spec.split} split",
+            hint="train on a split it has (split: train or val)",
+        )
+    if context_len is not None and sequence_len > context_len:
+        raise TrainingError(
+            f"{where}: windows of sequence_len {sequence_len} tokens are longer than the base model's "
+            f"context of {context_len} tokens",
+            hint=f"set training.sequence_len to {context_len} or less",
+        )
+    return DatasetInput(
+        path=str(spec.path),
+        kind=meta.kind,
+        name=meta.name,
+        split=spec.split,
+        weight=spec.weight,
+        meta_sha256=file_sha256(spec.path / META_NAME),
+        tokenizer_sha256=meta.tokenizer_sha256,
+        token_dtype=meta.token_dtype,
+        tokens=sum(f.token_count for f in files),
+        eos_token_id=meta.raw.get("eos_token_id"),
+    )
+
+
+def inputs_sha256(inputs: Sequence[DatasetInput]) -> str:
+    """One digest over the inputs' identities, in order (what a checkpoint must share with its resume)."""
+    text = json.dumps([item.identity() for item in inputs], sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def context_length(model_folder: Path) -> int | None:
+    """The base's ``max_position_embeddings`` from its config.json (None when it has none)."""
+    from dlmstore.store.regular_files import load_json
+
+    try:
+        config = load_json((model_folder / "config.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

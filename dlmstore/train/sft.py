@@ -1,0 +1,159 @@
+"""The SFT phase: a LoRA adapter trained on the examples of :mod:`dlmstore.train.examples`.
+
+The trainer is transformers' ``Trainer`` with two things of ours:
+
+* the data loader (:meth:`SftTrainer.get_train_dataloader`): this rank's
+  share of every epoch from :class:`~dlmstore.datasets.RankPartitionSampler`
+  (seeded by the run's seed and the epoch only, so every rank computes the
+  same permutation and takes its own slice), batches padded by TRL's
+  language-model collator. Accelerate does not re-shard it. A resumed run
+  skips the batches its checkpoint had done, and the epoch's permutation
+  is a pure function of the seed, so it sees exactly what the
+  uninterrupted run would have;
+* checkpoints in the store (:mod:`dlmstore.train.checkpoints`), each rank
+  adding its trained positions, rank 0 registering the folder.
+
+The adapter is applied with peft after seeding, as TRL's ``SFTTrainer``
+does; the loss is the model's own causal-LM loss over the ``labels`` the
+examples carry (every token of the document's rows, packed pretrain windows
+without cross-document targets, an SFT dataset's assistant spans).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
+
+from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.train.checkpoints import CheckpointIdentity, register, write_rank_state
+from dlmstore.train.distributed import World, barrier
+
+
+class EpochLoader(DataLoader[Any]):
+    """A data loader the trainer can move to the next epoch (sampler and mixture together)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = self.sampler
+        assert isinstance(sampler, RankPartitionSampler)
+        sampler.set_epoch(epoch)
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+
+class SftTrainer(Trainer):
+    """``Trainer`` reading this rank's share through the rank-partitioned sampler."""
+
+    def get_train_dataloader(self) -> DataLoader[Any]:
+        dataset = self.train_dataset
+        assert dataset is not None
+        sampler = RankPartitionSampler(
+            len(dataset),  # type: ignore[arg-type]
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+            seed=self.args.seed,
+        )
+        return EpochLoader(
+            dataset,
+            batch_size=self._train_batch_size,
+            sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=0,
+        )
+
+
+class CheckpointRecorder(TrainerCallback):
+    """After the trainer writes a checkpoint: each rank adds its state, rank 0 registers the folder."""
+
+    def __init__(
+        self, store: Any, run_id: int, world: World, collator: Any, identity: CheckpointIdentity
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.world = world
+        self.collator = collator
+        self.identity = identity
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        write_rank_state(folder, self.world.rank, self.collator.state())
+        barrier(self.world)
+        if self.store is not None:
+            register(self.store, self.run_id, "sft", int(state.global_step), folder, self.identity)
+        barrier(self.world)
+
+
+def fit_sft(
+    store: Any,
+    run_id: int,
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    sources: int,
+    plan: Any,
+    *,
+    world: World,
+    checkpoint_steps: int | None,
+    checkpoint_dir: Path | None,
+    identity: CheckpointIdentity,
+    resume_from: Path | None,
+    progress: Any,
+) -> Any:
+    """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.trainer.PhaseFit`.
+
+    ``store`` is None on ranks other than 0 (they record nothing).
+    """
+    from peft import LoraConfig, get_peft_model
+    from transformers import set_seed
+
+    from dlmstore.train.callbacks import StepRecorder
+    from dlmstore.train.checkpoints import read_rank_state
+    from dlmstore.train.examples import Collator
+    from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
+    from dlmstore.train.trainer import run_trainer
+
+    scratch = Path(
+        tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=None if store is None else store.path)
+    )
+    output = checkpoint_dir if checkpoint_steps and checkpoint_dir is not None else scratch
+    try:
+        kwargs = sft_config_kwargs(plan, str(output))
+        kwargs.pop("max_length")  # the examples are cut to sequence_len already
+        kwargs.update(remove_unused_columns=False, ddp_find_unused_parameters=False)
+        if checkpoint_steps and checkpoint_dir is not None:
+            kwargs.update(save_strategy="steps", save_steps=checkpoint_steps, save_total_limit=2)
+        args = TrainingArguments(**kwargs)
+        recorder = StepRecorder(store, run_id, progress if world.is_main else None, phase="sft")
+        collator = Collator(_pad_id(tokenizer), sources)
+        callbacks: list[Any] = [recorder]
+        if checkpoint_steps and checkpoint_dir is not None:
+            callbacks.append(CheckpointRecorder(store, run_id, world, collator, identity))
+        if resume_from is not None:
+            collator.restore(read_rank_state(resume_from, world.rank))
+        t0 = time.perf_counter()
+        set_seed(plan.seed)  # peft draws the adapter's initial weights now, as TRL's SFTTrainer does
+        peft_model = get_peft_model(model, LoraConfig(**lora_config_kwargs(plan)))
+        trainer = SftTrainer(
+            model=peft_model, args=args, train_dataset=dataset, data_collator=collator, callbacks=callbacks
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        setup = time.perf_counter() - t0
+        fit = run_trainer(
+            trainer, recorder, tokenizer, plan, setup, adapter_names=None,
+            resume_from=None if resume_from is None else str(resume_from),
+        )  # fmt: skip
+        fit.accounting = collator.state()
+        return fit
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad if pad is not None else 0)
