@@ -47,7 +47,50 @@ class EpochLoader(DataLoader[Any]):
 
 
 class SftTrainer(Trainer):
-    """``Trainer`` reading this rank's share through the rank-partitioned sampler."""
+    """``Trainer`` reading this rank's share through the rank-partitioned sampler.
+
+    It also logs what TRL's SFT trainer logs beside the loss: ``num_tokens``
+    (tokens trained so far, padding excluded, all ranks) and
+    ``mean_token_accuracy`` (share of targets the model's top guess got
+    right since the last log).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tokens = 0
+        self._correct = 0
+        self._targets = 0
+
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        import torch
+
+        loss, outputs = super().compute_loss(
+            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+        )
+        if model.training:
+            with torch.no_grad():
+                labels = inputs["labels"][:, 1:]
+                trained = labels != -100
+                guesses = outputs.logits[:, :-1].argmax(dim=-1)
+                self._correct += int((guesses[trained] == labels[trained]).sum())
+                self._targets += int(trained.sum())
+                self._tokens += int(inputs["attention_mask"].sum())
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            import torch
+
+            counts = torch.tensor([self._tokens, self._correct, self._targets], dtype=torch.int64)
+            total = self.accelerator.reduce(counts.to(self.args.device), reduction="sum").cpu()
+            logs["num_tokens"] = float(self.state.num_input_tokens_seen + int(total[0]))
+            self.state.num_input_tokens_seen += int(total[0])
+            if int(total[2]):
+                logs["mean_token_accuracy"] = float(total[1]) / float(total[2])
+            self._tokens = self._correct = self._targets = 0
+        super().log(logs, start_time)
 
     def get_train_dataloader(self) -> DataLoader[Any]:
         dataset = self.train_dataset
