@@ -1,0 +1,155 @@
+"""`dlm train --resume`: an interrupted run continues from its checkpoint to the uninterrupted adapter."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.errors import TrainingError
+from dlmstore.train.checkpoints import Checkpoint, CheckpointIdentity, check_identity
+from dlmstore.train.trainer import train_document
+from tests.helpers import write_doc
+from tests.test_train_datasets import build_pretrain
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def resume_doc(tmp_path: Path, base: Path, dataset: Path, *, steps: int = 6, every: int = 2) -> Path:
+    frontmatter = (
+        f"base_model: {base}\ntraining:\n  sequence_len: 64\n  max_steps: {steps}\n  micro_batch_size: 2\n"
+        f"  grad_accum: 1\n  seed: 5\n  lora_dropout: 0.1\n  checkpoint_steps: {every}\n"
+        f"  datasets:\n    - path: {dataset}\n"
+    )
+    return write_doc(
+        tmp_path / "doc.dlm", "Prose about light and leaves.\n\nMore prose, second row.\n", frontmatter
+    )
+
+
+def store_db() -> Path:
+    (db,) = Path(os.environ["DLM_HOME"]).glob("store/*/store.db")
+    return db
+
+
+def uninterrupted(tmp_path: Path, doc: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The adapter sha256 of the same run, uninterrupted, in a home of its own."""
+    home = os.environ["DLM_HOME"]
+    monkeypatch.setenv("DLM_HOME", str(tmp_path / "reference-home"))
+    try:
+        return train_document(str(doc)).adapter_sha256
+    finally:
+        monkeypatch.setenv("DLM_HOME", home)
+
+
+def stop_at(step: int):  # type: ignore[no-untyped-def]
+    def progress(done: int, total: int, loss: object, rate: object, phase: str = "sft") -> None:
+        if done == step:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_a_run_interrupted_at_a_step_and_resumed_ends_with_the_uninterrupted_adapter(
+    tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
+    expected = uninterrupted(tmp_path, doc, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        train_document(str(doc), progress=stop_at(5))  # Ctrl-C after step 5; the last checkpoint is step 4
+    conn = sqlite3.connect(store_db())
+    assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", "interrupted")]
+    assert conn.execute("SELECT run_id, step FROM checkpoints ORDER BY step").fetchall() == [(1, 2), (1, 4)]
+    resumed = train_document(str(doc), resume=True)
+    assert (resumed.resumed_from, resumed.resumed_at_step, resumed.steps) == (1, 4, 6)
+    assert resumed.adapter_sha256 == expected
+    assert conn.execute("SELECT step FROM train_steps WHERE run_id = 2").fetchall() == [(5,), (6,)]
+    assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
+    assert not any((store_db().parent / "checkpoints").glob("run*"))
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_resumes_to_the_same_adapter(
+    tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base), steps=40, every=3)
+    expected = uninterrupted(tmp_path, doc, monkeypatch)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "dlmstore.cli.main", "train", str(doc)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        dbs = list(Path(os.environ["DLM_HOME"]).glob("store/*/store.db"))
+        if dbs and sqlite3.connect(dbs[0]).execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]:
+            break
+        assert child.poll() is None, "the run finished before a checkpoint was seen"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    result = CliRunner().invoke(cli, ["train", str(doc), "--resume", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["resumed_from"] == 1 and summary["resumed_at_step"] % 3 == 0
+    assert summary["adapter_sha256"] == expected
+
+
+def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path: Path, tiny_base: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", "Prose.\n", f"base_model: {tiny_base}\n")
+    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: nothing to resume: this store has no train run"
+
+
+def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_reason(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
+    with pytest.raises(KeyboardInterrupt):
+        train_document(str(doc), progress=stop_at(3))
+    with pytest.raises(
+        TrainingError,
+        match=r"cannot resume run 1 from step 2: the seed differs from the checkpoint \(5 then, 6 now\)",
+    ):
+        train_document(str(doc), resume=True, seed=6)
+    doc.write_text(doc.read_text() + "\nAn edit.\n")
+    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    assert result.exit_code == 1
+    assert "cannot resume run 1 from step 2: the document changed since the checkpoint" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [("world_size", "the number of processes differs from the checkpoint (2 then, 1 now)"),
+     ("micro_batch_size", "the micro-batch size differs from the checkpoint (2 then, 1 now)"),
+     ("inputs_sha256", "the token datasets or their weights changed since the checkpoint")],
+)  # fmt: skip
+def test_a_checkpoint_of_another_world_size_batch_size_or_dataset_is_refused(field: str, words: str) -> None:
+    taken = CheckpointIdentity("sha256:d", "base", "sha256:i", 2, 2, 1, 5)
+    now = {"world_size": 1, "micro_batch_size": 1, "inputs_sha256": "sha256:j"}
+    current = CheckpointIdentity(**{**taken.__dict__, field: now[field]})
+    checkpoint = Checkpoint(run_id=3, phase="sft", step=8, path=Path("/x"), identity=taken)
+    with pytest.raises(TrainingError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        check_identity(checkpoint, current, fields=(field,))
+
+
+def test_an_unregistered_checkpoint_folder_of_a_stopped_run_is_swept_by_the_next_run(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm", "Prose.\n",
+        f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  max_steps: 1\n  micro_batch_size: 1\n",
+    )  # fmt: skip
+    train_document(str(doc))
+    half = store_db().parent / "checkpoints" / "run1" / "checkpoint-7"
+    half.mkdir(parents=True)
+    (half / "adapter_model.safetensors").write_bytes(b"cut off")
+    train_document(str(doc))
+    assert not half.exists()
