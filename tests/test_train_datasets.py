@@ -20,10 +20,12 @@ from tests.helpers import make_lock, write_doc
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def build_pretrain(tmp_path: Path, base: Path, name: str = "notes-ds", words: str = "plants") -> Path:
+def build_pretrain(
+    tmp_path: Path, base: Path, name: str = "notes-ds", words: str = "plants", notes_count: int = 12
+) -> Path:
     notes = tmp_path / f"{name}-inputs"
     notes.mkdir()
-    for i in range(12):
+    for i in range(notes_count):
         (notes / f"n{i}.md").write_text(f"# Note {i}\n\nThe {words} grow in light, note {i}, every day.\n")
     out = tmp_path / name
     result = CliRunner().invoke(

@@ -24,10 +24,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from dlmstore.datasets.sampler import RankPartitionSampler
@@ -35,15 +36,41 @@ from dlmstore.train.checkpoints import CheckpointIdentity, register, write_rank_
 from dlmstore.train.distributed import World, barrier
 
 
-class EpochLoader(DataLoader[Any]):
-    """A data loader the trainer can move to the next epoch (sampler and mixture together)."""
+class EpochBatches(Sampler[list[int]]):
+    """This rank's batches of one epoch; ``set_epoch`` moves the sampler and a mixture together.
+
+    The trainer finds ``set_epoch`` here even when a resumed epoch's first
+    batches are skipped (accelerate's ``skip_first_batches`` wraps this
+    batch sampler in a new loader that has no ``set_epoch`` of its own), so
+    the resumed epoch is drawn from its own permutation, not epoch 0's.
+    """
+
+    def __init__(self, sampler: RankPartitionSampler, batch_size: int, dataset: Any) -> None:
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.dataset = dataset
 
     def set_epoch(self, epoch: int) -> None:
-        sampler = self.sampler
-        assert isinstance(sampler, RankPartitionSampler)
-        sampler.set_epoch(epoch)
+        self.sampler.set_epoch(epoch)
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = list(self.sampler)
+        for start in range(0, len(indices), self.batch_size):
+            yield indices[start : start + self.batch_size]
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)
+
+
+class EpochLoader(DataLoader[Any]):
+    """A data loader the trainer can move to the next epoch."""
+
+    def set_epoch(self, epoch: int) -> None:
+        batches = self.batch_sampler
+        assert isinstance(batches, EpochBatches)
+        batches.set_epoch(epoch)
 
 
 class SftTrainer(Trainer):
@@ -103,8 +130,7 @@ class SftTrainer(Trainer):
         )
         return EpochLoader(
             dataset,
-            batch_size=self._train_batch_size,
-            sampler=sampler,
+            batch_sampler=EpochBatches(sampler, self._train_batch_size, dataset),
             collate_fn=self.data_collator,
             num_workers=0,
         )
