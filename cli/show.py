@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, json_option, warn
 
 
 @click.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("dlmstore.document.show:DocumentSummary", help="Print the summary as JSON.")
 @click.option(
     "--rows",
     "as_rows",

@@ -6,7 +6,7 @@ import click
 
 from .lock import lock_mode_options
 from .params import SEED
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, json_option, warn
 
 
 @click.command("train")
@@ -23,7 +23,7 @@ from .render import emit_json, human_bytes, warn
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
 @click.option("--seed", type=SEED, help="Override training.seed.")
 @lock_mode_options
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@json_option("dlmstore.train.trainer:TrainSummary", help="Print the run summary as JSON.")
 def train_command(
     path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
     lock_mode: str, as_json: bool,

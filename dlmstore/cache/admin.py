@@ -318,10 +318,10 @@ class VerifyResult:
     #: store open, or the filesystem has no ``flock``), so files younger than
     #: the grace period, which it may be writing, were neither reported nor removed.
     store_in_use: bool = False
+    remaining: int = field(init=False)
 
-    @property
-    def remaining(self) -> list[Problem]:
-        return [p for p in self.problems if not p.repaired]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "remaining", sum(not p.repaired for p in self.problems))
 
 
 def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_S) -> VerifyResult:
