@@ -226,16 +226,17 @@ def json_commands() -> list[tuple[str, str]]:
 
     def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
         ctx = click.Context(command, info_name=path[-1], parent=parent, **command.context_settings)
+        options = [param for param in command.params if isinstance(param, JsonOption)]
+        if options:  # a leaf, or a group that does something itself (`dlm stores`)
+            found.append((" ".join(path), options[0].result))
         if isinstance(command, click.Group):
             for name in sorted(command.list_commands(ctx)):
                 sub = command.get_command(ctx, name)
                 if sub is not None and not sub.hidden:
                     walk(sub, [*path, name], ctx)
             return
-        options = [param for param in command.params if isinstance(param, JsonOption)]
         if not options:
             raise LookupError(f"`{' '.join(path)}` has no --json naming its result (json_option)")
-        found.append((" ".join(path), options[0].result))
 
     walk(cli, ["dlm"], None)
     return found
