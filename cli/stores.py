@@ -96,7 +96,11 @@ _KEPT = {
 def _line(store: StoreListing) -> str:
     cache = "" if store.cache_entries is None else f"{store.cache_entries:,}"
     run = store.last_run
-    last = "-" if run is None else f"{run.run_id} {run.command} {run.status} {run.started_at[:16].replace('T', ' ')}"
+    last = (
+        "-"
+        if run is None
+        else f"{run.run_id} {run.command} {run.status} {run.started_at[:16].replace('T', ' ')}"
+    )
     if store.status not in ("ok", "old_schema"):
         where = f"({store.status}: {store.detail})"
     elif store.document is None:

@@ -86,9 +86,10 @@ class StoreListing:
             when no run is recorded (or the database could not be read).
         document_state: ``present`` when a file is at that path,
             ``missing`` when none is, ``unknown`` when no path is known.
-        bytes: Size of every file in the store folder: store.db, its WAL,
-            token files, adapters.
-        db_bytes: Size of store.db with its ``-wal`` and ``-shm`` files.
+        bytes: Size of the files in the store folder: store.db, its WAL,
+            token files, adapters (not ``store.db-shm``, an index SQLite
+            rebuilds).
+        db_bytes: Size of store.db with its ``-wal`` file.
         last_run: The newest run; null when none is recorded or readable.
         cache_entries: Entries in the tokenized cache; null when unreadable.
     """
@@ -285,10 +286,11 @@ def _store_folders(home: Path) -> list[Path]:
 
 
 def _sizes(folder: Path) -> tuple[int, int]:
-    """Bytes of every regular file under ``folder`` (links not followed), and of store.db's files."""
+    """Bytes of the regular files under ``folder`` (links not followed), and of store.db and its WAL."""
     total = 0
     db = 0
-    db_names = {DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"}
+    db_names = {DB_NAME, f"{DB_NAME}-wal"}
+    shm = f"{DB_NAME}-shm"  # SQLite's shared-memory index: rebuilt by every reader, not data
     stack = [str(folder)]
     while stack:
         try:
@@ -299,7 +301,7 @@ def _sizes(folder: Path) -> tuple[int, int]:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
+                elif entry.is_file(follow_symlinks=False) and entry.name != shm:
                     size = entry.stat(follow_symlinks=False).st_size
                     total += size
                     if entry.name in db_names and os.path.dirname(entry.path) == str(folder):
