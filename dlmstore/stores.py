@@ -244,7 +244,10 @@ def _read(db: Path) -> tuple[StoreStatus, str | None, str | None, LastRun | None
         if revision is not None and revision not in REVISIONS:
             return "newer_schema", f"schema revision {revision} (this dlmstore knows up to {HEAD_REVISION})", None, None, None  # fmt: skip
         status: StoreStatus = "ok" if revision == HEAD_REVISION else "old_schema"
-        detail = None if status == "ok" else f"schema revision {revision}; migrated when next opened"
+        detail = None
+        if status == "old_schema":
+            stamp = "no schema revision" if revision is None else f"schema revision {revision}"
+            detail = f"{stamp}; migrated when a command next opens it"
         entries = _optional(conn, "SELECT entry_count FROM cache_totals WHERE id = 1")
         try:
             row = conn.execute(
