@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
@@ -213,3 +214,26 @@ def test_dlm_stores_imports_neither_torch_nor_transformers(tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.splitlines()[-1] == "[]"
+
+
+def test_gc_on_a_terminal_lists_what_it_will_remove_and_asks_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    import dlmstore.cli.stores as stores_cli
+
+    gone_doc = tmp_path / "gone.dlm"
+    gone = _store(gone_doc)
+    monkeypatch.setattr(stores_cli, "sys", SimpleNamespace(stdin=SimpleNamespace(isatty=lambda: True)))
+
+    declined = CliRunner().invoke(cli, ["stores", "gc"], input="n\n")
+    assert declined.exit_code == 1
+    assert f"{gone}" in declined.stderr and str(gone_doc) in declined.stderr
+    assert "Remove 1 store (" in declined.stderr and declined.stdout == ""
+    assert store_dir(gone).is_dir()
+
+    accepted = CliRunner().invoke(cli, ["stores", "gc"], input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert accepted.stdout.splitlines()[-1].startswith("removed 1 store (")
+    assert not store_dir(gone).exists()
