@@ -36,9 +36,11 @@ def stores_group(ctx: click.Context, as_json: bool) -> None:
     if not report.stores:
         click.echo(f"no stores under {report.home}")
         return
-    click.echo(f"{'id':26}  {'size':>9}  {'cache':>8}  {'last run':32}  document")
-    for store in report.stores:
-        click.echo(_line(store))
+    runs = [_last_run(store) for store in report.stores]
+    width = max(len("last run"), *map(len, runs))
+    click.echo(f"{'id':26}  {'size':>9}  {'cache':>8}  {'last run':{width}}  document")
+    for store, run in zip(report.stores, runs, strict=True):
+        click.echo(_line(store, run, width))
     count = len(report.stores)
     click.echo(f"{count} store{'' if count == 1 else 's'}, {human_bytes(report.bytes)}, under {report.home}")
 
@@ -93,18 +95,20 @@ _KEPT = {
 }
 
 
-def _line(store: StoreListing) -> str:
-    cache = "" if store.cache_entries is None else f"{store.cache_entries:,}"
+def _last_run(store: StoreListing) -> str:
+    """``2 train completed 2026-11-23 02:28``: id, command, status and start (UTC, to the minute)."""
     run = store.last_run
-    last = (
-        "-"
-        if run is None
-        else f"{run.run_id} {run.command} {run.status} {run.started_at[:16].replace('T', ' ')}"
-    )
+    if run is None:
+        return "-"
+    return f"{run.run_id} {run.command} {run.status} {run.started_at[:16].replace('T', ' ')}"
+
+
+def _line(store: StoreListing, last: str, width: int) -> str:
+    cache = "" if store.cache_entries is None else f"{store.cache_entries:,}"
     if store.status not in ("ok", "old_schema"):
         where = f"({store.status}: {store.detail})"
     elif store.document is None:
         where = "-"
     else:
         where = store.document + (" (missing)" if store.document_state == "missing" else "")
-    return f"{store.dlm_id:26}  {human_bytes(store.bytes):>9}  {cache:>8}  {last:32}  {printable(where)}"
+    return f"{store.dlm_id:26}  {human_bytes(store.bytes):>9}  {cache:>8}  {last:{width}}  {printable(where)}"
