@@ -16,7 +16,7 @@ class JsonOption(click.Option):
     """``--json``, naming the dataclass the command prints (``module:Class``).
 
     ``docs/json.md`` is generated from that class's schema
-    (``dlmstore.contract``), and the tests check every command has this
+    (``dlmstore.cli.contract``), and the tests check every command has this
     option and prints what its class promises. The class is named, not
     imported, so ``dlm --help`` loads no library module.
     """

@@ -10,11 +10,11 @@ import click
 from .render import emit_json, human_bytes, json_option, printable
 
 if TYPE_CHECKING:
-    from dlmstore.stores import StoreListing
+    from dlmstore.store.stores import StoreListing
 
 
 @click.group("stores", invoke_without_command=True)
-@json_option("dlmstore.stores:StoresReport", help="Print the stores as JSON.")
+@json_option("dlmstore.store.stores:StoresReport", help="Print the stores as JSON.")
 @click.pass_context
 def stores_group(ctx: click.Context, as_json: bool) -> None:
     """List every store under the dlm home (read-only).
@@ -27,7 +27,7 @@ def stores_group(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from dlmstore.stores import list_stores
+    from dlmstore.store.stores import list_stores
 
     report = list_stores()
     if as_json:
@@ -47,7 +47,7 @@ def stores_group(ctx: click.Context, as_json: bool) -> None:
 
 @stores_group.command("gc")
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
-@json_option("dlmstore.stores:GcResult")
+@json_option("dlmstore.store.stores:GcResult")
 def gc_command(force: bool, as_json: bool) -> None:
     """Remove the stores whose document no longer exists.
 
@@ -58,7 +58,7 @@ def gc_command(force: bool, as_json: bool) -> None:
     follows it.
     """
     from dlmstore.errors import DlmError
-    from dlmstore.stores import garbage, gc, list_stores
+    from dlmstore.store.stores import garbage, gc, list_stores
 
     doomed = garbage(list_stores())
     if doomed and not force:

@@ -10,7 +10,7 @@
 * ``docs/base-models.md`` comes from ``dlmstore.bases.BUILTIN_BASES`` and
   ``dlmstore.base_registry.REGISTRY``;
 * ``docs/json.md`` comes from the result dataclass each command's
-  ``--json`` names (``dlmstore.contract``: fields, type hints and the
+  ``--json`` names (``dlmstore.cli.contract``: fields, type hints and the
   ``Attributes:`` section of each class's docstring).
 
 ``python scripts/gen-docs.py`` rewrites them all; tests fail when one is
@@ -244,17 +244,17 @@ def json_commands() -> list[tuple[str, str]]:
 
 def render_json_reference() -> str:
     """Markdown with the JSON shape of every command's ``--json``, from its result dataclass."""
-    from dlmstore.contract import dataclasses_of, json_schema, resolve, summary_line, type_label
+    from dlmstore.cli.contract import dataclasses_of, json_schema, resolve, summary_line, type_label
 
     commands = json_commands()
-    out = [HEADER.format(source="the result dataclasses (dlmstore.contract)"), "# `--json` output\n"]
+    out = [HEADER.format(source="the result dataclasses (dlmstore.cli.contract)"), "# `--json` output\n"]
     out.append(
         "\nEvery command takes `--json` and then prints one JSON object on stdout: the dataclass its "
         "library function returns, through `dataclasses.asdict`. Notes, warnings and progress go to "
         "stderr, so stdout parses whatever else happens. Every field listed is always present (a "
         "value that does not apply is `null`, never a missing key) and no other key appears; the "
         "tests run each command with `--json` and validate its output against the JSON Schema this "
-        "page is rendered from (`dlmstore.contract.json_schema`). Sizes are bytes, times are "
+        "page is rendered from (`dlmstore.cli.contract.json_schema`). Sizes are bytes, times are "
         "seconds, timestamps ISO-8601 UTC text.\n\n"
         "| command | prints |\n|---|---|\n"
     )

@@ -1,6 +1,6 @@
 """Every command's --json prints exactly what docs/json.md promises.
 
-docs/json.md is rendered from ``dlmstore.contract.json_schema`` of the
+docs/json.md is rendered from ``dlmstore.cli.contract.json_schema`` of the
 dataclass each command names (``json_option``); here every command runs
 with ``--json`` through ``CliRunner`` on a small store, and its stdout is
 validated against that same schema. A new command without ``--json``, a
@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from dlmstore.cli.contract import dataclasses_of, field_docs, json_schema, resolve
 from dlmstore.cli.main import cli
-from dlmstore.contract import dataclasses_of, field_docs, json_schema, resolve
 
 from .helpers import REPO, write_doc
 

@@ -15,7 +15,7 @@ from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import finish_run, start_run
-from dlmstore.stores import gc, list_stores
+from dlmstore.store.stores import gc, list_stores
 from dlmstore.ulid import new_ulid
 
 from .helpers import REPO

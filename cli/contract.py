@@ -16,6 +16,9 @@ nested dataclasses (each once, under ``$defs``). ``Any`` and ``object``
 are left open. Every field is required and no other key is allowed:
 adding or renaming a field changes the contract, and the stale
 ``docs/json.md`` says so in the diff.
+
+It sits with the commands because the contract is their output; no
+command imports it while running (the docs generator and the tests do).
 """
 
 from __future__ import annotations
