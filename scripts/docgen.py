@@ -255,7 +255,8 @@ def render_json_reference() -> str:
         "value that does not apply is `null`, never a missing key) and no other key appears; the "
         "tests run each command with `--json` and validate its output against the JSON Schema this "
         "page is rendered from (`dlmstore.cli.contract.json_schema`). Sizes are bytes, times are "
-        "seconds, timestamps ISO-8601 UTC text.\n\n"
+        "seconds, timestamps ISO-8601 UTC text. (`dlm show --rows` is another thing: one JSON object per "
+        "training row, JSON Lines, as [the format guide](format.md) describes.)\n\n"
         "| command | prints |\n|---|---|\n"
     )
     for command, reference in commands:
