@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .params import DURATION
-from .render import emit_json, human_bytes
+from .render import emit_json, human_bytes, json_option
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
@@ -27,7 +27,7 @@ def _document_id(path: str) -> str:
 
 @cache_group.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("dlmstore.cache.admin:CacheSummary", help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Entries, size and last-run hit rate of the cache (read-only)."""
     from dlmstore.cache.admin import cache_summary
@@ -57,7 +57,7 @@ def show_command(path: str, as_json: bool) -> None:
     help="Drop entries not used for this long (30d, 12h, 45m, 10s). "
     "Default: training.cache.prune_older_than_days (90).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("dlmstore.cache.admin:PruneResult")
 def prune_command(path: str, older_than: object, as_json: bool) -> None:
     """Drop old entries, empty or sparse token files, orphans and temp files."""
     from datetime import timedelta
@@ -93,7 +93,8 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
 @cache_group.command("clear")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
-def clear_command(path: str, force: bool) -> None:
+@json_option("dlmstore.cache.admin:ClearResult")
+def clear_command(path: str, force: bool, as_json: bool) -> None:
     """Delete every cache entry of the document's store."""
     from dlmstore.cache.admin import cache_summary, clear
     from dlmstore.errors import DlmError
@@ -109,17 +110,22 @@ def clear_command(path: str, force: bool) -> None:
                 hint=f"pass --force: dlm cache clear {path} --force",
             )
         click.confirm(
-            f"Delete {summary.entry_count:,} cache entries ({human_bytes(summary.bytes)})?", abort=True
+            f"Delete {summary.entry_count:,} cache entries ({human_bytes(summary.bytes)})?",
+            abort=True,
+            err=True,
         )
     with open_store(dlm_id, create=False) as store:
         result = clear(store)
+    if as_json:
+        emit_json(result)
+        return
     click.echo(f"cleared {result.entries_removed:,} entries ({human_bytes(result.bytes_removed)})")
 
 
 @cache_group.command("verify")
 @click.argument("path", type=click.Path())
 @click.option("--repair", is_flag=True, help="Fix what is found: drop broken entries, remove debris.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("dlmstore.cache.admin:VerifyResult")
 def verify_command(path: str, repair: bool, as_json: bool) -> None:
     """Check store.db, each entry's token bytes and each file against the rows.
 
@@ -137,14 +143,14 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
     with _open_to_verify(path) as store:
         result = verify(store, repair=repair)
     if as_json:
-        emit_json({**_asdict(result), "remaining": len(result.remaining)})
+        emit_json(result)
     else:
         for problem in result.problems:
             state = "repaired" if problem.repaired else "problem"
             click.echo(f"{state}: {problem.kind}: {problem.path}: {problem.detail}")
         click.echo(
             f"checked {result.entries_checked:,} entries in {result.packs_checked} token files: "
-            f"{len(result.problems)} problems, {len(result.remaining)} remaining"
+            f"{len(result.problems)} problems, {result.remaining} remaining"
         )
     if result.store_in_use:
         click.echo(IN_USE_NOTE, err=True)
@@ -173,9 +179,3 @@ def _open_to_verify(path: str) -> Store:
             )
         return open_store_at(Path(path), create=False, check_history=False)
     return open_store(_document_id(path), create=False, check_history=False)
-
-
-def _asdict(value: object) -> dict[str, object]:
-    import dataclasses
-
-    return dataclasses.asdict(value)  # type: ignore[call-overload, no-any-return]

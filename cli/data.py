@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from .params import SIZE
-from .render import emit_json, human_bytes
+from .render import emit_json, human_bytes, json_option
 
 
 class Progress:
@@ -89,7 +89,7 @@ def data_group() -> None:
 @click.option("--roam-val-frac", default=0.10, show_default=True, help="Share of roam files in val.")
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("dlmstore.datasets.recipes:BuildAllResult")
 def build_all_command(
     cache_dir: str,
     seed: int,
@@ -181,7 +181,7 @@ _common = [
         type=click.Path(file_okay=False),
         help="Register in this directory's store.db (default: the --out directory).",
     ),
-    click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    json_option("dlmstore.datasets.recipes:DatasetBuild"),
 ]
 
 
@@ -263,7 +263,7 @@ def _render_build(done: Any, as_json: bool) -> None:
 @click.option(
     "--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("dlmstore.datasets.validate:ValidationReport", help="Print the report as JSON.")
 def validate_command(path: str, base: str | None, quick: bool, as_json: bool) -> None:
     """Check a dataset's files against its meta.json and print how to read it.
 
@@ -306,7 +306,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
 
 @data_group.command("show")
 @click.argument("path", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("dlmstore.datasets.show:DataShow", help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only)."""
     from dlmstore.datasets.show import show_datasets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json
+from .render import emit_json, json_option
 
 
 @click.command("init")
@@ -15,7 +15,7 @@ from .render import emit_json
     show_default=True,
     help="A named base such as qwen2.5-1.5b, hf:org/name, or a local model directory.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("dlmstore.document.init:InitResult")
 def init_command(path: str, base_model: str, as_json: bool) -> None:
     """Write a new .dlm document at PATH and create its store.
 

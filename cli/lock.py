@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .params import RUN_ID
-from .render import emit_json
+from .render import emit_json, json_option
 
 if TYPE_CHECKING:
     from dlmstore.lock import Lock
@@ -81,7 +81,7 @@ def lock_group() -> None:
 
 @lock_group.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the lock as JSON (the contents of dlm.lock).")
+@json_option("dlmstore.lock.model:Lock", help="Print the lock as JSON (the contents of dlm.lock).")
 def show_command(path: str, as_json: bool) -> None:
     """Print the document's dlm.lock: the lock its last training run wrote."""
     from dlmstore.document.parser import parse_document
@@ -117,7 +117,7 @@ _HEADING = object()
     metavar="RUN_ID",
     help="Compare with the lock of this run instead of the previous lock.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+@json_option("dlmstore.lock.records:LockDiff", help="Print the differences as JSON.")
 def diff_command(path: str, against: int | None, as_json: bool) -> None:
     """Compare dlm.lock with the lock before it: field, old, new, severity.
 

@@ -51,7 +51,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import cache, data, init, lock, metrics, migrate, prompt, show, tokenize, train
+    from . import cache, data, init, lock, metrics, migrate, prompt, show, stores, tokenize, train
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)
@@ -63,6 +63,7 @@ def _register() -> None:
     cli.add_command(lock.lock_group)
     cli.add_command(train.train_command)
     cli.add_command(prompt.prompt_command)
+    cli.add_command(stores.stores_group)
 
 
 _register()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .params import DURATION, RUN_ID
-from .render import emit_json, human_bytes
+from .render import emit_json, human_bytes, json_option
 
 if TYPE_CHECKING:
     from dlmstore.store.metrics import TrainingInfo
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+@json_option("dlmstore.store.metrics:MetricsReport", help="Print the runs as JSON.")
 def metrics_command(path: str, run_id: int | None, since: object, limit: int, as_json: bool) -> None:
     """List the runs recorded for the document at PATH, newest first."""
     from dlmstore.document.parser import parse_document

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json
+from .render import emit_json, json_option
 
 
 @click.command("migrate")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
 @click.option("--no-backup", is_flag=True, help="Do not keep the original as PATH.bak.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("dlmstore.document.migrate:MigrationResult")
 def migrate_command(path: str, dry_run: bool, no_backup: bool, as_json: bool) -> None:
     """Rewrite the .dlm document at PATH at the current dlm_version.
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json
+from .render import emit_json, json_option
 
 
 @click.command("prompt")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.argument("question")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=128, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@json_option("dlmstore.train.prompt:PromptAnswer", help="Print the answer as JSON.")
 def prompt_command(path: str, question: str, max_new_tokens: int, as_json: bool) -> None:
     """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
     from dlmstore.train.prompt import answer_question

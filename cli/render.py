@@ -4,9 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class JsonOption(click.Option):
+    """``--json``, naming the dataclass the command prints (``module:Class``).
+
+    ``docs/json.md`` is generated from that class's schema
+    (``dlmstore.cli.contract``), and the tests check every command has this
+    option and prints what its class promises. The class is named, not
+    imported, so ``dlm --help`` loads no library module.
+    """
+
+    def __init__(self, *args: Any, result: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.result = result
+
+
+def json_option(result: str, help: str = "Print the result as JSON.") -> Callable[[F], F]:
+    """Add ``--json`` (passed as ``as_json``) to a command that prints ``result`` with it."""
+    return click.option("--json", "as_json", cls=JsonOption, result=result, is_flag=True, help=help)
 
 
 def emit_json(value: Any) -> None:

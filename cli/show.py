@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, json_option, warn
 
 
 @click.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("dlmstore.document.show:DocumentSummary", help="Print the summary as JSON.")
 @click.option(
     "--rows",
     "as_rows",
@@ -52,13 +52,13 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     for source in summary.sources:
         skipped = {
             key.removeprefix("skipped_"): value
-            for key, value in source.items()
+            for key, value in vars(source).items()
             if key.startswith("skipped_") and value
         }
         detail = ", ".join(f"{n} {why}" for why, n in skipped.items())
         click.echo(
-            f"source:   {source['directive']}: {source['files_included']} files, "
-            f"{human_bytes(int(source['bytes_included']))}" + (f" (skipped {detail})" if detail else "")  # type: ignore[call-overload]
+            f"source:   {source.directive}: {source.files_included} files, "
+            f"{human_bytes(source.bytes_included)}" + (f" (skipped {detail})" if detail else "")
         )
     state = "exists" if summary.store.exists else "not created yet"
     click.echo(f"store:    {summary.store.path} ({state})")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, json_option, warn
 
 
 @click.command("tokenize")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--no-cache", is_flag=True, help="Tokenize everything; neither read nor write cache entries.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@json_option("dlmstore.cache.tokenize:TokenizeSummary", help="Print the run summary as JSON.")
 def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     """Tokenize the rows of the document at PATH, through the tokenized cache.
 

@@ -6,7 +6,7 @@ import click
 
 from .lock import lock_mode_options
 from .params import SEED
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, json_option, warn
 
 
 @click.command("train")
@@ -43,7 +43,7 @@ from .render import emit_json, human_bytes, warn
     help="Train data-parallel on this many processes of this machine (gloo on CPU, NCCL on CUDA).",
 )
 @lock_mode_options
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@json_option("dlmstore.train.trainer:TrainSummary", help="Print the run summary as JSON.")
 @click.pass_context
 def train_command(
     ctx: click.Context, path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None,

@@ -8,7 +8,10 @@
   ``dlmstore.document.frontmatter`` (names, types, defaults, constraints,
   descriptions) and the default source excludes;
 * ``docs/base-models.md`` comes from ``dlmstore.bases.BUILTIN_BASES`` and
-  ``dlmstore.base_registry.REGISTRY``.
+  ``dlmstore.base_registry.REGISTRY``;
+* ``docs/json.md`` comes from the result dataclass each command's
+  ``--json`` names (``dlmstore.cli.contract``: fields, type hints and the
+  ``Attributes:`` section of each class's docstring).
 
 ``python scripts/gen-docs.py`` rewrites them all; tests fail when one is
 stale.
@@ -208,6 +211,77 @@ def render_base_models() -> str:
     return "".join(out)
 
 
+def json_commands() -> list[tuple[str, str]]:
+    """``(command, module:Class)`` for every command with ``--json``, in ``dlm --help`` order.
+
+    Raises:
+        LookupError: a command has no ``--json`` naming its result (``json_option``).
+    """
+    import click
+
+    from dlmstore.cli.main import cli
+    from dlmstore.cli.render import JsonOption
+
+    found: list[tuple[str, str]] = []
+
+    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
+        ctx = click.Context(command, info_name=path[-1], parent=parent, **command.context_settings)
+        options = [param for param in command.params if isinstance(param, JsonOption)]
+        if options:  # a leaf, or a group that does something itself (`dlm stores`)
+            found.append((" ".join(path), options[0].result))
+        if isinstance(command, click.Group):
+            for name in sorted(command.list_commands(ctx)):
+                sub = command.get_command(ctx, name)
+                if sub is not None and not sub.hidden:
+                    walk(sub, [*path, name], ctx)
+            return
+        if not options:
+            raise LookupError(f"`{' '.join(path)}` has no --json naming its result (json_option)")
+
+    walk(cli, ["dlm"], None)
+    return found
+
+
+def render_json_reference() -> str:
+    """Markdown with the JSON shape of every command's ``--json``, from its result dataclass."""
+    from dlmstore.cli.contract import dataclasses_of, json_schema, resolve, summary_line, type_label
+
+    commands = json_commands()
+    out = [HEADER.format(source="the result dataclasses (dlmstore.cli.contract)"), "# `--json` output\n"]
+    out.append(
+        "\nEvery command takes `--json` and then prints one JSON object on stdout: the dataclass its "
+        "library function returns, through `dataclasses.asdict`. Notes, warnings and progress go to "
+        "stderr, so stdout parses whatever else happens. Every field listed is always present (a "
+        "value that does not apply is `null`, never a missing key) and no other key appears; the "
+        "tests run each command with `--json` and validate its output against the JSON Schema this "
+        "page is rendered from (`dlmstore.cli.contract.json_schema`). Sizes are bytes, times are "
+        "seconds, timestamps ISO-8601 UTC text. (`dlm show --rows` is another thing: one JSON object per "
+        "training row, JSON Lines, as [the format guide](format.md) describes.)\n\n"
+        "| command | prints |\n|---|---|\n"
+    )
+    for command, reference in commands:
+        name = reference.rsplit(":", 1)[1]
+        out.append(f"| `{command} --json` | [{name}](#{name.lower()}) |\n")
+    classes: list[type] = []
+    for _, reference in commands:
+        for cls in dataclasses_of(resolve(reference)):
+            if cls not in classes:
+                classes.append(cls)
+    printed_by: dict[str, list[str]] = {}
+    for command, reference in commands:
+        printed_by.setdefault(reference.rsplit(":", 1)[1], []).append(f"`{command} --json`")
+    for cls in classes:
+        schema = json_schema(cls)
+        out.append(f"\n## {cls.__name__}\n\n{summary_line(cls)}\n")
+        if cls.__name__ in printed_by:
+            out.append(f"\nPrinted by {', '.join(printed_by[cls.__name__])}.\n")
+        out.append("\n| field | type | meaning |\n|---|---|---|\n")
+        for field_name, prop in schema["properties"].items():
+            meaning = str(prop.get("description", "")).replace("|", "\\|")
+            out.append(f"| `{field_name}` | {type_label(prop)} | {meaning} |\n")
+    return "".join(out)
+
+
 def _type_name(annotation: object) -> str:
     text = (
         getattr(annotation, "__name__", None)
@@ -225,4 +299,5 @@ def generated_docs(root: Path) -> dict[Path, str]:
         root / "docs" / "cli.md": render_cli_reference(),
         root / "docs" / "frontmatter.md": render_frontmatter_reference(),
         root / "docs" / "base-models.md": render_base_models(),
+        root / "docs" / "json.md": render_json_reference(),
     }

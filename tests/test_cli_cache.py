@@ -205,3 +205,14 @@ def test_cache_metrics_and_a_warm_tokenize_import_neither_torch_nor_transformers
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_clear_json_prints_what_it_removed_and_the_cache_is_then_empty(runner: CliRunner, doc: Path) -> None:
+    cached = _tokenize(runner, doc)["tokenization"]["cache_bytes_after"]
+    result = runner.invoke(cli, ["cache", "clear", str(doc), "--force", "--json"])
+    assert result.exit_code == 0, result.output
+    cleared = json.loads(result.stdout)
+    assert (cleared["entries_removed"], cleared["bytes_removed"]) == (5, cached)
+    assert cleared["files_removed"] >= 1
+    shown = json.loads(runner.invoke(cli, ["cache", "show", str(doc), "--json"]).stdout)
+    assert (shown["entry_count"], shown["bytes"]) == (0, 0)

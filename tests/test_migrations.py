@@ -94,7 +94,10 @@ SEEDS: dict[str, list[str]] = {
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
-    "0002": ("SELECT id, command, status, error FROM runs WHERE id = 1", [(1, "train", "failed", "interrupted")]),
+    "0002": (
+        "SELECT id, command, status, error FROM runs WHERE id = 1",
+        [(1, "train", "failed", "interrupted")],
+    ),
     "0003": (
         "SELECT c.entry_count, c.bytes, p.live_bytes, h.hit_rate "
         "FROM cache_totals c, token_packs p, run_hit_rates h",

@@ -170,5 +170,5 @@ def test_show_reads_a_racily_clean_file_again(tmp_path: Path, monkeypatch: pytes
     doc = write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: notes\n")
     tokenize_document(str(doc))
     opened = _opened(monkeypatch)
-    assert summarize(doc).sources[0]["files_included"] == 1
+    assert summarize(doc).sources[0].files_included == 1
     assert opened == ["new.md"]

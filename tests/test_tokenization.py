@@ -199,7 +199,7 @@ def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(
     doc = write_doc(tmp_path / "doc.dlm", body=f"::instruction::\n{pairs}")
     summary, rows = tokenize_document(str(doc))
     stats = summary.prefix_cache
-    assert stats is not None and stats["l1_enabled"] is True and stats["hits"] > 0
+    assert stats is not None and stats.l1_enabled is True and stats.hits > 0
     for i, row in enumerate(r for r in load_corpus(parse_document(doc)).rows()):
         expected = _tokenize(smollm2_tokenizer, row.data["messages"], add_generation_prompt=False)[
             "input_ids"

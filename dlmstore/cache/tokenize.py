@@ -47,6 +47,7 @@ from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
+from dlmstore.prefix.cached import PrefixCacheStats
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import TokenizationEvent
 
@@ -125,7 +126,7 @@ class PassResult:
     evicted_entries: int
     tokenizer_sha256: str
     warnings: tuple[str, ...] = field(default=())
-    prefix_cache: dict[str, Any] | None = None
+    prefix_cache: PrefixCacheStats | None = None
 
 
 def rendered_text(tokenizer: Any, row: Row) -> str:
@@ -343,11 +344,7 @@ def tokenize_pass(
             f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "
             "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
         )
-    prefix_stats = None
-    if prefix is not None:
-        import dataclasses
-
-        prefix_stats = dataclasses.asdict(prefix.stats())
+    prefix_stats = None if prefix is None else prefix.stats()
     conversation_keys = [
         keys[PARTS.index(part)] for keys in parts.values() for part in ("chosen", "rejected")
     ]
@@ -450,7 +447,24 @@ def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> Tokenize
 
 @dataclass(frozen=True)
 class TokenizeSummary:
-    """The JSON shape of ``dlm tokenize --json``."""
+    """The JSON shape of ``dlm tokenize --json``.
+
+    Attributes:
+        run_id: The run recorded for this pass (see ``dlm metrics``).
+        dlm_id: The document id.
+        path: The document (as given).
+        tokenizer_sha256: Fingerprint of the tokenizer used (part of every cache key).
+        sequence_len: Tokens per row at most (``training.sequence_len``).
+        tokens: Tokens of the text and conversation rows.
+        preference_rows: Preference rows (prompt, chosen, rejected) tokenized.
+        preference_tokens: Tokens of the preference rows' chosen and rejected conversations.
+        tokenization: The pass's numbers, as recorded in the store.
+        damaged_entries: Cache entries whose token files were missing or damaged, tokenized again.
+        evicted_entries: Entries evicted to keep the cache under ``training.cache.max_bytes``.
+        warnings: Warnings about the pass (also printed on stderr).
+        prefix_cache: The prefix cache's counters when conversations went through the tokenizer;
+            null when none did.
+    """
 
     run_id: int
     dlm_id: str
@@ -464,7 +478,7 @@ class TokenizeSummary:
     damaged_entries: int
     evicted_entries: int
     warnings: list[str]
-    prefix_cache: dict[str, Any] | None  # stats of the prefix cache, when chats were tokenized
+    prefix_cache: PrefixCacheStats | None
 
 
 def tokenize_document(

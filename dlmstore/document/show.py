@@ -10,7 +10,6 @@ creates nothing. The stat records let it skip reading source files the last
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +23,22 @@ from dlmstore.document.rows import Row, row_counts
 from dlmstore.document.sections import SECTION_TYPES
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
+from dlmstore.sources.expand import SourceProvenance
 from dlmstore.sources.statcache import StatCache
 from dlmstore.store.database import DB_NAME
 
 
 @dataclass(frozen=True)
 class BaseModelInfo:
-    """How ``base_model`` resolves; ``kind`` is ``unresolved`` with an ``error`` when it does not."""
+    """How ``base_model`` resolves; ``kind`` is ``unresolved`` with an ``error`` when it does not.
+
+    Attributes:
+        name: ``base_model`` as the document writes it.
+        kind: What it names: ``builtin``, ``registry``, ``hub`` or ``local``; ``unresolved`` when it
+            names nothing usable.
+        location: Where the weights come from (hub id, folder, package file); null when unresolved.
+        error: Why it does not resolve; null when it does.
+    """
 
     name: str
     kind: str
@@ -40,7 +48,12 @@ class BaseModelInfo:
 
 @dataclass(frozen=True)
 class StoreInfo:
-    """Where the document's store lives and whether it has been created."""
+    """Where the document's store lives and whether it has been created.
+
+    Attributes:
+        path: The store folder (``<home>/store/<dlm_id>``).
+        exists: Whether its store.db has been created yet.
+    """
 
     path: str
     exists: bool
@@ -48,7 +61,16 @@ class StoreInfo:
 
 @dataclass(frozen=True)
 class TrainingCacheInfo:
-    """The tokenized cache at a glance (``training_cache`` in ``dlm show --json``)."""
+    """The tokenized cache at a glance (``training_cache`` in ``dlm show --json``).
+
+    Attributes:
+        path: The folder of the cache's token files.
+        entry_count: Cache entries (tokenized rows) held.
+        bytes: Bytes of token data they hold.
+        last_run_hit_rate: Share of rows served from the cache by the last cached run (0 to 1); null
+            before one.
+        last_run_id: That run's id; null before one.
+    """
 
     path: str
     entry_count: int
@@ -59,7 +81,27 @@ class TrainingCacheInfo:
 
 @dataclass(frozen=True)
 class DocumentSummary:
-    """The JSON shape of ``dlm show --json`` (a documented contract)."""
+    """The JSON shape of ``dlm show --json`` (a documented contract).
+
+    Attributes:
+        path: The document (as given).
+        dlm_id: Its document id.
+        dlm_version: The frontmatter schema version it is written at.
+        base_model: How its ``base_model`` resolves.
+        system_prompt: ``system_prompt`` from the frontmatter; null when unset.
+        sequence_len: ``training.sequence_len``: tokens per training row at most.
+        seed: ``training.seed``.
+        sections: Sections in the body by type (``prose``, ``instruction``, ``preference``, ...),
+            every type listed.
+        source_sections: Sections that came from ``training.sources`` files.
+        rows: Training rows the sections become, by row kind.
+        sources: Each ``training.sources`` directive: what it included and what it skipped, with
+            why.
+        store: Where the document's store is.
+        training_cache: The tokenized cache at a glance.
+        not_used: Frontmatter keys set in the document that dlmstore accepts but does not use.
+        warnings: Warnings about the document (also printed on stderr).
+    """
 
     path: str
     dlm_id: str
@@ -71,7 +113,7 @@ class DocumentSummary:
     sections: dict[str, int]
     source_sections: int
     rows: dict[str, int]
-    sources: list[dict[str, object]]
+    sources: list[SourceProvenance]
     store: StoreInfo
     training_cache: TrainingCacheInfo
     not_used: list[str] = field(default_factory=list)
@@ -110,7 +152,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         sections={kind: by_type.get(kind, 0) for kind in SECTION_TYPES},
         source_sections=len(corpus.source_sections),
         rows=row_counts(corpus.sections),
-        sources=[dataclasses.asdict(p) for p in corpus.expansion.provenance],
+        sources=list(corpus.expansion.provenance),
         store=StoreInfo(str(store_path), (store_path / DB_NAME).is_file()),
         training_cache=TrainingCacheInfo(
             cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id

@@ -73,6 +73,17 @@ class TrainTimings:
 
     ``trainer_setup``, ``first_step``, ``train`` and ``save`` add up both
     training phases when a run has two.
+
+    Attributes:
+        startup: Parsing, resolving the base, opening the store, the lock check.
+        framework_import: Importing torch, transformers, trl, peft and datasets.
+        tokenize: Loading the tokenizer and the tokenize pass.
+        dataset: Building Arrow tables from the token arrays.
+        model_load: Loading the base (and the SFT adapter for ``--phase preference``).
+        trainer_setup: LoRA wrapping and TRL's own preparation.
+        first_step: The first optimizer step.
+        train: All steps, the first included.
+        save: Writing the adapter.
     """
 
     startup: float  # parse, resolve, store, lock (ours)
@@ -93,6 +104,17 @@ class PhaseSummary:
     ``metrics`` holds the last values TRL logged besides the loss (for the
     preference phase: ``rewards/chosen``, ``rewards/rejected``,
     ``rewards/margins``, ``rewards/accuracies``, ...).
+
+    Attributes:
+        phase: ``sft`` or ``preference``.
+        method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
+        rows: Rows (SFT) or triples (preference) trained on.
+        steps: Optimizer steps.
+        final_loss: Loss at the last logged step; null when none was logged.
+        adapter_version: The adapter version it wrote.
+        adapter_sha256: sha256 of that adapter's ``adapter_model.safetensors``.
+        parent_version: The adapter the preference phase started from; null for SFT.
+        metrics: The last values TRL logged besides the loss.
     """
 
     phase: str  # sft | preference
@@ -108,7 +130,18 @@ class PhaseSummary:
 
 @dataclass(frozen=True)
 class DatasetUse:
-    """A token dataset the run trained on, and how much of it (``run_datasets``)."""
+    """A token dataset the run trained on, and how much of it (``run_datasets``).
+
+    Attributes:
+        path: The dataset folder.
+        kind: ``pretrain`` (packed windows) or ``sft`` (masked conversations).
+        name: The dataset's name from its meta.json.
+        split: The split trained on: ``train`` or ``val``.
+        weight: Its mixture weight (the document's rows weigh 1).
+        meta_sha256: sha256 of its meta.json, the dataset's identity.
+        samples: Items of it the run trained on, all ranks.
+        tokens: Tokens of those items.
+    """
 
     path: str
     kind: str
@@ -126,9 +159,29 @@ class TrainSummary:
 
     The top-level adapter, steps and loss are those of the run's last
     phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
-    ``datasets`` lists the token datasets mixed in, ``world_size`` the
-    processes the run trained on, ``resumed_from`` the interrupted run it
-    continued (``--resume``) and ``resumed_at_step`` the checkpoint's step.
+
+    Attributes:
+        run_id: The run recorded (see ``dlm metrics``).
+        dlm_id: The document id.
+        adapter_version: The last phase's adapter version (what ``dlm prompt`` uses).
+        adapter_path: Its folder.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        steps: The last phase's optimizer steps.
+        final_loss: The last phase's final loss; null when none was logged.
+        rows_trained: Rows SFT trained on (0 without an SFT phase).
+        tokens: Tokens of those rows.
+        preference_rows: Preference rows in the document.
+        phases: Each phase the run trained, in order.
+        tokenization: The run's tokenize pass.
+        lock_decision: What happened to ``dlm.lock``: ``written``, ``updated`` or ``ignored``.
+        lock_warnings: Differences from the previous lock that were allowed with a warning.
+        plan: Every training setting, resolved.
+        timings: Seconds spent in each stage of the run.
+        datasets: The token datasets mixed in (``training.datasets``, ``--dataset``) and how much of each was used.
+        world_size: Processes the run trained on (``--nproc``).
+        resumed_from: The interrupted run this one continued (``--resume``); null otherwise.
+        resumed_at_step: The step of the checkpoint it continued from; null otherwise.
+        warnings: Other warnings (also printed on stderr).
     """
 
     run_id: int
