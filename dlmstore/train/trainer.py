@@ -633,7 +633,7 @@ def _train_phases(
     from dlmstore.train.examples import training_examples
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.preference import fit_preference, load_policy
-    from dlmstore.train.sft import fit_sft
+    from dlmstore.train.supervised import fit_sft
 
     settings = document.frontmatter.training
     phases, parent, checkpoint = prepared.phases, prepared.parent, prepared.resume
