@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlmstore.clock import utc_now
+from dlmstore.datasets.writers import npy_bytes
 from dlmstore.errors import TrainingError
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
 
@@ -81,7 +82,7 @@ def run_folder(store_path: Path, run_id: int) -> Path:
 def write_rank_state(folder: Path, rank: int, state: dict[str, Any]) -> None:
     """This rank's trained positions and per-source counts, into checkpoint ``folder``."""
     samples = np.asarray(state["samples"], dtype=np.int64)
-    buffer = _npy_bytes(samples)
+    buffer = npy_bytes(samples)
     write_bytes_atomic(folder / f"dlm-rank{rank}.npy", buffer)
     counts = {key: value for key, value in state.items() if key != "samples"}
     write_bytes_atomic(folder / f"dlm-rank{rank}.json", json.dumps(counts, sort_keys=True).encode())
@@ -246,11 +247,3 @@ def sweep_unregistered(store: Store) -> list[str]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(relative)
     return removed
-
-
-def _npy_bytes(array: np.ndarray[Any, Any]) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()

@@ -84,9 +84,25 @@ class SftTrainer(Trainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.restore_seconds = 0.0  # loading a checkpoint: adapter, optimizer and scheduler, RNG
         self._tokens = 0
         self._correct = 0
         self._targets = 0
+
+    def _load_from_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        super()._load_from_checkpoint(*args, **kwargs)
+        self.restore_seconds += time.perf_counter() - t0
+
+    def _load_optimizer_and_scheduler(self, *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        super()._load_optimizer_and_scheduler(*args, **kwargs)
+        self.restore_seconds += time.perf_counter() - t0
+
+    def _load_rng_state(self, *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        super()._load_rng_state(*args, **kwargs)
+        self.restore_seconds += time.perf_counter() - t0
 
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
@@ -218,6 +234,7 @@ def fit_sft(
             resume_from=None if resume_from is None else str(resume_from),
         )  # fmt: skip
         fit.accounting = collator.state()
+        fit.restore_seconds = trainer.restore_seconds
         return fit
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

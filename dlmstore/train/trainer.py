@@ -78,23 +78,25 @@ class TrainTimings:
         startup: Parsing, resolving the base, opening the store, the lock check.
         framework_import: Importing torch, transformers, trl, peft and datasets.
         tokenize: Loading the tokenizer and the tokenize pass.
-        dataset: Building Arrow tables from the token arrays.
+        dataset: Building the training examples (SFT) and the preference columns from the token arrays.
         model_load: Loading the base (and the SFT adapter for ``--phase preference``).
         trainer_setup: LoRA wrapping and TRL's own preparation.
         first_step: The first optimizer step.
         train: All steps, the first included.
         save: Writing the adapter.
+        restore: Loading the checkpoint a resumed run continues from (adapter, optimizer, scheduler, RNG); 0 otherwise.
     """
 
     startup: float  # parse, resolve, store, lock (ours)
     framework_import: float  # torch, transformers, trl, peft, datasets
     tokenize: float  # tokenizer load + the tokenize pass (ours)
-    dataset: float  # Arrow tables from the token arrays (ours)
+    dataset: float  # training examples and preference columns from the token arrays (ours)
     model_load: float  # from_pretrained of the base (and the SFT adapter for --phase preference)
     trainer_setup: float  # LoRA wrapping and TRL's own preparation
     first_step: float
     train: float  # all steps, the first included
     save: float
+    restore: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -465,6 +467,7 @@ def _train(
             first_step=round(sum(f.first_step for f in fits), 3),
             train=round(sum(f.train for f in fits), 3),
             save=round(sum(f.save_seconds for f in fits), 3),
+            restore=round(sum(f.restore_seconds for f in fits), 3),
         ),
         datasets=uses,
         world_size=world.size,
@@ -514,17 +517,17 @@ def _write_rank_samples(store_path: Path, run_id: int, world: Any, accounting: d
     """This rank's trained positions, as ``runs/<run>/sft-rank<r>.samples.npy`` (each rank its own file)."""
     if accounting is None:
         return
-    import io
-
     import numpy as np
 
+    from dlmstore.datasets.writers import npy_bytes
     from dlmstore.store.atomic import write_bytes_atomic
 
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(accounting["samples"], dtype=np.int64), allow_pickle=False)
     folder = store_path / SAMPLES_DIR / str(run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(folder / f"sft-rank{world.rank}.samples.npy", buffer.getvalue())
+    write_bytes_atomic(
+        folder / f"sft-rank{world.rank}.samples.npy",
+        npy_bytes(np.asarray(accounting["samples"], dtype=np.int64)),
+    )
 
 
 def _record_usage(
@@ -793,6 +796,7 @@ class PhaseFit:
     save: Callable[[Path], None]
     save_seconds: float = 0.0
     dataset_seconds: float = 0.0
+    restore_seconds: float = 0.0
     accounting: dict[str, Any] | None = None
 
 
