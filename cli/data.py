@@ -289,6 +289,8 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
             f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
             f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})"
         )
+        click.echo("train:")
+        click.echo(f"  {report.reader.train}")
         click.echo("flags:")
         click.echo(f"  {report.reader.flags}")
         click.echo("python:")

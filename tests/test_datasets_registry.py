@@ -114,6 +114,7 @@ def test_a_valid_dataset_passes_and_its_printed_reader_snippet_runs(cache: Path)
     assert report.reader is not None
     assert "--data.file_pattern='shard_*.bin'" in report.reader.flags
     assert "--data.token_dtype=uint16" in report.reader.flags
+    assert report.reader.train.startswith(f"dlm train DOC --dataset {(cache / 'pretrain' / 'toy').resolve()}")
     scope: dict[str, Any] = {"T": 8, "device": "cpu"}
     exec(report.reader.python, scope)
     x, y = scope["train"].get_batch(B=2, generator=torch.Generator().manual_seed(0))

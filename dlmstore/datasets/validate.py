@@ -47,13 +47,15 @@ CHUNK = 1 << 24
 
 @dataclass(frozen=True)
 class ReaderConfig:
-    """How to read the dataset: one line of flags and a Python snippet.
+    """How to train on the dataset: with ``dlm train``, another trainer's flags, or Python.
 
     Attributes:
-        flags: Command-line flags that point a trainer at the dataset.
+        train: The ``dlm train`` command that mixes it into a document's training.
+        flags: Command-line flags that point another trainer (KempnerForge-style) at the dataset.
         python: A Python snippet that opens it.
     """
 
+    train: str
     flags: str
     python: str
 
@@ -315,4 +317,5 @@ def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
             f"    T=T, device=device, eot_id={raw['eot_id']}, tokenizer_sha256={meta.tokenizer_sha256!r})\n"
             "# x, y, y_masked = train.get_batch(B=B, generator=g)\n"
         )
-    return ReaderConfig(flags=flags, python=python)
+    train = f"dlm train DOC --dataset {root}   # or training.datasets: [{{path: {root}}}] in DOC"
+    return ReaderConfig(train=train, flags=flags, python=python)
