@@ -507,20 +507,24 @@ def _fit(
 
     from dlmstore.train.callbacks import StepRecorder
     from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
+    from dlmstore.train.reporting import reporting
 
     datasets.disable_progress_bars()
     output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
     try:
         recorder = StepRecorder(store, run_id, progress, phase="sft")
         t0 = time.perf_counter()
-        trainer = SFTTrainer(
-            model=model,
-            args=SFTConfig(**sft_config_kwargs(plan, str(output))),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=LoraConfig(**lora_config_kwargs(plan)),
-            callbacks=[recorder],
-        )
+        with reporting(
+            plan.report_to, store_path=store.path, dlm_id=store.dlm_id, run_id=run_id, phase="sft"
+        ) as report_names:  # training.report_to (dlmstore.train.reporting)
+            trainer = SFTTrainer(
+                model=model,
+                args=SFTConfig(**sft_config_kwargs(plan, str(output)), **report_names),
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                peft_config=LoraConfig(**lora_config_kwargs(plan)),
+                callbacks=[recorder],
+            )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         setup = time.perf_counter() - t0
