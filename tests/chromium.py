@@ -121,56 +121,35 @@ def open_page(binary: str, url: str, expression: str, *, width: int = 1200, heig
     commands_r, commands_w = os.pipe()
     replies_r, replies_w = os.pipe()
     profile = tempfile.mkdtemp(prefix="dlm-chromium-")
-    # The child must find the pipe ends at fds 3 and 4. Copies at 10 and up
-    # (close-on-exec) cannot collide with 3 and 4; the child dup2s them there,
-    # and dup2's copies are inheritable, so they survive the exec.
+    log = open(Path(profile) / "stderr.log", "wb")  # closed in the finally below
+    # Chromium reads fd 3 and writes fd 4. bash moves the pipe ends there
+    # before exec'ing it (a preexec_fn would run Python in a forked child of
+    # a process with torch's threads, which can deadlock). Copies at 10 and
+    # up cannot collide with 3 and 4.
     child_in = fcntl.fcntl(commands_r, fcntl.F_DUPFD_CLOEXEC, 10)
     child_out = fcntl.fcntl(replies_w, fcntl.F_DUPFD_CLOEXEC, 10)
-
-    def wire() -> None:
-        os.dup2(child_in, 3)
-        os.dup2(child_out, 4)
-
+    wiring = f'exec "$0" "$@" 3<&{child_in} 4>&{child_out} {child_in}<&- {child_out}>&-'
     process = subprocess.Popen(
         [
+            "bash", "-c", wiring,
             binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
             "--no-first-run", "--no-default-browser-check", "--disable-extensions",
             f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank",
         ],
-        close_fds=False,  # every other fd of ours is non-inheritable (PEP 446)
-        preexec_fn=wire,
+        pass_fds=(child_in, child_out),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log,  # a file, not a pipe: chromium logs a lot (D-Bus, GPU) and must never block on it
     )  # fmt: skip
     for fd in (commands_r, replies_w, child_in, child_out):
         os.close(fd)
     pipe = _Pipe(commands_w, replies_r)
     try:
-        targets = pipe.call("Target.getTargets")["targetInfos"]
-        page = next(t["targetId"] for t in targets if t["type"] == "page")
-        session = pipe.call("Target.attachToTarget", {"targetId": page, "flatten": True})["sessionId"]
-        for domain in ("Page", "Log", "Runtime"):
-            pipe.call(f"{domain}.enable", session=session)
-        pipe.events.clear()  # about:blank's own load
-        pipe.call("Page.navigate", {"url": url}, session=session)
-        pipe.wait_event("Page.loadEventFired")
-        result = pipe.call(
-            "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session
-        )
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"the expression failed: {result['exceptionDetails']}")
-        shot = pipe.call(
-            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session
-        )
-        console = [
-            event["params"]["entry"] for event in pipe.events if event.get("method") == "Log.entryAdded"
-        ] + [
-            {"level": event["params"]["type"], "text": str(event["params"].get("args"))}
-            for event in pipe.events
-            if event.get("method") == "Runtime.consoleAPICalled"
-        ]
-        return PageRun(result["result"].get("value"), console, base64.b64decode(shot["data"]))
+        return _drive(pipe, url, expression)
+    except (OSError, EOFError, TimeoutError) as exc:
+        log.flush()
+        tail = (Path(profile) / "stderr.log").read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"chromium failed: {exc}; its stderr ended with:\n" + "\n".join(tail)) from exc
     finally:
         try:
             pipe.send("Browser.close")
@@ -183,7 +162,34 @@ def open_page(binary: str, url: str, expression: str, *, width: int = 1200, heig
             process.wait()
         os.close(commands_w)
         os.close(replies_r)
+        log.close()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _drive(pipe: _Pipe, url: str, expression: str) -> PageRun:
+    """Attach to the page, load ``url``, evaluate ``expression``, screenshot the whole page."""
+    targets = pipe.call("Target.getTargets")["targetInfos"]
+    page = next(t["targetId"] for t in targets if t["type"] == "page")
+    session = pipe.call("Target.attachToTarget", {"targetId": page, "flatten": True})["sessionId"]
+    for domain in ("Page", "Log", "Runtime"):
+        pipe.call(f"{domain}.enable", session=session)
+    pipe.events.clear()  # about:blank's own load
+    pipe.call("Page.navigate", {"url": url}, session=session)
+    pipe.wait_event("Page.loadEventFired")
+    result = pipe.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
+    if "exceptionDetails" in result:
+        raise RuntimeError(f"the expression failed: {result['exceptionDetails']}")
+    shot = pipe.call(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session
+    )
+    console = [
+        event["params"]["entry"] for event in pipe.events if event.get("method") == "Log.entryAdded"
+    ] + [
+        {"level": event["params"]["type"], "text": str(event["params"].get("args"))}
+        for event in pipe.events
+        if event.get("method") == "Runtime.consoleAPICalled"
+    ]
+    return PageRun(result["result"].get("value"), console, base64.b64decode(shot["data"]))
 
 
 def page_url(path: Path) -> str:
