@@ -33,6 +33,8 @@ demo: install
 	$(DLM) metrics examples/tour.dlm
 	@echo "--- the second run, step by step: SFT loss, then the preference phase's rewards"
 	$(DLM) metrics examples/tour.dlm --run-id 2
+	@echo "--- the whole store on one page: open .demo/report.html in a browser"
+	$(DLM) report examples/tour.dlm -o .demo/report.html
 	$(DLM) cache show examples/tour.dlm
 	$(DLM) lock show examples/tour.dlm
 	@echo "--- what does the adapter answer?"
