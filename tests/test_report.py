@@ -89,6 +89,22 @@ def test_the_report_counts_the_tokens_of_the_last_cached_pass_by_source_folder(
     assert sources.document_tokens == body_tokens > 0
 
 
+def test_a_source_folder_beside_the_documents_is_named_relative_to_it(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "a.md").write_text("Shared notes.", encoding="utf-8")
+    (tmp_path / "doc").mkdir()
+    doc = write_doc(
+        tmp_path / "doc" / "doc.dlm",
+        frontmatter=f"base_model: {tiny_base}\ntraining:\n  sources:\n    - path: ../shared\n",
+    )
+    _tokenize(doc)
+    with open_store(VALID_ID) as store:
+        (folder,) = build_report(store).sources.folders
+    assert (folder.folder, folder.files) == ("../shared", 1)
+
+
 def test_the_report_reads_runs_cache_passes_and_adapters_from_the_store(
     tmp_path: Path, tiny_base: Path
 ) -> None:

@@ -93,8 +93,9 @@ class CachePass:
 class SourceFolder:
     """The source files of one folder and their tokens in the counted pass.
 
-    ``folder`` is relative to the document's folder when it is inside it
-    (``.`` for the document's own folder), else absolute.
+    ``folder`` is relative to the document's folder (``.`` for that folder
+    itself, ``../docs`` for a sibling), or absolute when it is three or more
+    levels up.
     """
 
     folder: str
@@ -288,12 +289,16 @@ def _source_tokens(conn: sqlite3.Connection, document_dir: str | None) -> Source
     )
 
 
+#: A folder this many levels above the document's folder, or more, is shown by its absolute path.
+_FAR = 3
+
+
 def _folder(path: str, document_dir: str | None) -> str:
-    """The folder of ``path``, relative to the document's folder when inside it."""
+    """The folder of ``path``, relative to the document's folder (``notes``, ``../docs``) when near it."""
     folder = os.path.dirname(path)
     if document_dir is not None:
         relative = os.path.relpath(folder, document_dir)
-        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+        if relative.split(os.sep)[:_FAR] != [os.pardir] * _FAR:
             return relative
     return folder
 
