@@ -97,24 +97,27 @@ def test_reporting_names_the_tensorboard_folder_only_while_the_trainer_is_built(
 
 
 @pytest.mark.slow
-def test_two_steps_with_report_to_tensorboard_write_an_event_file_in_the_store(
+def test_two_steps_with_report_to_tensorboard_write_an_event_file_per_phase_in_the_store(
     tmp_path: Path, tiny_base: Path, one_torch_thread: None
 ) -> None:
+    body = (
+        "Prose about the store. " * 20 + "\n\n::preference::\n### Prompt\np\n### Chosen\nc\n### Rejected\nr\n"
+    )
     doc = write_doc(
         tmp_path / "doc.dlm",
-        body="Prose about the store. " * 20 + "\n",
+        body=body,
         frontmatter=f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  max_steps: 2\n"
         "  micro_batch_size: 1\n  report_to: tensorboard\n",
     )
     summary = train_document(str(doc))
-    assert summary.steps == 2
-    folder = tensorboard_dir(store_dir(VALID_ID), summary.run_id, "sft")
-    events = list(folder.glob("events.out.tfevents.*"))
-    assert len(events) == 1, sorted(p.name for p in folder.rglob("*"))
+    assert [(phase.phase, phase.steps) for phase in summary.phases] == [("sft", 2), ("preference", 2)]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    accumulator = EventAccumulator(str(folder))
-    accumulator.Reload()
-    losses = accumulator.Scalars("train/loss")
-    assert [event.step for event in losses] == [1, 2]
+    for phase in ("sft", "preference"):
+        folder = tensorboard_dir(store_dir(VALID_ID), summary.run_id, phase)
+        events = list(folder.glob("events.out.tfevents.*"))
+        assert len(events) == 1, sorted(p.name for p in folder.rglob("*"))
+        accumulator = EventAccumulator(str(folder))
+        accumulator.Reload()
+        assert [event.step for event in accumulator.Scalars("train/loss")] == [1, 2]
     assert TENSORBOARD_ENV not in os.environ
