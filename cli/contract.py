@@ -163,7 +163,7 @@ def _type_schema(hint: Any, defs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {"enum": list(args)}
     if origin in (typing.Union, types.UnionType):
         return {"anyOf": [_type_schema(arg, defs) for arg in args]}
-    if origin is list:
+    if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
         return {"type": "array", "items": _type_schema(args[0], defs) if args else {}}
     if origin is dict and (not args or args[0] is str):
         return {"type": "object", "additionalProperties": _type_schema(args[1], defs) if args else {}}

@@ -51,7 +51,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import cache, data, init, lock, metrics, migrate, prompt, show, stores, tokenize, train
+    from . import cache, data, init, lock, metrics, migrate, prompt, report, show, stores, tokenize, train
 
     cli.add_command(init.init_command)
     cli.add_command(show.show_command)
@@ -59,6 +59,7 @@ def _register() -> None:
     cli.add_command(tokenize.tokenize_command)
     cli.add_command(cache.cache_group)
     cli.add_command(metrics.metrics_command)
+    cli.add_command(report.report_command)
     cli.add_command(data.data_group)
     cli.add_command(lock.lock_group)
     cli.add_command(train.train_command)

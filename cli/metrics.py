@@ -1,7 +1,13 @@
-"""``dlm metrics PATH``: runs newest first, with their tokenization numbers and adapters."""
+"""``dlm metrics PATH``: runs newest first, with their tokenization numbers, loss sparklines and adapters.
+
+``--csv`` prints the same runs as CSV for a spreadsheet (with ``--run-id``,
+that run's steps instead); ``--json`` prints the library's dataclasses.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 from itertools import groupby
 from typing import TYPE_CHECKING
 
@@ -11,7 +17,7 @@ from .params import DURATION, RUN_ID
 from .render import emit_json, human_bytes, json_option
 
 if TYPE_CHECKING:
-    from dlmstore.store.metrics import TrainingInfo
+    from dlmstore.store.metrics import MetricsReport, TrainingInfo
 
 
 @click.command("metrics")
@@ -22,9 +28,24 @@ if TYPE_CHECKING:
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many runs."
 )
 @json_option("dlmstore.store.metrics:MetricsReport", help="Print the runs as JSON.")
-def metrics_command(path: str, run_id: int | None, since: object, limit: int, as_json: bool) -> None:
-    """List the runs recorded for the document at PATH, newest first."""
+@click.option(
+    "--csv",
+    "as_csv",
+    is_flag=True,
+    help="Print the runs as CSV for a spreadsheet; with --run-id, that run's steps.",
+)
+def metrics_command(
+    path: str, run_id: int | None, since: object, limit: int, as_json: bool, as_csv: bool
+) -> None:
+    """List the runs recorded for the document at PATH, newest first.
+
+    A train run's loss is drawn as a sparkline per phase (each scaled to
+    its own range), beside the run's cache hit rate.
+    """
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv cannot be combined; pass one of them")
     from dlmstore.document.parser import parse_document
+    from dlmstore.report.sparkline import sparkline
     from dlmstore.store.database import open_store
     from dlmstore.store.metrics import run_metrics
 
@@ -34,7 +55,10 @@ def metrics_command(path: str, run_id: int | None, since: object, limit: int, as
     if as_json:
         emit_json(report)
         return
-    header = f"{'run':>5}  {'command':8}  {'status':9}  {'started (UTC)':23}  {'rows':>7}  {'hits':>7}  {'misses':>7}  {'hit rate':>8}  {'seconds':>8}  {'cache':>9}"
+    if as_csv:
+        click.echo(_steps_csv(report) if run_id is not None else _runs_csv(report), nl=False)
+        return
+    header = f"{'run':>5}  {'command':8}  {'status':9}  {'started (UTC)':23}  {'rows':>7}  {'hits':>7}  {'misses':>7}  {'hit rate':>8}  {'seconds':>8}  {'cache':>9}  loss"
     click.echo(header)
     for run in report.runs:
         event = run.tokenization
@@ -46,7 +70,14 @@ def metrics_command(path: str, run_id: int | None, since: object, limit: int, as
                 f"{event.total_rows:>7,}  {event.cache_hits:>7,}  {event.cache_misses:>7,}  {rate:>8}  "
                 f"{event.total_tokenize_seconds:>8.2f}  {human_bytes(event.cache_bytes_after):>9}"
             )
-        click.echo(f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {numbers}")
+        losses = ""
+        if run.training is not None:
+            losses = "  ".join(
+                f"{_PHASE_LABELS.get(phase, phase)} {sparkline(values)}"
+                for phase, values in run.training.losses.items()
+            )
+        line = f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {numbers}"
+        click.echo(f"{line}  {losses}".rstrip())
     for run in report.runs:
         if run.training is not None:
             _training(run.run_id, run.training)
@@ -96,3 +127,65 @@ def _training(run_id: int, train: TrainingInfo) -> None:
 
 def _number(value: float | None, spec: str) -> str:
     return "" if value is None else format(value, spec)
+
+
+#: How a phase is labelled beside its sparkline.
+_PHASE_LABELS = {"sft": "sft", "preference": "pref"}
+
+RUN_COLUMNS = (
+    "run_id", "command", "status", "started_at", "finished_at", "error", "total_sections", "total_rows",
+    "cache_hits", "cache_misses", "hit_rate", "total_tokenize_seconds", "cache_bytes_after", "cache_mode",
+    "adapter_versions", "final_loss",
+)  # fmt: skip
+
+STEP_COLUMNS = ("run_id", "phase", "step", "epoch", "loss", "learning_rate", "tokens_per_second")
+
+
+def _csv(rows: list[list[object]]) -> str:
+    """Rows as CSV text: ``None`` as an empty cell, one ``\n`` per line."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([["" if cell is None else cell for cell in row] for row in rows])
+    return out.getvalue()
+
+
+def _runs_csv(report: MetricsReport) -> str:
+    """One line per run: the run, its tokenization pass, its adapters and the final loss of the last."""
+    rows: list[list[object]] = [list(RUN_COLUMNS)]
+    for run in report.runs:
+        event = run.tokenization
+        adapters = run.training.adapters if run.training is not None else []
+        rows.append(
+            [
+                run.run_id, run.command, run.status, run.started_at, run.finished_at, run.error,
+                *(
+                    [None] * 8 if event is None else [
+                        event.total_sections, event.total_rows, event.cache_hits, event.cache_misses,
+                        event.hit_rate, event.total_tokenize_seconds, event.cache_bytes_after, event.cache_mode,
+                    ]
+                ),
+                " ".join(str(adapter.version) for adapter in adapters),
+                adapters[-1].final_loss if adapters else None,
+            ]
+        )  # fmt: skip
+    return _csv(rows)
+
+
+def _steps_csv(report: MetricsReport) -> str:
+    """One line per logged step of the run, every phase, with a column per metric TRL logged."""
+    steps = [
+        (run.run_id, step)
+        for run in report.runs
+        if run.training is not None and run.training.steps
+        for step in run.training.steps
+    ]
+    names = sorted({name for _, step in steps for name in step.metrics})
+    rows: list[list[object]] = [[*STEP_COLUMNS, *names]]
+    for run_id, step in steps:
+        rows.append(
+            [
+                run_id, step.phase, step.step, step.epoch, step.loss, step.learning_rate,
+                step.tokens_per_second, *(step.metrics.get(name) for name in names),
+            ]
+        )  # fmt: skip
+    return _csv(rows)

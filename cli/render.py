@@ -9,6 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
+from dlmstore.report.units import human_bytes
+
+__all__ = ["emit_json", "human_bytes", "printable", "warn"]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -57,13 +61,3 @@ def printable(text: str) -> str:
 def warn(message: str) -> None:
     """A warning line on stderr."""
     click.echo(f"warning: {printable(message)}", err=True)
-
-
-def human_bytes(n: int) -> str:
-    """``1234567`` -> ``1.2 MB`` (decimal units, as the cache docs use)."""
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")

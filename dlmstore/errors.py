@@ -91,6 +91,10 @@ class TrainingError(DlmError):
     """A document cannot be trained as written."""
 
 
+class ReportError(DlmError):
+    """The store report cannot be written where it was asked for."""
+
+
 class DurationError(DlmError):
     """A duration such as ``30d`` or ``12h`` could not be read."""
 

@@ -129,6 +129,7 @@ def test_metrics_prints_a_table(runner: CliRunner, doc: Path) -> None:
         "rate",
         "seconds",
         "cache",
+        "loss",
     ]
     assert lines[1].split()[:3] == ["1", "tokenize", "completed"]
 

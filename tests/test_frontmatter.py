@@ -72,7 +72,7 @@ def test_frontmatter_defaults_fill_every_other_field():
 def test_the_training_defaults_are_dlms():
     t = parse_text(HEAD).frontmatter.training
     assert t.model_dump(
-        exclude={"sequence_len", "seed", "max_steps", "sources", "sources_policy", "cache"}
+        exclude={"sequence_len", "seed", "max_steps", "report_to", "sources", "sources_policy", "cache"}
     ) == {
         "adapter": "lora",
         "lora_r": 8,

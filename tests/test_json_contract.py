@@ -156,6 +156,7 @@ def test_every_command_prints_json_its_schema_validates(
         ["prompt", str(doc), "What does the cache key include?", "--max-new-tokens", "2"],
         ["metrics", str(doc)],
         ["metrics", str(doc), "--run-id", "2"],
+        ["report", str(doc)],
         ["lock", "show", str(doc)],
         ["lock", "diff", str(doc)],
         ["cache", "show", str(doc)],

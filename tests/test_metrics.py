@@ -111,7 +111,7 @@ def test_the_report_reads_each_table_once_however_many_runs_and_steps(doc: Path)
         run_metrics(store, run_id=2)
         run_metrics(store)
     selects = [s for s in statements if s.lstrip().startswith("SELECT")]
-    assert len(selects) == 4 + 2  # runs, adapters, steps, metrics; then runs and adapters
+    assert len(selects) == 4 + 3  # runs, adapters, steps, metrics; then runs, adapters and losses
 
 
 def test_metrics_json_prints_adapters_and_steps_with_their_phase(doc: Path) -> None:
@@ -153,3 +153,53 @@ def test_metrics_without_run_id_lists_the_adapters_but_no_steps(doc: Path) -> No
     assert [line.split(",")[0] for line in lines if line.startswith("run ")] == [
         "run 2: adapter v0002 (sft)", "run 2: adapter v0003 (preference", "run 1: adapter v0001 (sft)",
     ]  # fmt: skip
+
+
+def test_each_train_run_carries_its_losses_by_phase_with_or_without_run_id(doc: Path) -> None:
+    with open_store(VALID_ID) as store:
+        every = {run.run_id: run.training.losses for run in run_metrics(store).runs if run.training}
+        (one,) = run_metrics(store, run_id=2).runs
+    assert every == {2: {"sft": [2.0, 1.5], "preference": [0.6931, 0.625]}, 1: {"sft": [3.0]}}
+    assert one.training is not None and one.training.losses == every[2]
+
+
+def test_metrics_draws_each_phases_loss_as_a_sparkline_beside_the_hit_rate(doc: Path) -> None:
+    lines = CliRunner().invoke(cli, ["metrics", str(doc)]).output.splitlines()
+    assert lines[0].split()[-3:] == ["seconds", "cache", "loss"]
+    assert lines[1].split()[:3] == ["2", "train", "completed"]
+    assert lines[1].endswith("  sft █▁  pref █▁")
+    assert lines[2].endswith("  sft ▄")  # one step: a flat line, drawn at mid height
+
+
+def test_metrics_csv_prints_one_line_per_run_for_a_spreadsheet(doc: Path) -> None:
+    import csv
+
+    result = CliRunner().invoke(cli, ["metrics", str(doc), "--csv"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(result.stdout.splitlines()))
+    assert [(r["run_id"], r["command"], r["status"], r["adapter_versions"], r["final_loss"]) for r in rows] == [
+        ("2", "train", "completed", "2 3", "0.5"), ("1", "train", "completed", "1", "0.5"),
+    ]  # fmt: skip
+    assert rows[0]["cache_hits"] == rows[0]["error"] == ""  # no tokenization event, no error: empty cells
+
+
+def test_metrics_csv_with_run_id_prints_the_steps_with_a_column_per_logged_metric(doc: Path) -> None:
+    result = CliRunner().invoke(cli, ["metrics", str(doc), "--csv", "--run-id", "2"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "run_id,phase,step,epoch,loss,learning_rate,tokens_per_second,grad_norm,"
+        "rewards/accuracies,rewards/chosen,rewards/margins,rewards/rejected"
+    )
+    assert lines[1:] == [
+        "2,sft,1,0.5,2.0,0.0001,1000.0,0.5,,,,",
+        "2,sft,2,0.5,1.5,0.0001,1000.0,0.5,,,,",
+        "2,preference,1,0.5,0.6931,0.0001,1000.0,,0.75,0.125,0.375,-0.25",
+        "2,preference,2,0.5,0.625,0.0001,1000.0,,0.75,0.125,,-0.25",
+    ]
+
+
+def test_metrics_json_and_csv_together_are_a_usage_error(doc: Path) -> None:
+    result = CliRunner().invoke(cli, ["metrics", str(doc), "--json", "--csv"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == "Error: --json and --csv cannot be combined; pass one of them"

@@ -317,5 +317,5 @@ def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:
             f"    T=T, device=device, eot_id={raw['eot_id']}, tokenizer_sha256={meta.tokenizer_sha256!r})\n"
             "# x, y, y_masked = train.get_batch(B=B, generator=g)\n"
         )
-    train = f"dlm train DOC --dataset {root}   # or training.datasets: [{{path: {root}}}] in DOC"
-    return ReaderConfig(train=train, flags=flags, python=python)
+    command = f"dlm train DOC --dataset {root}   # or training.datasets: [{{path: {root}}}] in DOC"
+    return ReaderConfig(train=command, flags=flags, python=python)

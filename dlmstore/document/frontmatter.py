@@ -293,6 +293,12 @@ class TrainingSettings(_Strict):
         description="dlmstore extension: write a checkpoint into the store every this many optimizer "
         "steps, so `dlm train --resume` continues an interrupted run; null writes none.",
     )
+    report_to: list[Literal["tensorboard", "trackio"]] = Field(
+        default_factory=list,
+        description="dlmstore extension: where the trainer also sends its logs (TRL's `report_to`): "
+        "`tensorboard` (event files in the store's `runs/<run id>/tb/<phase>`) and/or `trackio`; "
+        "each needs its pip extra (`pip install 'dlmstore[tensorboard]'`). Default: none.",
+    )
     preference: PreferenceSettings = Field(
         default_factory=PreferenceSettings, description="The preference phase (DPO or ORPO)."
     )
@@ -319,6 +325,18 @@ class TrainingSettings(_Strict):
     @classmethod
     def _null_sources(cls, value: object) -> object:
         return [] if value is None else value
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_or_none(cls, value: object) -> object:
+        # TRL's spellings: `none` (or nothing) for no reporter, one name for a list of one.
+        if value is None or value == "none":
+            return []
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and len(set(map(str, value))) < len(value):
+            raise ValueError("name each reporter once")
+        return value
 
     @field_validator("micro_batch_size", "grad_accum", mode="before")
     @classmethod

@@ -30,6 +30,7 @@ training:
   # learning_rate: 2e-4
   # num_epochs: 3
   # max_steps: 20               # dlmstore extension: stop early
+  # report_to: tensorboard      # dlmstore extension: also log to TensorBoard (pip install 'dlmstore[tensorboard]')
   # sources:                    # train on a folder of files: one prose section per file
   #   - path: ./notes           # relative to this file; ~ expands
   #     include: ["**/*.md"]

@@ -151,7 +151,20 @@ def canonical_json(data: dict[str, Any]) -> str:
 def row_key(section: Section, kind: str, index: int, occurrence: int, data: dict[str, Any]) -> str:
     """The content key of one row (see the module docstring for the recipe)."""
     payload = "" if kind == "text" else canonical_json(data)
-    material = f"{ROW_KEY_SCHEME}\n{section.digest}\n{kind}\n{index}\n{occurrence}\n{payload}"
+    return _key(section.digest, kind, index, occurrence, payload)
+
+
+def text_row_key(digest: str, occurrence: int = 0) -> str:
+    """The key of the one ``text`` row of a prose section whose digest is ``digest``.
+
+    What a source file's row is keyed by, from the digest ``source_stats``
+    recorded for it (``dlm report`` counts tokens per source folder this way).
+    """
+    return _key(digest, "text", 0, occurrence, "")
+
+
+def _key(digest: str, kind: str, index: int, occurrence: int, payload: str) -> str:
+    material = f"{ROW_KEY_SCHEME}\n{digest}\n{kind}\n{index}\n{occurrence}\n{payload}"
     return "sha256:" + sha256(material.encode("utf-8")).hexdigest()
 
 

@@ -9,14 +9,15 @@ join is the ``run_hit_rates`` view for people using ``sqlite3``.
 A train run also lists the adapters it registered (an sft one, and a
 preference one when it ran that phase) and, asked for one run, every logged
 step of each phase with the numbers TRL logged beside the loss
-(``train_step_metrics``).
+(``train_step_metrics``). Every train run carries its losses by phase, for
+the sparkline ``dlm metrics`` draws beside the hit rate.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
 from dlmstore.clock import iso_before, utc_now
@@ -143,8 +144,10 @@ class RunAdapter:
 class TrainingInfo:
     """What a train run produced: its adapters, oldest first (sft before preference).
 
-    ``steps`` (every phase, sft first, then by step) is filled only for
-    ``--run-id``.
+    ``losses`` is the loss of every logged step by phase (sft first, in
+    step order; ``None`` where it was NaN), what ``dlm metrics`` draws as a
+    sparkline. ``steps`` (every phase, sft first, then by step) is filled
+    only for ``--run-id``.
 
     Attributes:
         adapters: The adapters the run registered, oldest first.
@@ -153,6 +156,7 @@ class TrainingInfo:
 
     adapters: list[RunAdapter]
     steps: list[TrainStep] | None = None
+    losses: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -232,7 +236,19 @@ def run_metrics(
         ):
             fields = dict(row)
             adapters.setdefault(fields.pop("run_id"), []).append(RunAdapter(**fields))
-        steps = _steps(conn, run_id) if run_id is not None else None
+        losses: dict[int, dict[str, list[float | None]]] = {}
+        steps: list[TrainStep] | None = None
+        if run_id is not None:  # the run's steps hold its losses: train_steps is read once
+            steps = _steps(conn, run_id)
+            for step in steps:
+                losses.setdefault(run_id, {}).setdefault(step.phase, []).append(step.loss)
+        else:
+            for step_run, phase, loss in conn.execute(
+                "SELECT run_id, phase, loss FROM train_steps "
+                f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY run_id, phase <> 'sft', step",
+                (*params, limit),
+            ):
+                losses.setdefault(step_run, {}).setdefault(phase, []).append(loss)
     runs = []
     for row in rows:
         event = None
@@ -246,7 +262,9 @@ def run_metrics(
             )  # fmt: skip
         training = None
         if row["command"] == "train":
-            training = TrainingInfo(adapters=adapters.get(row["run_id"], []), steps=steps)
+            training = TrainingInfo(
+                adapters=adapters.get(row["run_id"], []), steps=steps, losses=losses.get(row["run_id"], {})
+            )
         runs.append(
             RunMetrics(
                 run_id=row["run_id"],

@@ -78,7 +78,13 @@ OPTIMIZER_PACKAGES: dict[str, tuple[str, ...]] = {
     "galore_adamw": ("galore-torch",),
     "galore_adamw_8bit": ("galore-torch", "bitsandbytes"),
 }
-_IMPORT_NAMES = {"bitsandbytes": "bitsandbytes", "galore-torch": "galore_torch"}
+_IMPORT_NAMES = {
+    "bitsandbytes": "bitsandbytes",
+    "galore-torch": "galore_torch",
+    # training.report_to: each reporter is its own package (and pip extra).
+    "tensorboard": "tensorboard",
+    "trackio": "trackio",
+}
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ class TrainingPlan:
     optimizer: str
     seed: int
     sequence_len: int
+    #: ``training.report_to``: the reporters TRL sends its logs to, besides the store.
+    report_to: tuple[str, ...] = ()
 
 
 def dlm_target_modules(ref: BaseModelRef) -> tuple[str, ...] | None:
@@ -190,8 +198,8 @@ def check_settings(settings: Any, hardware: Hardware) -> Precision:
 
     Raises:
         TrainingError: ``adapter: qlora`` without a CUDA GPU or bitsandbytes,
-            an optimizer whose package is missing, or a precision the device
-            cannot train in.
+            an optimizer or a ``report_to`` reporter whose package is
+            missing, or a precision the device cannot train in.
     """
     if settings.adapter == "qlora":
         if hardware.device != "cuda":
@@ -214,6 +222,7 @@ def check_settings(settings: Any, hardware: Hardware) -> Precision:
             f"package{'s' if len(missing) > 1 else ''}, which {'are' if len(missing) > 1 else 'is'} not installed",
             hint=f"pip install {' '.join(missing)}, or set training.optimizer to adamw_torch",
         )
+    _check_reporters(settings.report_to, hardware)
     precision: Precision | None = settings.precision
     if precision is None:
         if hardware.device == "cpu":
@@ -299,7 +308,20 @@ def resolve_plan(
         optimizer=settings.optimizer,
         seed=settings.seed if seed is None else seed,
         sequence_len=settings.sequence_len,
+        report_to=tuple(settings.report_to),
     )
+
+
+def _check_reporters(report_to: list[str], hardware: Hardware) -> None:
+    """Refuse a ``training.report_to`` reporter whose package is missing, naming its pip extra."""
+    missing = [name for name in report_to if name not in hardware.packages]
+    if missing:
+        extras = ",".join(missing)
+        raise TrainingError(
+            f"training.report_to: {' and '.join(missing)} needs the {' and '.join(missing)} "
+            f"package{'s' if len(missing) > 1 else ''}, which {'are' if len(missing) > 1 else 'is'} not installed",
+            hint=f"pip install 'dlmstore[{extras}]', or remove {' and '.join(missing)} from training.report_to",
+        )
 
 
 def peak_memory_gib(
@@ -336,7 +358,8 @@ def sft_config_kwargs(plan: TrainingPlan, output_dir: str) -> dict[str, Any]:
     """Keyword arguments of TRL's ``SFTConfig`` for ``plan``.
 
     Besides the plan: one log line per step (the step recorder stores it),
-    no checkpoints and no reporting (the adapter is saved by dlmstore), no
+    no checkpoints (the adapter is saved by dlmstore), reporting only to
+    ``training.report_to`` (:mod:`dlmstore.train.reporting`), no
     progress bar (dlmstore draws its own) and no loader workers.
     """
     kwargs = _trainer_kwargs(plan, output_dir, epochs=plan.num_epochs, learning_rate=plan.learning_rate)
@@ -395,7 +418,7 @@ def _trainer_kwargs(
         "use_cpu": plan.device == "cpu",
         "logging_steps": 1,
         "save_strategy": "no",
-        "report_to": [],
+        "report_to": list(plan.report_to),
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }

@@ -62,6 +62,7 @@ def fit_preference(
     from dlmstore.train.determinism import seed_everything
     from dlmstore.train.plan import preference_config_kwargs
     from dlmstore.train.preference_data import pretokenized_dpo_trainer_class, pretokenized_orpo_trainer_class
+    from dlmstore.train.reporting import reporting
     from dlmstore.train.trainer import run_trainer
 
     datasets.disable_progress_bars()
@@ -75,13 +76,22 @@ def fit_preference(
         kwargs = preference_config_kwargs(plan, settings, str(output))
         recorder = StepRecorder(store, run_id, progress, phase="preference")
         t0 = time.perf_counter()
+        # training.report_to (dlmstore.train.reporting): reporters are set up while the trainer is built.
+        report = reporting(  # only rank 0 (the one with the store) reports
+            plan.report_to if store is not None else (),
+            store_path=Path(output) if store is None else store.path,
+            dlm_id="" if store is None else store.dlm_id,
+            run_id=run_id,
+            phase="preference",
+        )
         if settings.method == "dpo":
             from trl.trainer.dpo_config import DPOConfig
 
-            trainer = pretokenized_dpo_trainer_class()(
-                model=policy, args=DPOConfig(**kwargs), train_dataset=dataset,
-                processing_class=tokenizer, callbacks=[recorder],
-            )  # fmt: skip
+            with report as report_names:
+                trainer = pretokenized_dpo_trainer_class()(
+                    model=policy, args=DPOConfig(**kwargs, **report_names), train_dataset=dataset,
+                    processing_class=tokenizer, callbacks=[recorder],
+                )  # fmt: skip
             if settings.reference == "base" and "ref" in trainer.model.peft_config:
                 trainer.model.delete_adapter("ref")
         else:
@@ -91,10 +101,11 @@ def fit_preference(
                 warnings.simplefilter("ignore")  # trl.experimental's "API may change" notice
                 from trl.experimental.orpo import ORPOConfig
 
-            trainer = pretokenized_orpo_trainer_class()(
-                model=policy, args=ORPOConfig(**kwargs), train_dataset=dataset,
-                processing_class=tokenizer, callbacks=[recorder],
-            )  # fmt: skip
+            with report as report_names:
+                trainer = pretokenized_orpo_trainer_class()(
+                    model=policy, args=ORPOConfig(**kwargs, **report_names), train_dataset=dataset,
+                    processing_class=tokenizer, callbacks=[recorder],
+                )  # fmt: skip
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         setup = time.perf_counter() - t0

@@ -188,6 +188,8 @@ def fit_sft(
     identity: CheckpointIdentity,
     resume_from: Path | None,
     progress: Any,
+    store_path: Path,
+    dlm_id: str,
 ) -> Any:
     """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.trainer.PhaseFit`.
 
@@ -200,6 +202,7 @@ def fit_sft(
     from dlmstore.train.checkpoints import read_rank_state
     from dlmstore.train.examples import Collator
     from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
+    from dlmstore.train.reporting import reporting
     from dlmstore.train.trainer import run_trainer
 
     scratch = Path(
@@ -212,7 +215,6 @@ def fit_sft(
         kwargs.update(remove_unused_columns=False, ddp_find_unused_parameters=False)
         if checkpoint_steps and checkpoint_dir is not None:
             kwargs.update(save_strategy="steps", save_steps=checkpoint_steps, save_total_limit=2)
-        args = TrainingArguments(**kwargs)
         recorder = StepRecorder(store, run_id, progress if world.is_main else None, phase="sft")
         collator = Collator(_pad_id(tokenizer), sources)
         callbacks: list[Any] = [recorder]
@@ -223,9 +225,21 @@ def fit_sft(
         t0 = time.perf_counter()
         set_seed(plan.seed)  # peft draws the adapter's initial weights now, as TRL's SFTTrainer does
         peft_model = get_peft_model(model, LoraConfig(**lora_config_kwargs(plan)))
-        trainer = SftTrainer(
-            model=peft_model, args=args, train_dataset=dataset, data_collator=collator, callbacks=callbacks
-        )
+        with reporting(
+            plan.report_to if world.is_main else (),
+            store_path=store_path,
+            dlm_id=dlm_id,
+            run_id=run_id,
+            phase="sft",
+        ) as report_names:  # training.report_to (dlmstore.train.reporting)
+            args = TrainingArguments(**kwargs, **report_names)
+            trainer = SftTrainer(
+                model=peft_model,
+                args=args,
+                train_dataset=dataset,
+                data_collator=collator,
+                callbacks=callbacks,
+            )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         setup = time.perf_counter() - t0

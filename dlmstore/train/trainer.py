@@ -670,6 +670,7 @@ def _train_phases(
                 checkpoint_steps=settings.checkpoint_steps,
                 checkpoint_dir=run_folder(Path(prepared.store_path), prepared.run_id),
                 identity=identity, resume_from=None if checkpoint is None else checkpoint.path, progress=progress,
+                store_path=Path(prepared.store_path), dlm_id=document.dlm_id,
             )  # fmt: skip
             fit.dataset_seconds = dataset_seconds
             accounting = fit.accounting

@@ -1,0 +1,57 @@
+"""``dlm report PATH``: one self-contained HTML page about the document's store."""
+
+from __future__ import annotations
+
+import click
+
+from .render import emit_json, human_bytes, json_option
+
+
+@click.command("report")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write the page here (- for stdout).",
+)
+@click.option(
+    "--runs",
+    "train_runs",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Draw the curves of at most this many train runs, newest first.",
+)
+@json_option(
+    "dlmstore.report.contents:StoreReport", help="Print the report's data as JSON instead of the page."
+)
+def report_command(path: str, output: str, train_runs: int, as_json: bool) -> None:
+    """Write an HTML report of the store of the document at PATH.
+
+    One page, opened offline in any browser (inline SVG charts, no script,
+    nothing fetched): loss and learning rate per train run and phase,
+    cache hits, misses and tokenize time per run, cache size over time,
+    tokens by source folder, adapters with their sha256, and the lock
+    history with each change's severity.
+    """
+    from pathlib import Path
+
+    from dlmstore.document.parser import parse_document
+    from dlmstore.report.contents import build_report
+    from dlmstore.report.page import render_page, write_page
+    from dlmstore.store.database import open_store
+
+    document = parse_document(path)
+    with open_store(document.dlm_id, create=False) as store:
+        report = build_report(store, train_runs=train_runs)
+    if as_json:
+        emit_json(report)
+        return
+    if output == "-":
+        click.echo(render_page(report), nl=False)
+        return
+    size = write_page(report, Path(output))
+    click.echo(f"wrote {output} ({human_bytes(size)})", err=True)

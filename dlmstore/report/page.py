@@ -1,0 +1,314 @@
+"""The store report as one self-contained HTML page.
+
+:func:`render_page` turns a :class:`~dlmstore.report.contents.StoreReport`
+into a single HTML document: styles inline, charts inline SVG
+(:mod:`dlmstore.report.svg`), no script, no font, no image and no link to
+anything outside the page, so it opens offline, can be mailed or archived,
+and shows the same in ten years. A Content-Security-Policy ``<meta>``
+forbids every load but inline styles, so a reference that slipped in would
+be blocked by the browser, and reported on its console, rather than fetched.
+
+Everything that comes from the store (paths, errors, lock values, adapter
+hashes) is escaped with :func:`html.escape`; the page has no other input.
+Each chart is a ``<figure class="chart" data-chart="...">``; a section with
+nothing to draw says so in words instead of drawing an empty frame.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+
+from dlmstore.errors import ReportError
+from dlmstore.report.contents import LockEntry, StoreReport, TrainingRun
+from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
+from dlmstore.report.units import human_bytes
+from dlmstore.store.atomic import write_bytes_atomic
+
+#: At most this many source folders get their own bar; the rest are summed in one.
+TOP_FOLDERS = 15
+
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1000px;
+       padding: 0 1rem; color: #222; background: #fff; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+h3 { font-size: 1rem; margin: 1.2rem 0 .4rem; }
+.meta { color: #555; } .meta code { color: #222; }
+.charts { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure.chart { margin: 0; } figcaption { font-size: .85rem; color: #444; margin-bottom: .2rem; }
+svg { background: #fafafa; border: 1px solid #e4e4e4; }
+svg .grid { stroke: #e6e6e6; } svg .axis { stroke: #888; fill: none; }
+svg text { font-size: 11px; fill: #444; } svg .label { fill: #222; }
+table { border-collapse: collapse; font-size: .85rem; margin-top: .5rem; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: .25rem .6rem; text-align: left; vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .8rem; }
+.empty { color: #777; font-style: italic; } .wide { overflow-x: auto; }
+.sev { border-radius: 3px; padding: 0 .3rem; font-size: .75rem; font-weight: 600; }
+.sev-ALLOW { background: #e3f3e3; color: #225522; } .sev-WARN { background: #fff1cc; color: #6b4e00; }
+.sev-ERROR { background: #fbdcdc; color: #8a1c1c; }
+"""
+
+
+def render_page(report: StoreReport) -> str:
+    """The whole page for ``report``, as text (UTF-8 when written)."""
+    title = f"dlm report: {report.document_path or report.dlm_id}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        _summary(report),
+        _training(report),
+        _cache(report),
+        _sources(report),
+        _adapters(report),
+        _locks(report),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def write_page(report: StoreReport, path: Path) -> int:
+    """Write the page for ``report`` to ``path`` atomically; return its size in bytes.
+
+    Raises:
+        ReportError: the file cannot be written (a missing folder, no
+            permission, a full disk); nothing is left at ``path``.
+    """
+    data = render_page(report).encode("utf-8")
+    try:
+        write_bytes_atomic(path, data)
+    except OSError as exc:
+        raise ReportError(
+            f"cannot write the report to {path}: {exc.strerror or exc}",
+            hint="pass -o with a path in a folder that exists and that you can write to",
+        ) from None
+    return len(data)
+
+
+def _figure(key: str, caption: str, svg: str) -> str:
+    return (
+        f'<figure class="chart" data-chart="{escape(key)}"><figcaption>{escape(caption)}</figcaption>'
+        f"{svg}</figure>"
+    )
+
+
+def _empty(text: str) -> str:
+    return f'<p class="empty">{escape(text)}</p>'
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int]) -> str:
+    """A table; cells are HTML already escaped by the caller."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _summary(report: StoreReport) -> str:
+    items = [
+        ("document id", f"<code>{escape(report.dlm_id)}</code>"),
+        ("store", f"<code>{escape(report.store_path)}</code>"),
+        ("runs", f"{report.run_count:,}"),
+        ("cache", f"{report.cache_entries:,} entries, {escape(human_bytes(report.cache_bytes))}"),
+        ("adapters", f"{len(report.adapters):,}"),
+        ("generated", escape(report.generated_at)),
+    ]
+    return '<p class="meta">' + " · ".join(f"{name}: {value}" for name, value in items) + "</p>"
+
+
+def _phase_title(run: TrainingRun, phase: str, method: str | None) -> str:
+    return f"run {run.run_id} {phase}" + (f" ({method})" if method else "")
+
+
+def _training(report: StoreReport) -> str:
+    parts = ["<h2>Training</h2>"]
+    if not report.training:
+        return parts[0] + _empty("No train runs yet: run `dlm train` on the document.")
+    parts.append(
+        '<p class="meta">Loss and learning rate at every logged step, per run and phase '
+        f"(the newest {len(report.training)} train runs, newest first).</p>"
+    )
+    for run in report.training:
+        parts.append(f"<h3>Run {run.run_id} · {escape(run.status)} · started {escape(run.started_at)}</h3>")
+        if not run.phases:
+            parts.append(_empty("No steps were logged (the run failed before its first step)."))
+            continue
+        figures = []
+        for curve in run.phases:
+            name = _phase_title(run, curve.phase, curve.method)
+            for key, label, values in (
+                ("loss", "loss", [(float(p.step), p.loss) for p in curve.steps]),
+                ("lr", "learning rate", [(float(p.step), p.learning_rate) for p in curve.steps]),
+            ):
+                if not any(value is not None for _, value in values):
+                    figures.append(_empty(f"{name}: no {label} was logged."))
+                    continue
+                svg = line_chart(
+                    f"{name}: {label}", [Series(curve.phase, values)], x_label="step", y_label=label
+                )
+                figures.append(_figure(f"{key}-run{run.run_id}-{curve.phase}", f"{name}: {label}", svg))
+        parts.append(f'<div class="charts">{"".join(figures)}</div>')
+    return "\n".join(parts)
+
+
+def _cache(report: StoreReport) -> str:
+    head = "<h2>Tokenized cache</h2>"
+    passes = report.cache_passes
+    if not passes:
+        return head + _empty("No tokenization pass yet: run `dlm tokenize` or `dlm train` on the document.")
+    labels = [str(p.run_id) for p in passes]
+    hits = column_chart(
+        "cache hits and misses per run",
+        labels,
+        [
+            ("hits", [float(p.cache_hits) for p in passes]),
+            ("misses", [float(p.cache_misses) for p in passes]),
+        ],
+        x_label="run",
+        y_label="rows",
+    )
+    seconds = column_chart(
+        "tokenize seconds per run",
+        labels,
+        [("seconds", [p.total_tokenize_seconds for p in passes])],
+        x_label="run",
+        y_label="seconds",
+    )
+    times = [_epoch(p.created_at) for p in passes]
+    size = line_chart(
+        "cache size over time",
+        [Series("cache", [(t, float(p.cache_bytes_after)) for t, p in zip(times, passes, strict=True)])],
+        x_label="time (UTC)",
+        y_label="bytes",
+        x_format=_clock if times[-1] - times[0] < 86400 else _day,
+        y_format=human_bytes,
+    )
+    figures = [
+        _figure("cache-hits", "Rows from the cache (hits) and through the tokenizer (misses), per run", hits),
+        _figure("tokenize-seconds", "Wall time of each run's tokenization pass", seconds),
+        _figure("cache-size", "Cache size after each pass", size),
+    ]
+    return head + f'<div class="charts">{"".join(figures)}</div>'
+
+
+def _sources(report: StoreReport) -> str:
+    head = "<h2>Tokens by source folder</h2>"
+    sources = report.sources
+    if sources.run_id is None:
+        return head + _empty("No pass used the cache yet, so there are no token counts to show.")
+    items = [(f.folder, float(f.tokens)) for f in sources.folders[:TOP_FOLDERS]]
+    rest = sources.folders[TOP_FOLDERS:]
+    if rest:
+        items.append((f"({len(rest)} more folders)", float(sum(f.tokens for f in rest))))
+    items.append(("(document sections)", float(sources.document_tokens)))
+    note = (
+        f'<p class="meta">Tokens of run {sources.run_id}\'s pass, by the folder of each source file; '
+        "the document's own sections (and preference rows) are one bar."
+        + (
+            f" {sources.uncounted_files:,} source files had no cache entry from that pass and are not counted."
+            if sources.uncounted_files
+            else ""
+        )
+        + "</p>"
+    )
+    svg = bar_chart("tokens by source folder", items)
+    rows = [[f"<code>{escape(f.folder)}</code>", f"{f.files:,}", f"{f.tokens:,}"] for f in sources.folders]
+    table = _table(["folder", "files", "tokens"], rows, {1, 2}) if rows else ""
+    return head + note + _figure("source-tokens", "Tokens by source folder", svg) + table
+
+
+def _adapters(report: StoreReport) -> str:
+    head = "<h2>Adapters</h2>"
+    if not report.adapters:
+        return head + _empty("No adapter yet: `dlm train` registers one per run and phase.")
+    rows = [
+        [
+            f"v{a.version:04d}", str(a.run_id), escape(a.phase), escape(a.method or ""),
+            "" if a.parent_version is None else f"v{a.parent_version:04d}", f"{a.steps:,}",
+            "" if a.final_loss is None else f"{a.final_loss:.4f}", escape(human_bytes(a.bytes)),
+            f"<code>{escape(a.sha256)}</code>", escape(a.created_at),
+        ]
+        for a in report.adapters
+    ]  # fmt: skip
+    headers = [
+        "version",
+        "run",
+        "phase",
+        "method",
+        "parent",
+        "steps",
+        "final loss",
+        "size",
+        "sha256",
+        "created",
+    ]
+    return head + _table(headers, rows, {1, 5, 6, 7})
+
+
+def _locks(report: StoreReport) -> str:
+    head = "<h2>Lock history</h2>"
+    if not report.lock_history:
+        return head + _empty("No lock recorded yet: every `dlm train` run records one.")
+    rows = [
+        [
+            str(e.record_id), "" if e.run_id is None else str(e.run_id), escape(e.created_at), escape(e.decision),
+            "" if e.compared_with is None else f"record {e.compared_with}", _severity(e.severity), _changes(e),
+        ]
+        for e in report.lock_history
+    ]  # fmt: skip
+    note = (
+        '<p class="meta">Each record compared with the lock <code>dlm.lock</code> held before it, by the '
+        "severity table of docs/reproducibility.md (ALLOW, WARN, ERROR).</p>"
+    )
+    headers = ["record", "run", "created", "decision", "compared with", "severity", "changes"]
+    return head + note + _table(headers, rows, {0, 1})
+
+
+def _severity(severity: str | None) -> str:
+    return "" if severity is None else f'<span class="sev sev-{escape(severity)}">{escape(severity)}</span>'
+
+
+def _changes(entry: LockEntry) -> str:
+    if entry.problem is not None:
+        return f'<span class="sev sev-ERROR">unreadable</span> {escape(entry.problem)}'
+    if entry.compared_with is None:
+        return '<span class="empty">first lock</span>'
+    if not entry.changes:
+        return '<span class="empty">no changes</span>'
+    return "<br>".join(
+        f"{_severity(c.severity)} <code>{escape(c.field)}</code>: "
+        f"<code>{escape(_value(c.old))}</code> → <code>{escape(_value(c.new))}</code>"
+        for c in entry.changes
+    )
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _epoch(stamp: str) -> float:
+    """Seconds since the epoch of one of the store's timestamps (``2026-11-21T08:15:03.123Z``)."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _clock(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S")
+
+
+def _day(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d")
