@@ -46,6 +46,40 @@ def _progress(as_json: bool) -> Progress:
     return Progress(enabled=not as_json and sys.stderr.isatty())
 
 
+_engine_options = [
+    click.option(
+        "--engine",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="Tokenize in this process, or on Ray (same output bytes).",
+    ),
+    click.option(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster (host:port); default: $RAY_ADDRESS, else a local Ray for this command.",
+    ),
+    click.option(
+        "--workers", type=click.IntRange(min=1), default=None, help="Ray tasks at once (default: its CPUs)."
+    ),
+]
+
+
+def _with_engine(command: Any) -> Any:
+    for option in reversed(_engine_options):
+        command = option(command)
+    return command
+
+
+def _engine(engine: str, ray_address: str | None, workers: int | None) -> Any:
+    from dlmstore.datasets.engines import engine_for
+
+    if engine == "local" and (ray_address or workers):
+        raise click.UsageError("--ray-address and --workers need --engine ray")
+    return engine_for(engine, ray_address=ray_address, workers=workers)
+
+
 @click.group("data")
 def data_group() -> None:
     """Token datasets: pretrain shards and SFT caches, registered in store.db.
@@ -89,6 +123,7 @@ def data_group() -> None:
 @click.option("--roam-val-frac", default=0.10, show_default=True, help="Share of roam files in val.")
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
+@_with_engine
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def build_all_command(
     cache_dir: str,
@@ -97,6 +132,9 @@ def build_all_command(
     local: tuple[str, ...],
     only: tuple[str, ...],
     as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
     **flags: Any,
 ) -> None:
     """Build every source of the spec into CACHE_DIR and register it there.
@@ -133,6 +171,7 @@ def build_all_command(
         local=pairs,
         only=list(only) or None,
         progress=progress,
+        engine=_engine(engine, ray_address, workers),
     )
     progress.done()
     if as_json:
@@ -188,7 +227,7 @@ _common = [
 def _with_common(command: Any) -> Any:
     for option in reversed(_common):
         command = option(command)
-    return command
+    return _with_engine(command)
 
 
 @build_group.command("pretrain")
@@ -209,12 +248,26 @@ def _with_common(command: Any) -> Any:
     "--text-field", default="text", show_default=True, help="Field of JSONL/Parquet records holding the text."
 )
 @click.option("--eos-token", default=None, help="End-of-document token (default: the tokenizer's EOS).")
-def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any) -> None:
-    """Tokenize local documents into train/val shards with document indexes."""
+def build_pretrain_command(
+    source: str,
+    out: str,
+    as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
+    **options: Any,
+) -> None:
+    """Tokenize local documents into train/val shards with document indexes.
+
+    With --engine ray the documents are tokenized by Ray workers (a local
+    Ray, or the cluster at --ray-address) into the same bytes; an
+    interrupted build resumes where it stopped when run again.
+    """
     from dlmstore.datasets.recipes import build_pretrain_from
 
+    how = _engine(engine, ray_address, workers)
     progress = _progress(as_json)
-    done = build_pretrain_from(source, out, progress=progress, **options)
+    done = build_pretrain_from(source, out, progress=progress, engine=how, **options)
     progress.done()
     _render_build(done, as_json)
 
@@ -223,7 +276,15 @@ def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any)
 @_with_common
 @click.option("--val-frac", type=float, default=0.10, show_default=True, help="Share of examples in val.")
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
-def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> None:
+def build_sft_command(
+    source: str,
+    out: str,
+    as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
+    **options: Any,
+) -> None:
     """Tokenize local conversations (JSONL/Parquet) with an assistant-only loss mask.
 
     Each record is {"messages": [{"role", "content"}, ...]} or a
@@ -231,8 +292,9 @@ def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> N
     """
     from dlmstore.datasets.recipes import build_sft_from
 
+    how = _engine(engine, ray_address, workers)
     progress = _progress(as_json)
-    done = build_sft_from(source, out, progress=progress, **options)
+    done = build_sft_from(source, out, progress=progress, engine=how, **options)
     progress.done()
     _render_build(done, as_json)
 

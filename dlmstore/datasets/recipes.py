@@ -19,6 +19,7 @@ and a meta.json with ``"built": false``) unless given a local folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 from dlmstore.datasets import catalog as src
 from dlmstore.datasets.build import BuildResult, ProgressFn
 from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.engines import RayEngine
 from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
 from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
@@ -122,11 +124,14 @@ def build_pretrain_from(
     train_tokens: int | None = None,
     val_tokens: int | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
 
     Without ``val_frac`` or both budgets, 1% of documents go to val.
+    ``engine``: build on Ray (``None``: in this process). Registration
+    happens once, here on the driver, after every file and meta.json is written.
     """
     encoder = encoder_for_base(base)
     if val_frac is None and (train_tokens is None or val_tokens is None):
@@ -143,6 +148,7 @@ def build_pretrain_from(
             source={"type": "local", "path": str(Path(source).resolve())},
             tokenizer_name=base,
             progress=progress,
+            engine=engine,
             **options,
         )
         return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
@@ -169,6 +175,7 @@ def build_sft_from(
     base: str = DEFAULT_BASE,
     store_dir: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build an SFT dataset from local JSONL/Parquet conversations and register it.
@@ -187,6 +194,7 @@ def build_sft_from(
             tokenizer_name=base,
             source={"type": "local", "path": str(Path(source).resolve())},
             progress=progress,
+            engine=engine,
             **options,
         )
         return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
@@ -201,6 +209,7 @@ def build_all(
     local: dict[str, str] | None = None,
     only: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
 ) -> BuildAllResult:
     """Build every source of the spec into ``cache_dir`` and register each there.
 
@@ -219,17 +228,17 @@ def build_all(
     encoder = encoder_for_base(base)
     _save_tokenizer(root / "tokenizer", encoder)
     recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
-        "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress),
-        "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress),
-        "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress),
+        "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress, engine),
+        "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress, engine),
+        "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress, engine),
         "gutenberg": lambda out, path: _local_folder(
-            "gutenberg", out, path, encoder, seed, options, progress
+            "gutenberg", out, path, encoder, seed, options, progress, engine
         ),
-        "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress),
-        "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress),
+        "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress, engine),
+        "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress, engine),
     }
     outcomes = []
-    with open_store_at(root) as store:
+    with engine_session(engine), open_store_at(root) as store:
         for name, spec in src.SOURCES.items():
             out = root / spec.directory
             if only and name not in only:
@@ -259,6 +268,15 @@ def build_all(
     return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
 
 
+def engine_session(engine: RayEngine | None) -> contextlib.AbstractContextManager[Any]:
+    """One Ray connection for several builds (each build reuses it); nothing for the local engine."""
+    if engine is None:
+        return contextlib.nullcontext()
+    from dlmstore.datasets.ray_build import ray_session
+
+    return ray_session(engine)
+
+
 def _fineweb(
     out: Path,
     path: str | None,
@@ -266,6 +284,7 @@ def _fineweb(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     common: dict[str, Any] = {
         "tokenizer": encoder,
@@ -277,6 +296,7 @@ def _fineweb(
         "config": o.fineweb_config,
         "tokenizer_name": encoder.name,
         "progress": progress,
+        "engine": engine,
     }
     if path is not None:
         return build_pretrain_cache(
@@ -309,6 +329,7 @@ def _wikitext(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     name, config = "wikitext", o.wikitext_config
     train: Iterable[str]
@@ -345,6 +366,7 @@ def _wikitext(
         source=source,
         tokenizer_name=encoder.name,
         progress=progress,
+        engine=engine,
     )
 
 
@@ -356,6 +378,7 @@ def _local_folder(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
     import torch
@@ -383,6 +406,7 @@ def _local_folder(
             "split": f"by file list: seeded torch permutation, {n_val} of {len(files)} files to val",
         },
         progress=progress,
+        engine=engine,
     )
     return result
 
@@ -395,6 +419,7 @@ def _sft(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
     source: dict[str, Any]
@@ -428,6 +453,7 @@ def _sft(
         source=source,
         tokenizer_name=encoder.name,
         progress=progress,
+        engine=engine,
     )
 
 
