@@ -49,7 +49,20 @@ COMPACT_BELOW = 0.5
 
 @dataclass(frozen=True)
 class CacheSummary:
-    """The JSON shape of ``dlm cache show --json`` (and ``training_cache`` in ``dlm show``)."""
+    """The JSON shape of ``dlm cache show --json`` (and ``training_cache`` in ``dlm show``).
+
+    Attributes:
+        dlm_id: The document id.
+        path: The folder of the cache's token files.
+        exists: Whether the store has been created.
+        entry_count: Cache entries (tokenized rows) held.
+        bytes: Bytes of token data they hold.
+        last_run_id: The last run that used the cache; null before one.
+        last_run_hits: Rows it served from the cache.
+        last_run_misses: Rows it tokenized.
+        last_run_hit_rate: ``hits / (hits + misses)`` (0 to 1); null before a run or when it had no
+            rows.
+    """
 
     dlm_id: str
     path: str
@@ -93,7 +106,19 @@ def cache_summary(dlm_id: str) -> CacheSummary:
 
 @dataclass(frozen=True)
 class PruneResult:
-    """What ``dlm cache prune`` removed."""
+    """What ``dlm cache prune`` removed.
+
+    Attributes:
+        cutoff: Entries not used since this time were dropped (ISO-8601 UTC).
+        entries_removed: Entries dropped.
+        bytes_removed: Bytes of token data they held.
+        packs_removed: Token files deleted because no entry was left in them.
+        packs_compacted: Token files rewritten because most of their bytes were dead.
+        orphan_files_removed: Token files no row registered, deleted.
+        temp_files_removed: Temp files of writes that never finished, deleted.
+        staging_dirs_removed: Leftover folders of base conversions that never finished, deleted.
+        store_in_use: Another dlm process had the store open, so young files were left alone.
+    """
 
     cutoff: str
     entries_removed: int
@@ -259,7 +284,13 @@ def _shown(path: Path, store_path: Path) -> str:
 
 @dataclass(frozen=True)
 class ClearResult:
-    """What ``dlm cache clear`` removed."""
+    """What ``dlm cache clear`` removed.
+
+    Attributes:
+        entries_removed: Entries dropped (all of them).
+        bytes_removed: Bytes of token data they held.
+        files_removed: Token files deleted.
+    """
 
     entries_removed: int
     bytes_removed: int
@@ -284,7 +315,16 @@ def clear(store: Store) -> ClearResult:
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing ``verify`` found wrong."""
+    """One thing ``verify`` found wrong.
+
+    Attributes:
+        kind: What is wrong: ``damaged_database``, ``lost_history``, ``unreadable_mark``,
+            ``missing_pack``, ``short_pack``, ``bad_entry``, ``wrong_totals``, ``orphan_file``,
+            ``temp_file`` or ``staging_dir``.
+        path: The file (or entry) concerned, relative to the store.
+        detail: What was found, in words.
+        repaired: Whether ``--repair`` fixed it.
+    """
 
     kind: str  # one of PROBLEM_KINDS
     path: str
@@ -309,7 +349,16 @@ PROBLEM_KINDS = (
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """The JSON shape of ``dlm cache verify --json``."""
+    """The JSON shape of ``dlm cache verify --json``.
+
+    Attributes:
+        entries_checked: Cache entries checked against their bytes.
+        packs_checked: Token files checked against the rows.
+        problems: Everything found, repaired or not.
+        store_in_use: Another dlm process had the store open (or locks are unavailable), so files
+            younger than an hour were neither reported nor removed.
+        remaining: Problems not repaired; the command exits 1 when this is not 0.
+    """
 
     entries_checked: int
     packs_checked: int

@@ -450,7 +450,24 @@ def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> Tokenize
 
 @dataclass(frozen=True)
 class TokenizeSummary:
-    """The JSON shape of ``dlm tokenize --json``."""
+    """The JSON shape of ``dlm tokenize --json``.
+
+    Attributes:
+        run_id: The run recorded for this pass (see ``dlm metrics``).
+        dlm_id: The document id.
+        path: The document (as given).
+        tokenizer_sha256: Fingerprint of the tokenizer used (part of every cache key).
+        sequence_len: Tokens per row at most (``training.sequence_len``).
+        tokens: Tokens of the text and conversation rows.
+        preference_rows: Preference rows (prompt, chosen, rejected) tokenized.
+        preference_tokens: Tokens of the preference rows' chosen and rejected conversations.
+        tokenization: The pass's numbers, as recorded in the store.
+        damaged_entries: Cache entries whose token files were missing or damaged, tokenized again.
+        evicted_entries: Entries evicted to keep the cache under ``training.cache.max_bytes``.
+        warnings: Warnings about the pass (also printed on stderr).
+        prefix_cache: The prefix cache's counters when conversations went through the tokenizer;
+            null when none did.
+    """
 
     run_id: int
     dlm_id: str

@@ -44,7 +44,14 @@ class BuildProgress:
 
 @dataclass(frozen=True)
 class SplitTotals:
-    """Tokens, documents (or examples) and files of one split."""
+    """Tokens, documents (or examples) and files of one split.
+
+    Attributes:
+        tokens: Tokens in the split.
+        docs: Documents (pretrain) or examples (SFT).
+        files: Token files.
+        bytes: Bytes of those files.
+    """
 
     tokens: int
     docs: int
@@ -54,7 +61,20 @@ class SplitTotals:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """What a builder wrote (the JSON shape of ``dlm data build ... --json``)."""
+    """What a builder wrote (the JSON shape of ``dlm data build ... --json``).
+
+    Attributes:
+        path: The dataset folder.
+        kind: ``pretrain`` or ``sft``.
+        name: The dataset's name.
+        token_dtype: ``uint16`` when the vocabulary fits, else ``uint32``.
+        vocab_size: Vocabulary size of the tokenizer.
+        tokenizer_sha256: Fingerprint of the tokenizer.
+        seed: Seed of the split and shuffle.
+        splits: Each split's totals, by split name.
+        skipped: Documents or examples left out, by reason.
+        seconds: Time the build took.
+    """
 
     path: str
     kind: str

@@ -104,6 +104,7 @@ def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
             num_cpus=engine.workers or os.cpu_count() or 1,
             include_dashboard=False,
             logging_level=logging.WARNING,
+            runtime_env=TASK_ENV,
         )
     else:
         _connect(ray, address)
@@ -135,7 +136,7 @@ def _connect(ray: Any, address: str) -> None:
 
     def init() -> None:
         try:
-            ray.init(address=address, logging_level=logging.WARNING)
+            ray.init(address=address, logging_level=logging.WARNING, runtime_env=TASK_ENV)
             outcome["error"] = None
         except BaseException as exc:  # reported by the caller's thread
             outcome["error"] = exc
@@ -151,21 +152,27 @@ def _connect(ray: Any, address: str) -> None:
         raise DatasetError(f"cannot connect to the Ray cluster at {address}: {outcome['error']}", hint=hint)
 
 
-def _encoder(key: str, holder: list[Any]) -> Any:
-    """The tokenizer, fetched from the object store once per worker process."""
+def _encoder(holder: list[Any]) -> Any:
+    """The build's tokenizer, fetched from the object store once per worker process and build.
+
+    It travels inside a list so Ray passes the reference instead of
+    deserialising the tokenizer for every task; the cache keeps the last
+    build's only (workers outlive builds).
+    """
+    key = holder[0].hex()
     if key not in _cache:
         import ray
 
+        _cache.clear()
         _cache[key] = ray.get(holder[0])
     return _cache[key]
 
 
-def _encode_pretrain_task(key: str, holder: list[Any], texts: list[str], path: str, dtype_name: str) -> Any:
-    return encode_pretrain_block(_encoder(key, holder), texts, Path(path), dtype_name)
+def _encode_pretrain_task(holder: list[Any], texts: list[str], path: str, dtype_name: str) -> Any:
+    return encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name)
 
 
 def _encode_sft_task(
-    key: str,
     holder: list[Any],
     chat: ChatEncoding,
     examples: list[Any],
@@ -173,7 +180,7 @@ def _encode_sft_task(
     path: str,
     dtype_name: str,
 ) -> Any:
-    return encode_sft_block(chat, _encoder(key, holder), examples, first, Path(path), dtype_name)
+    return encode_sft_block(chat, _encoder(holder), examples, first, Path(path), dtype_name)
 
 
 def _in_order(
@@ -261,7 +268,7 @@ def build_pretrain_on_ray(
     """Tokenize and write a pretrain dataset with Ray tasks; returns its files and routing."""
     with ray_session(engine) as (ray, workers):
         encode = ray.remote(_encode_pretrain_task).options(
-            num_cpus=1, max_retries=MAX_RETRIES, runtime_env=TASK_ENV
+            num_cpus=1, max_retries=MAX_RETRIES
         )
         write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
         holder = [ray.put(spec.encoder)]
@@ -272,7 +279,7 @@ def build_pretrain_on_ray(
         def submissions() -> Iterator[tuple[Any, Any]]:
             for label, texts in _blocks(labelled, engine.block_docs):
                 path = spill_path(out, block_key(header, texts))
-                yield (label, len(texts), path), encode.remote(key, holder, texts, str(path), spec.dtype_name)
+                yield (label, len(texts), path), encode.remote(holder, texts, str(path), spec.dtype_name)
 
         router = PretrainRouter(spec.budgets)
         shares: dict[str, list[BlockShare]] = {s: [] for s in SPLITS}
@@ -334,7 +341,7 @@ def build_sft_on_ray(
 
     with ray_session(engine) as (ray, workers):
         encode = ray.remote(_encode_sft_task).options(
-            num_cpus=1, max_retries=MAX_RETRIES, runtime_env=TASK_ENV
+            num_cpus=1, max_retries=MAX_RETRIES
         )
         write = ray.remote(write_sft_split).options(num_cpus=1, max_retries=MAX_RETRIES)
         holder = [ray.put(encoder)]
@@ -348,7 +355,7 @@ def build_sft_on_ray(
                 path = spill_path(out, block_key(header, block))
                 yield (
                     (first, len(block), path),
-                    encode.remote(key, holder, chat, block, first, str(path), dtype_name),
+                    encode.remote(holder, chat, block, first, str(path), dtype_name),
                 )
                 first += len(block)
 

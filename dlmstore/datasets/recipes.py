@@ -46,7 +46,12 @@ ROAM_VAL_FRAC = 0.10
 
 @dataclass(frozen=True)
 class DatasetBuild:
-    """A dataset built from local files and registered (``dlm data build ... --json``)."""
+    """A dataset built from local files and registered (``dlm data build ... --json``).
+
+    Attributes:
+        build: What the builder wrote.
+        registered: How it was registered in a store.db.
+    """
 
     build: BuildResult
     registered: RegisteredDataset
@@ -74,7 +79,19 @@ class BuildAllOptions:
 
 @dataclass(frozen=True)
 class SourceOutcome:
-    """What happened to one source: built, failed, skipped or not built (a stub)."""
+    """What happened to one source: built, failed, skipped or not built (a stub).
+
+    Attributes:
+        name: The source (``fineweb-edu``, ``wikitext``, ``roam``, ``gutenberg``, ``dolly-15k``,
+            ``oasst1``).
+        kind: ``pretrain`` or ``sft``.
+        status: ``built``, ``failed``, ``skipped`` or ``not built`` (a stub).
+        path: Its dataset folder.
+        message: Why it failed or was not built; empty when built.
+        tokens: Tokens per split; empty unless built.
+        docs: Documents or examples per split; empty unless built.
+        seconds: Time spent building it.
+    """
 
     name: str
     kind: str
@@ -88,7 +105,16 @@ class SourceOutcome:
 
 @dataclass(frozen=True)
 class BuildAllResult:
-    """The JSON shape of ``dlm data build-all --json``."""
+    """The JSON shape of ``dlm data build-all --json``.
+
+    Attributes:
+        cache_dir: The cache folder (``--cache-dir``).
+        db_path: The store.db the datasets are registered in.
+        seed: Seed of every split and shuffle.
+        base: The base model whose tokenizer was used.
+        tokenizer_sha256: Fingerprint of that tokenizer.
+        sources: What happened to each source.
+    """
 
     cache_dir: str
     db_path: str

@@ -35,7 +35,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RegisteredDataset:
-    """A dataset as recorded in a store database."""
+    """A dataset as recorded in a store database.
+
+    Attributes:
+        dataset_id: Its row id in the ``datasets`` table.
+        name: The dataset's name.
+        kind: ``pretrain`` or ``sft``.
+        path: The dataset folder.
+        db_path: The store.db it is registered in.
+        files: Files registered.
+        tokens: Tokens per split.
+    """
 
     dataset_id: int
     name: str

@@ -22,7 +22,14 @@ from dlmstore.errors import DatasetError
 
 @dataclass(frozen=True)
 class SplitSummary:
-    """One split: tokens, documents (pretrain) or examples (SFT), files and bytes."""
+    """One split: tokens, documents (pretrain) or examples (SFT), files and bytes.
+
+    Attributes:
+        tokens: Tokens in the split.
+        docs: Documents (pretrain) or examples (SFT).
+        files: Token files.
+        bytes: Bytes of those files.
+    """
 
     tokens: int
     docs: int
@@ -32,7 +39,27 @@ class SplitSummary:
 
 @dataclass(frozen=True)
 class DatasetSummary:
-    """One dataset as ``dlm data show --json`` describes it (a documented contract)."""
+    """One dataset as ``dlm data show --json`` describes it (a documented contract).
+
+    Attributes:
+        path: The dataset folder.
+        name: Its name.
+        kind: ``pretrain`` or ``sft``.
+        built: False for a stub a build left unbuilt (its source absent).
+        token_dtype: ``uint16`` or ``uint32``; null when not built.
+        vocab_size: Vocabulary size of its tokenizer; null when not built.
+        tokenizer_sha256: Fingerprint of that tokenizer; null when not built.
+        tokenizer_name: The base model whose tokenizer built it; null when not built.
+        seed: Seed of its splits and shuffles; null when not built.
+        streaming: Whether it was read from the hub with streaming (determinism then follows the
+            upstream stream).
+        split_rule: How documents or examples were split between train and val, in words.
+        special_token_ids: Special token ids used (``bos``, ``eos``, ...; SFT adds the turn
+            openers).
+        splits: Each split's totals, by split name.
+        source: Where the data came from: hub id, config and split, or the local path.
+        skipped: Documents or examples left out, by reason.
+    """
 
     path: str
     name: str
@@ -53,7 +80,12 @@ class DatasetSummary:
 
 @dataclass(frozen=True)
 class DataShow:
-    """The JSON shape of ``dlm data show``: the path asked about and its datasets."""
+    """The JSON shape of ``dlm data show``: the path asked about and its datasets.
+
+    Attributes:
+        path: The folder asked about.
+        datasets: The dataset there, or every dataset of a build-all cache.
+    """
 
     path: str
     datasets: list[DatasetSummary]

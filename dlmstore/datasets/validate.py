@@ -47,7 +47,12 @@ CHUNK = 1 << 24
 
 @dataclass(frozen=True)
 class ReaderConfig:
-    """How to read the dataset: one line of flags and a Python snippet."""
+    """How to read the dataset: one line of flags and a Python snippet.
+
+    Attributes:
+        flags: Command-line flags that point a trainer at the dataset.
+        python: A Python snippet that opens it.
+    """
 
     flags: str
     python: str
@@ -55,7 +60,22 @@ class ReaderConfig:
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """What ``dlm data validate --json`` prints; ``ok`` is false when ``problems`` is not empty."""
+    """What ``dlm data validate --json`` prints; ``ok`` is false when ``problems`` is not empty.
+
+    Attributes:
+        path: The dataset folder.
+        ok: True when no problem was found.
+        problems: Each problem, one line each.
+        kind: ``pretrain`` or ``sft``; null when meta.json cannot be read.
+        name: The dataset's name; null when meta.json cannot be read.
+        token_dtype: ``uint16`` or ``uint32``; null when meta.json cannot be read.
+        vocab_size: Vocabulary size of its tokenizer; null when unknown.
+        tokenizer_sha256: Fingerprint of the tokenizer that built it; null when unknown.
+        totals: Counts per split as checked (``train_tokens``, ``val_tokens``, ...).
+        files_checked: Files checked.
+        deep: Whether every sha256 and token id was checked (not ``--quick``).
+        reader: How to read the dataset; null when it has problems.
+    """
 
     path: str
     ok: bool

@@ -67,7 +67,14 @@ It is a database.
 
 @dataclass(frozen=True)
 class InitResult:
-    """What ``dlm init`` created."""
+    """What ``dlm init`` created.
+
+    Attributes:
+        path: The document written (as given).
+        dlm_id: Its fresh document id (a ULID).
+        base_model: The ``base_model`` written into its frontmatter.
+        store_path: The store folder created for it.
+    """
 
     path: str
     dlm_id: str

@@ -37,7 +37,22 @@ from dlmstore.store.atomic import write_bytes_atomic
 
 @dataclass(frozen=True)
 class MigrationResult:
-    """What ``dlm migrate`` did, or would do with ``--dry-run`` (``--json`` prints this)."""
+    """What ``dlm migrate`` did, or would do with ``--dry-run`` (``--json`` prints this).
+
+    Attributes:
+        path: The document (as given).
+        from_version: The ``dlm_version`` it was written at.
+        to_version: The current ``dlm_version``.
+        applied: The versions whose upgrade step ran, oldest first; empty when nothing changed.
+        renamed: What was renamed or rewritten, one ``old -> new`` line each.
+        changed: Whether the document is (or, with ``--dry-run``, would be) different.
+        wrote: Whether the document was rewritten (false with ``--dry-run`` or when nothing
+            changed).
+        backup: Where the original was kept (``PATH.bak``); null when none was written.
+        comments_dropped: Whether the frontmatter had to be re-written whole (``training.dpo``
+            upgraded), losing its comments.
+        diff: Unified diff from the old text to the new; empty when nothing changed.
+    """
 
     path: str
     from_version: int

@@ -30,7 +30,15 @@ from dlmstore.store.database import DB_NAME
 
 @dataclass(frozen=True)
 class BaseModelInfo:
-    """How ``base_model`` resolves; ``kind`` is ``unresolved`` with an ``error`` when it does not."""
+    """How ``base_model`` resolves; ``kind`` is ``unresolved`` with an ``error`` when it does not.
+
+    Attributes:
+        name: ``base_model`` as the document writes it.
+        kind: What it names: ``builtin``, ``registry``, ``hub`` or ``local``; ``unresolved`` when it
+            names nothing usable.
+        location: Where the weights come from (hub id, folder, package file); null when unresolved.
+        error: Why it does not resolve; null when it does.
+    """
 
     name: str
     kind: str
@@ -40,7 +48,12 @@ class BaseModelInfo:
 
 @dataclass(frozen=True)
 class StoreInfo:
-    """Where the document's store lives and whether it has been created."""
+    """Where the document's store lives and whether it has been created.
+
+    Attributes:
+        path: The store folder (``<home>/store/<dlm_id>``).
+        exists: Whether its store.db has been created yet.
+    """
 
     path: str
     exists: bool
@@ -48,7 +61,16 @@ class StoreInfo:
 
 @dataclass(frozen=True)
 class TrainingCacheInfo:
-    """The tokenized cache at a glance (``training_cache`` in ``dlm show --json``)."""
+    """The tokenized cache at a glance (``training_cache`` in ``dlm show --json``).
+
+    Attributes:
+        path: The folder of the cache's token files.
+        entry_count: Cache entries (tokenized rows) held.
+        bytes: Bytes of token data they hold.
+        last_run_hit_rate: Share of rows served from the cache by the last cached run (0 to 1); null
+            before one.
+        last_run_id: That run's id; null before one.
+    """
 
     path: str
     entry_count: int
@@ -59,7 +81,27 @@ class TrainingCacheInfo:
 
 @dataclass(frozen=True)
 class DocumentSummary:
-    """The JSON shape of ``dlm show --json`` (a documented contract)."""
+    """The JSON shape of ``dlm show --json`` (a documented contract).
+
+    Attributes:
+        path: The document (as given).
+        dlm_id: Its document id.
+        dlm_version: The frontmatter schema version it is written at.
+        base_model: How its ``base_model`` resolves.
+        system_prompt: ``system_prompt`` from the frontmatter; null when unset.
+        sequence_len: ``training.sequence_len``: tokens per training row at most.
+        seed: ``training.seed``.
+        sections: Sections in the body by type (``prose``, ``instruction``, ``preference``, ...),
+            every type listed.
+        source_sections: Sections that came from ``training.sources`` files.
+        rows: Training rows the sections become, by row kind.
+        sources: Each ``training.sources`` directive: what it included and what it skipped, with
+            why.
+        store: Where the document's store is.
+        training_cache: The tokenized cache at a glance.
+        not_used: Frontmatter keys set in the document that dlmstore accepts but does not use.
+        warnings: Warnings about the document (also printed on stderr).
+    """
 
     path: str
     dlm_id: str

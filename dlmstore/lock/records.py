@@ -68,6 +68,16 @@ class LockDiff:
     updated one); ``old_*`` the record it is compared with: the written or
     updated one before it, or the record of the run asked for. ``old_*``
     are None and ``rows`` is empty when there is no earlier record.
+
+    Attributes:
+        dlm_id: The document id.
+        old_record_id: The lock record compared with; null when there is no earlier one.
+        old_run_id: Its run; null when none or unknown.
+        old_created_at: When it was captured; null when there is no earlier record.
+        new_record_id: The record ``dlm.lock`` holds.
+        new_run_id: Its run.
+        new_created_at: When it was captured (ISO-8601 UTC).
+        rows: Each field that differs, with its severity.
     """
 
     dlm_id: str

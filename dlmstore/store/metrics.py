@@ -29,7 +29,19 @@ _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 @dataclass(frozen=True)
 class TokenizationEvent:
-    """One pass's numbers, as recorded in ``tokenization_events``."""
+    """One pass's numbers, as recorded in ``tokenization_events``.
+
+    Attributes:
+        total_sections: Sections in the document, sources included.
+        total_rows: Rows tokenized or served from the cache.
+        cache_hits: Rows served from the cache.
+        cache_misses: Rows that went through the tokenizer.
+        total_tokenize_seconds: Wall time of the pass, in seconds.
+        cache_bytes_after: Bytes of token data in the cache when the pass ended.
+        cache_mode: ``on``, ``off`` (``training.cache.enabled: false``) or ``bypassed`` (``--no-
+            cache``).
+        hit_rate: ``cache_hits / total_rows`` (0 to 1); null when there were no rows.
+    """
 
     total_sections: int
     total_rows: int
@@ -84,6 +96,15 @@ class TrainStep:
     ``metrics`` holds every other number the trainer logged at that step,
     under TRL's names (``rewards/chosen``, ``rewards/margins``,
     ``grad_norm``, ...); a NaN was stored as NULL and reads as ``None``.
+
+    Attributes:
+        phase: ``sft`` or ``preference``.
+        step: The optimizer step, from 1.
+        epoch: Epoch at that step (fractional); null when not logged.
+        loss: Training loss; null when not logged (or NaN).
+        learning_rate: Learning rate at that step.
+        tokens_per_second: Training throughput over the logging interval.
+        metrics: Every other number logged at that step, under TRL's names.
     """
 
     phase: str
@@ -97,7 +118,17 @@ class TrainStep:
 
 @dataclass(frozen=True)
 class RunAdapter:
-    """An adapter version registered by a train run."""
+    """An adapter version registered by a train run.
+
+    Attributes:
+        version: The adapter version (``adapter/versions/vNNNN``).
+        phase: ``sft`` or ``preference``.
+        method: ``dpo`` or ``orpo`` for a preference adapter; null for SFT.
+        parent_version: The adapter a preference phase started from; null for SFT.
+        sha256: sha256 of ``adapter_model.safetensors``.
+        steps: Optimizer steps that produced it.
+        final_loss: Loss at the last logged step; null when none was logged.
+    """
 
     version: int
     phase: str
@@ -114,6 +145,10 @@ class TrainingInfo:
 
     ``steps`` (every phase, sft first, then by step) is filled only for
     ``--run-id``.
+
+    Attributes:
+        adapters: The adapters the run registered, oldest first.
+        steps: Every logged step, SFT first; null unless ``--run-id`` asked for it.
     """
 
     adapters: list[RunAdapter]
@@ -122,7 +157,18 @@ class TrainingInfo:
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """One run as ``dlm metrics`` shows it."""
+    """One run as ``dlm metrics`` shows it.
+
+    Attributes:
+        run_id: The run's id (``runs.id``).
+        command: ``tokenize`` or ``train``.
+        status: ``running``, ``completed`` or ``failed``.
+        started_at: When it started (ISO-8601 UTC).
+        finished_at: When it ended; null while running.
+        error: One-line reason when it failed; null otherwise.
+        tokenization: Its tokenize pass's numbers; null when it did not get that far.
+        training: What a train run produced; null for tokenize runs.
+    """
 
     run_id: int
     command: str
@@ -136,7 +182,13 @@ class RunMetrics:
 
 @dataclass(frozen=True)
 class MetricsReport:
-    """The JSON shape of ``dlm metrics --json``."""
+    """The JSON shape of ``dlm metrics --json``.
+
+    Attributes:
+        dlm_id: The document id.
+        store_path: The store folder.
+        runs: The runs asked for, newest first.
+    """
 
     dlm_id: str
     store_path: str

@@ -119,6 +119,26 @@ class TrainingPlan:
     ``target_modules`` is ``None`` when peft picks them (``auto`` with no DLM
     list for the base); the run summary reports the ones peft chose.
     ``max_steps`` ``None`` trains ``num_epochs`` full passes.
+
+    Attributes:
+        device: ``cuda`` or ``cpu``.
+        adapter: ``lora`` or ``qlora``.
+        lora_r: LoRA rank.
+        lora_alpha: LoRA alpha.
+        lora_dropout: LoRA dropout.
+        target_modules: Modules LoRA wraps; null when peft picks them.
+        precision: ``bf16``, ``fp16`` or ``fp32``.
+        micro_batch_size: Rows per device step.
+        grad_accum: Device steps per optimizer step.
+        effective_batch_size: Rows per optimizer step (``micro_batch_size * grad_accum``).
+        learning_rate: Peak learning rate.
+        num_epochs: Passes over the rows when ``max_steps`` is null.
+        max_steps: Optimizer steps to train; null to train ``num_epochs`` passes.
+        lr_scheduler: Learning-rate schedule (transformers' name).
+        warmup_ratio: Share of the steps spent warming up.
+        optimizer: Optimizer (transformers' name).
+        seed: Training seed.
+        sequence_len: Tokens per row at most.
     """
 
     device: str

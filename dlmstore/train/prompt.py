@@ -13,7 +13,16 @@ from typing import Any
 
 @dataclass(frozen=True)
 class PromptAnswer:
-    """The JSON shape of ``dlm prompt --json``."""
+    """The JSON shape of ``dlm prompt --json``.
+
+    Attributes:
+        question: The question asked.
+        answer: The adapter's greedy answer.
+        adapter_version: The adapter version used (the newest).
+        adapter_phase: Its phase: ``sft`` or ``preference``.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        base_model: The base model it was loaded on.
+    """
 
     question: str
     answer: str

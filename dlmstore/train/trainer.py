@@ -75,6 +75,17 @@ class TrainTimings:
 
     ``trainer_setup``, ``first_step``, ``train`` and ``save`` add up both
     training phases when a run has two.
+
+    Attributes:
+        startup: Parsing, resolving the base, opening the store, the lock check.
+        framework_import: Importing torch, transformers, trl, peft and datasets.
+        tokenize: Loading the tokenizer and the tokenize pass.
+        dataset: Building Arrow tables from the token arrays.
+        model_load: Loading the base (and the SFT adapter for ``--phase preference``).
+        trainer_setup: LoRA wrapping and TRL's own preparation.
+        first_step: The first optimizer step.
+        train: All steps, the first included.
+        save: Writing the adapter.
     """
 
     startup: float  # parse, resolve, store, lock (ours)
@@ -95,6 +106,17 @@ class PhaseSummary:
     ``metrics`` holds the last values TRL logged besides the loss (for the
     preference phase: ``rewards/chosen``, ``rewards/rejected``,
     ``rewards/margins``, ``rewards/accuracies``, ...).
+
+    Attributes:
+        phase: ``sft`` or ``preference``.
+        method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
+        rows: Rows (SFT) or triples (preference) trained on.
+        steps: Optimizer steps.
+        final_loss: Loss at the last logged step; null when none was logged.
+        adapter_version: The adapter version it wrote.
+        adapter_sha256: sha256 of that adapter's ``adapter_model.safetensors``.
+        parent_version: The adapter the preference phase started from; null for SFT.
+        metrics: The last values TRL logged besides the loss.
     """
 
     phase: str  # sft | preference
@@ -114,6 +136,25 @@ class TrainSummary:
 
     The top-level adapter, steps and loss are those of the run's last
     phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
+
+    Attributes:
+        run_id: The run recorded (see ``dlm metrics``).
+        dlm_id: The document id.
+        adapter_version: The last phase's adapter version (what ``dlm prompt`` uses).
+        adapter_path: Its folder.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        steps: The last phase's optimizer steps.
+        final_loss: The last phase's final loss; null when none was logged.
+        rows_trained: Rows SFT trained on (0 without an SFT phase).
+        tokens: Tokens of those rows.
+        preference_rows: Preference rows in the document.
+        phases: Each phase the run trained, in order.
+        tokenization: The run's tokenize pass.
+        lock_decision: What happened to ``dlm.lock``: ``written``, ``updated`` or ``ignored``.
+        lock_warnings: Differences from the previous lock that were allowed with a warning.
+        plan: Every training setting, resolved.
+        timings: Seconds spent in each stage of the run.
+        warnings: Other warnings (also printed on stderr).
     """
 
     run_id: int
