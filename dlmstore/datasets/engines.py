@@ -7,8 +7,10 @@ build runs on it), so ``dlm --help`` and local builds stay free of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 ENGINES = ("local", "ray")
 DEFAULT_BLOCK_DOCS = 1024
@@ -38,7 +40,28 @@ class RayEngine:
 def engine_for(
     engine: str, *, ray_address: str | None = None, workers: int | None = None
 ) -> RayEngine | None:
-    """The engine object for a ``--engine`` value (``None`` for local)."""
+    """The engine object for a ``--engine`` value (``None`` for local).
+
+    Raises:
+        DatasetError: ``ray`` without Ray installed (checked here, before
+            anything is loaded or written).
+    """
     if engine == "local":
         return None
+    from dlmstore.datasets.ray_build import import_ray
+
+    import_ray()
     return RayEngine(address=ray_address, workers=workers)
+
+
+def engine_session(engine: RayEngine | None) -> contextlib.AbstractContextManager[Any]:
+    """Ray connected for the builds inside (they reuse it); nothing for the local engine.
+
+    A build connects before it touches its output directory, so an
+    unreachable cluster leaves an existing dataset as it was.
+    """
+    if engine is None:
+        return contextlib.nullcontext()
+    from dlmstore.datasets.ray_build import ray_session
+
+    return ray_session(engine)

@@ -52,7 +52,7 @@ from dlmstore.datasets.build import (
     text_of,
 )
 from dlmstore.datasets.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.engines import RayEngine
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.formats import MIB, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
 from dlmstore.datasets.routing import DRAW_RULE_TEXT, PretrainRouter, draw_splits
@@ -170,44 +170,47 @@ def build_pretrain_cache(
             "dlmstore_version": __version__,
         },
     )
-    out = prepare_out_dir(out_dir)
-    clock = Clock(spec.name, progress)
-    stop = dict.fromkeys(SPLITS, False)
-    labelled = _labelled(texts, val_texts, shuffle_buffer, seed, stop)
-    if engine is None:
-        entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
-    else:
-        from dlmstore.datasets.ray_build import build_pretrain_on_ray
+    with engine_session(engine):  # connected before the output directory is touched
+        out = prepare_out_dir(out_dir)
+        clock = Clock(spec.name, progress)
+        stop = dict.fromkeys(SPLITS, False)
+        labelled = _labelled(texts, val_texts, shuffle_buffer, seed, stop)
+        if engine is None:
+            entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
+        else:
+            from dlmstore.datasets.ray_build import build_pretrain_on_ray
 
-        entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
-    seen = router.read
-    if not any(router.docs.values()):
-        what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
-        raise DatasetError(
-            f"no documents to build {spec.name} from: {what}",
-            hint="check the input path / source; empty texts are skipped",
+            entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
+        seen = router.read
+        if not any(router.docs.values()):
+            what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
+            raise DatasetError(
+                f"no documents to build {spec.name} from: {what}",
+                hint="check the input path / source; empty texts are skipped",
+            )
+        for split in SPLITS:
+            keep = {Path(e.path).name for e in entries if e.split == split}
+            remove_stale(out / split, "shard_*", keep)
+        clock.tick(seen, sum(router.held.values()), final=True)
+        totals = {
+            f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")
+        }
+        meta = {**spec.meta, "totals": {**totals, **router.counts()}}
+        meta["files"] = [dataclasses.asdict(e) for e in entries]
+        write_meta(out, meta)
+        remove_build_dir(out)
+        return BuildResult(
+            path=str(out.resolve()),
+            kind="pretrain",
+            name=spec.name,
+            token_dtype=dtype_name,
+            vocab_size=encoder.vocab_size,
+            tokenizer_sha256=encoder.tokenizer_sha256,
+            seed=seed,
+            splits={s: split_totals(entries, s) for s in SPLITS},
+            skipped=router.counts(),
+            seconds=clock.seconds,
         )
-    for split in SPLITS:
-        keep = {Path(e.path).name for e in entries if e.split == split}
-        remove_stale(out / split, "shard_*", keep)
-    clock.tick(seen, sum(router.held.values()), final=True)
-    totals = {f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")}
-    meta = {**spec.meta, "totals": {**totals, **router.counts()}}
-    meta["files"] = [dataclasses.asdict(e) for e in entries]
-    write_meta(out, meta)
-    remove_build_dir(out)
-    return BuildResult(
-        path=str(out.resolve()),
-        kind="pretrain",
-        name=spec.name,
-        token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size,
-        tokenizer_sha256=encoder.tokenizer_sha256,
-        seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS},
-        skipped=router.counts(),
-        seconds=clock.seconds,
-    )
 
 
 @dataclass(frozen=True)

@@ -267,9 +267,7 @@ def build_pretrain_on_ray(
 ) -> tuple[list[FileEntry], PretrainRouter]:
     """Tokenize and write a pretrain dataset with Ray tasks; returns its files and routing."""
     with ray_session(engine) as (ray, workers):
-        encode = ray.remote(_encode_pretrain_task).options(
-            num_cpus=1, max_retries=MAX_RETRIES
-        )
+        encode = ray.remote(_encode_pretrain_task).options(num_cpus=1, max_retries=MAX_RETRIES)
         write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
         holder = [ray.put(spec.encoder)]
         key = spec.encoder.tokenizer_sha256
@@ -340,9 +338,7 @@ def build_sft_on_ray(
     from dlmstore.datasets.sft import check_some
 
     with ray_session(engine) as (ray, workers):
-        encode = ray.remote(_encode_sft_task).options(
-            num_cpus=1, max_retries=MAX_RETRIES
-        )
+        encode = ray.remote(_encode_sft_task).options(num_cpus=1, max_retries=MAX_RETRIES)
         write = ray.remote(write_sft_split).options(num_cpus=1, max_retries=MAX_RETRIES)
         holder = [ray.put(encoder)]
         key = encoder.tokenizer_sha256

@@ -19,7 +19,6 @@ and a meta.json with ``"built": false``) unless given a local folder.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 from dlmstore.datasets import catalog as src
 from dlmstore.datasets.build import BuildResult, ProgressFn
 from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.engines import RayEngine
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
 from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
@@ -159,25 +158,26 @@ def build_pretrain_from(
     ``engine``: build on Ray (``None``: in this process). Registration
     happens once, here on the driver, after every file and meta.json is written.
     """
-    encoder = encoder_for_base(base)
-    if val_frac is None and (train_tokens is None or val_tokens is None):
-        val_frac = DEFAULT_PRETRAIN_VAL_FRAC
-    data_files(source)  # a missing path fails before the output directory is touched
-    with _store_held(store_dir or out_dir):
-        result = build_pretrain_cache(
-            iter_local_texts(source, text_field=text_field),
-            out_dir,
-            tokenizer=encoder,
-            val_frac=val_frac,
-            train_tokens=train_tokens,
-            val_tokens=val_tokens,
-            source={"type": "local", "path": str(Path(source).resolve())},
-            tokenizer_name=base,
-            progress=progress,
-            engine=engine,
-            **options,
-        )
-        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
+        encoder = encoder_for_base(base)
+        if val_frac is None and (train_tokens is None or val_tokens is None):
+            val_frac = DEFAULT_PRETRAIN_VAL_FRAC
+        data_files(source)  # a missing path fails before the output directory is touched
+        with _store_held(store_dir or out_dir):
+            result = build_pretrain_cache(
+                iter_local_texts(source, text_field=text_field),
+                out_dir,
+                tokenizer=encoder,
+                val_frac=val_frac,
+                train_tokens=train_tokens,
+                val_tokens=val_tokens,
+                source={"type": "local", "path": str(Path(source).resolve())},
+                tokenizer_name=base,
+                progress=progress,
+                engine=engine,
+                **options,
+            )
+            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def _store_held(directory: str | os.PathLike[str]) -> FileLock:
@@ -209,21 +209,22 @@ def build_sft_from(
     A record is ``{"messages": [...]}``, or a dolly-style
     ``{"instruction", "context", "response"}``.
     """
-    encoder = encoder_for_base(base)
-    data_files(source)
-    examples = (src.dolly_messages(r) for r in iter_local_records(source))
-    with _store_held(store_dir or out_dir):
-        result = build_sft_cache(
-            examples,
-            out_dir,
-            tokenizer=encoder,
-            tokenizer_name=base,
-            source={"type": "local", "path": str(Path(source).resolve())},
-            progress=progress,
-            engine=engine,
-            **options,
-        )
-        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
+        encoder = encoder_for_base(base)
+        data_files(source)
+        examples = (src.dolly_messages(r) for r in iter_local_records(source))
+        with _store_held(store_dir or out_dir):
+            result = build_sft_cache(
+                examples,
+                out_dir,
+                tokenizer=encoder,
+                tokenizer_name=base,
+                source={"type": "local", "path": str(Path(source).resolve())},
+                progress=progress,
+                engine=engine,
+                **options,
+            )
+            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def build_all(
@@ -292,15 +293,6 @@ def build_all(
             )
         db_path = str(store.db_path)
     return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
-
-
-def engine_session(engine: RayEngine | None) -> contextlib.AbstractContextManager[Any]:
-    """One Ray connection for several builds (each build reuses it); nothing for the local engine."""
-    if engine is None:
-        return contextlib.nullcontext()
-    from dlmstore.datasets.ray_build import ray_session
-
-    return ray_session(engine)
 
 
 def _fineweb(

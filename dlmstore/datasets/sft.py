@@ -42,7 +42,7 @@ from dlmstore.datasets.build import (
 )
 from dlmstore.datasets.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
 from dlmstore.datasets.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.engines import RayEngine
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.formats import (
     OFFSET_DTYPE,
     SPLITS,
@@ -111,93 +111,95 @@ def build_sft_cache(
     check_dtype_fits(dtype_name, encoder.vocab_size, where=f"token dtype for {Path(out_dir)}")
     dtype = TOKEN_DTYPES[dtype_name]
     name = name or Path(out_dir).name
-    out = prepare_out_dir(out_dir)
-    names = {s: sft_names(s) for s in SPLITS}
-    filled = dict.fromkeys(SPLITS, 0)
-    counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
-    clock = Clock(name, progress)
-    seen = 0
-    if engine is not None:
-        from dlmstore.datasets.ray_build import build_sft_on_ray
+    with engine_session(engine):  # connected before the output directory is touched
+        out = prepare_out_dir(out_dir)
+        names = {s: sft_names(s) for s in SPLITS}
+        filled = dict.fromkeys(SPLITS, 0)
+        counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
+        clock = Clock(name, progress)
+        seen = 0
+        if engine is not None:
+            from dlmstore.datasets.ray_build import build_sft_on_ray
 
-        entries, counts, offset_counts, filled, seen = build_sft_on_ray(
-            examples, out, chat, encoder, dtype_name, val_frac, seed, clock, engine, name
-        )
-    else:
-        files = {
-            s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")} for s in SPLITS
+            entries, counts, offset_counts, filled, seen = build_sft_on_ray(
+                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, engine, name
+            )
+        else:
+            files = {
+                s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")}
+                for s in SPLITS
+            }
+            offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
+            try:
+                for batch in batched(examples, batch_examples):
+                    to_val = draw_splits(seed, seen, len(batch), val_frac)
+                    for index, encoded in enumerate(encode_examples(chat, encoder, batch, seen)):
+                        if isinstance(encoded, str):
+                            counts[encoded] += 1
+                            continue
+                        ids, mask = encoded
+                        split = "val" if to_val[index] else "train"
+                        offsets[split].append(filled[split])
+                        filled[split] += len(ids)
+                        files[split]["tokens"].write(ids.astype(dtype))
+                        files[split]["loss_mask"].write(mask)
+                    seen += len(batch)
+                    clock.tick(seen, sum(filled.values()))
+                check_some(sum(map(len, offsets.values())), name, seen)
+                entries = [e for s in SPLITS for e in commit_split(out, s, files[s], offsets[s], filled[s])]
+            except BaseException:
+                for pair in files.values():
+                    for handle in pair.values():
+                        handle.abort()
+                raise
+            offset_counts = {s: len(offsets[s]) for s in SPLITS}
+        clock.tick(seen, sum(filled.values()), final=True)
+        totals = {
+            "train_examples": offset_counts["train"],
+            "val_examples": offset_counts["val"],
+            "train_tokens": filled["train"],
+            "val_tokens": filled["val"],
+            **counts,
         }
-        offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
-        try:
-            for batch in batched(examples, batch_examples):
-                to_val = draw_splits(seed, seen, len(batch), val_frac)
-                for index, encoded in enumerate(encode_examples(chat, encoder, batch, seen)):
-                    if isinstance(encoded, str):
-                        counts[encoded] += 1
-                        continue
-                    ids, mask = encoded
-                    split = "val" if to_val[index] else "train"
-                    offsets[split].append(filled[split])
-                    filled[split] += len(ids)
-                    files[split]["tokens"].write(ids.astype(dtype))
-                    files[split]["loss_mask"].write(mask)
-                seen += len(batch)
-                clock.tick(seen, sum(filled.values()))
-            check_some(sum(map(len, offsets.values())), name, seen)
-            entries = [e for s in SPLITS for e in commit_split(out, s, files[s], offsets[s], filled[s])]
-        except BaseException:
-            for pair in files.values():
-                for handle in pair.values():
-                    handle.abort()
-            raise
-        offset_counts = {s: len(offsets[s]) for s in SPLITS}
-    clock.tick(seen, sum(filled.values()), final=True)
-    totals = {
-        "train_examples": offset_counts["train"],
-        "val_examples": offset_counts["val"],
-        "train_tokens": filled["train"],
-        "val_tokens": filled["val"],
-        **counts,
-    }
-    meta = {
-        "format": FORMAT,
-        "kind": "sft",
-        "built": True,
-        "dataset_name": name,
-        "dataset_config": config,
-        "source": source or {},
-        "streaming": streaming,
-        "seed": seed,
-        "val_frac": val_frac,
-        "split_rule": f"per example: val when its draw (draw_rule) is below {val_frac:.6g}, else train",
-        "draw_rule": DRAW_RULE_TEXT,
-        "token_dtype": dtype_name,
-        "byte_order": "little",
-        "tokenizer_name": tokenizer_name or encoder.name,
-        "tokenizer_sha256": encoder.tokenizer_sha256,
-        "vocab_size": encoder.vocab_size,
-        "chat_format": dataclasses.asdict(fmt),
-        "special_token_ids": {**encoder.special_token_ids(), **chat.special_token_ids()},
-        "eot_id": chat.eot_id,
-        "loss_mask": "uint8 per token: 1 on the content and closing EOT of assistant turns",
-        "totals": totals,
-        "files": [dataclasses.asdict(e) for e in entries],
-        "dlmstore_version": __version__,
-    }
-    write_meta(out, meta)
-    remove_build_dir(out)
-    return BuildResult(
-        path=str(out.resolve()),
-        kind="sft",
-        name=name,
-        token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size,
-        tokenizer_sha256=encoder.tokenizer_sha256,
-        seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS},
-        skipped=counts,
-        seconds=clock.seconds,
-    )
+        meta = {
+            "format": FORMAT,
+            "kind": "sft",
+            "built": True,
+            "dataset_name": name,
+            "dataset_config": config,
+            "source": source or {},
+            "streaming": streaming,
+            "seed": seed,
+            "val_frac": val_frac,
+            "split_rule": f"per example: val when its draw (draw_rule) is below {val_frac:.6g}, else train",
+            "draw_rule": DRAW_RULE_TEXT,
+            "token_dtype": dtype_name,
+            "byte_order": "little",
+            "tokenizer_name": tokenizer_name or encoder.name,
+            "tokenizer_sha256": encoder.tokenizer_sha256,
+            "vocab_size": encoder.vocab_size,
+            "chat_format": dataclasses.asdict(fmt),
+            "special_token_ids": {**encoder.special_token_ids(), **chat.special_token_ids()},
+            "eot_id": chat.eot_id,
+            "loss_mask": "uint8 per token: 1 on the content and closing EOT of assistant turns",
+            "totals": totals,
+            "files": [dataclasses.asdict(e) for e in entries],
+            "dlmstore_version": __version__,
+        }
+        write_meta(out, meta)
+        remove_build_dir(out)
+        return BuildResult(
+            path=str(out.resolve()),
+            kind="sft",
+            name=name,
+            token_dtype=dtype_name,
+            vocab_size=encoder.vocab_size,
+            tokenizer_sha256=encoder.tokenizer_sha256,
+            seed=seed,
+            splits={s: split_totals(entries, s) for s in SPLITS},
+            skipped=counts,
+            seconds=clock.seconds,
+        )
 
 
 def encode_examples(
