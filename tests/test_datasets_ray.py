@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow  # a Ray build starts worker processes: seconds ea
 
 TEXTS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 9) for i in range(150)]
 TEXTS[17] = TEXTS[40] = ""  # empty documents take a position (and a draw) too
+TEXTS[3] = "Document 3: quoting <|im_end|> is text, not a special token"
 CHATS: list[Any] = [
     [{"role": "user", "content": f"What is {i} + {i}?"}, {"role": "assistant", "content": f"{2 * i}."}]
     for i in range(40)
@@ -56,7 +57,9 @@ class ScriptedEncoder(TextEncoder):
     ``fail_while``: encoding POISON raises while that file exists.
     """
 
-    def __init__(self, tokenizer: Any, log: Path, kill_once: Path | None = None, fail_while: Path | None = None):
+    def __init__(
+        self, tokenizer: Any, log: Path, kill_once: Path | None = None, fail_while: Path | None = None
+    ):
         super().__init__(tokenizer)
         self.log, self.kill_once, self.fail_while = log, kill_once, fail_while
 
@@ -77,7 +80,9 @@ def scripted(tokenizer: Any, tmp_path: Path, **kwargs: Any) -> ScriptedEncoder:
     return ScriptedEncoder(tokenizer, tmp_path / "encoded.log", **kwargs)
 
 
-def pretrain(out: Path, enc: Any, engine: RayEngine | None, texts: list[str] = TEXTS, **kwargs: Any) -> dict[str, str]:
+def pretrain(
+    out: Path, enc: Any, engine: RayEngine | None, texts: list[str] = TEXTS, **kwargs: Any
+) -> dict[str, str]:
     options: dict[str, Any] = {"val_frac": 0.2, "train_tokens": 900, "val_tokens": 200, "shard_bytes": 256}
     options.update(kwargs)
     build_pretrain_cache(iter(texts), out, tokenizer=enc, seed=5, name="corpus", engine=engine, **options)
@@ -162,7 +167,9 @@ def test_the_cli_builds_on_ray_and_registers_once_every_file_is_written(tmp_path
 
     def build(source: Path, out: str, *engine: str) -> Any:
         args = ["--from", str(source), "--out", str(tmp_path / out / "corpus"), "--store", str(store)]
-        return runner.invoke(cli, ["data", "build", "pretrain", *args, "--shard-bytes", "256", "--json", *engine])
+        return runner.invoke(
+            cli, ["data", "build", "pretrain", *args, "--shard-bytes", "256", "--json", *engine]
+        )
 
     local = build(good, "local")
     assert local.exit_code == 0, local.output

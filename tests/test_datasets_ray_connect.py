@@ -53,7 +53,10 @@ def test_a_ray_address_nobody_listens_on_is_one_error_and_nothing_is_written(
         args, out = build(tmp_path, "--engine", "ray", "--ray-address", address)
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == f"error: cannot reach the Ray cluster at {address}: Connection refused"
+    assert (
+        result.output.splitlines()[0]
+        == f"error: cannot reach the Ray cluster at {address}: Connection refused"
+    )
     assert result.output.splitlines()[1].startswith("hint: check --ray-address / RAY_ADDRESS")
     assert not (out / "meta.json").exists() and not (out / "train").exists()
 
