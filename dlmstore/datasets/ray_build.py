@@ -214,8 +214,14 @@ def _in_order(
             pending.popleft()
             yield info, _get(ray, ref)
     finally:
-        for _, ref in pending:
+        # Tasks no longer wanted (a budget was met, or the build failed) are
+        # cancelled and waited for, so none is still writing a spill file when
+        # the build directory is removed.
+        refs = [ref for _, ref in pending]
+        for ref in refs:
             ray.cancel(ref)
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=300)
 
 
 def _get(ray: Any, ref: Any) -> Any:
