@@ -19,7 +19,12 @@ from .render import emit_json, human_bytes
 
 
 class Progress:
-    """A one-line progress report on stderr: documents, tokens, tokens per second."""
+    """A one-line progress report on stderr: documents and tokens, each per second.
+
+    The builders report through a callback (:class:`dlmstore.datasets.build.BuildProgress`,
+    counted across every Ray worker for ``--engine ray``); this class is the
+    only place that renders it, to be replaced by the shared progress facility.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -28,9 +33,10 @@ class Progress:
     def __call__(self, progress: Any) -> None:
         if not self.enabled:
             return
-        rate = progress.tokens / progress.seconds if progress.seconds > 0 else 0.0
+        seconds = progress.seconds if progress.seconds > 0 else float("inf")
         click.echo(
-            f"\r{progress.name}: {progress.docs:,} docs, {progress.tokens:,} tokens, {rate:,.0f} tok/s ",
+            f"\r{progress.name}: {progress.docs:,} docs ({progress.docs / seconds:,.0f}/s), "
+            f"{progress.tokens:,} tokens ({progress.tokens / seconds:,.0f}/s) ",
             nl=False,
             err=True,
         )

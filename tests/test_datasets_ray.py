@@ -94,10 +94,15 @@ def test_a_ray_build_is_byte_identical_to_the_local_build_with_one_or_two_worker
 ) -> None:
     local = pretrain(tmp_path / "local", encoder, None, batch_docs=16)
     one = pretrain(tmp_path / "one", encoder, RayEngine(workers=1, block_docs=7))
-    two = pretrain(tmp_path / "two", encoder, RayEngine(workers=2, block_docs=5))
+    seen: list[Any] = []
+    two = pretrain(tmp_path / "two", encoder, RayEngine(workers=2, block_docs=5), progress=seen.append)
     assert one == local and two == local
     meta = json.loads((tmp_path / "two" / "meta.json").read_text())
-    assert meta["totals"]["over_budget_docs"] > 0 and meta["totals"]["skipped_empty_docs"] == 2
+    totals = meta["totals"]
+    assert totals["over_budget_docs"] > 0 and totals["skipped_empty_docs"] == 2
+    read = sum(totals[k] for k in ("train_docs", "val_docs", "over_budget_docs", "skipped_empty_docs"))
+    assert (seen[-1].docs, seen[-1].tokens) == (read, totals["train_tokens"] + totals["val_tokens"])
+    assert [p.docs for p in seen] == sorted(p.docs for p in seen)  # counted across workers as blocks finish
     assert meta["draw_rule"].startswith("dlm-draw/1:") and not (tmp_path / "two" / ".build").exists()
 
 
@@ -122,6 +127,53 @@ def test_an_sft_build_on_ray_is_byte_identical_to_the_local_build(tmp_path: Path
         return file_hashes(tmp_path / name)
 
     assert build("ray", RayEngine(workers=2, block_docs=6)) == build("local", None)
+
+
+def test_a_malformed_example_fails_on_ray_with_the_local_engines_message(
+    tmp_path: Path, encoder: Any
+) -> None:
+    examples = [*CHATS[:20], [{"role": "wizard", "content": "abracadabra"}], *CHATS[20:]]
+    messages = []
+    for name, engine in (("local", None), ("ray", RayEngine(block_docs=6))):
+        with pytest.raises(DatasetError) as info:
+            build_sft_cache(iter(examples), tmp_path / name, tokenizer=encoder, engine=engine)
+        messages.append(info.value.message)
+    assert messages[0] == messages[1] and messages[0].startswith("example 20")
+
+
+def test_build_all_on_ray_builds_the_same_sources_as_locally(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(6):
+        (notes / f"note{i}.md").write_text(f"# Note {i}\n\n" + "Something worth remembering. " * (i + 1))
+    dolly = tmp_path / "dolly.jsonl"
+    dolly.write_text(
+        "".join(
+            json.dumps({"instruction": f"Count to {i}.", "context": "", "response": f"{i}."}) + "\n"
+            for i in range(15)
+        )
+    )
+    runner = CliRunner()
+    hashes = []
+    for name, engine in (("local", []), ("ray", ["--engine", "ray"])):
+        args = [
+            "--local",
+            f"roam={notes}",
+            "--local",
+            f"dolly-15k={dolly}",
+            "--only",
+            "roam",
+            "--only",
+            "dolly-15k",
+        ]
+        result = runner.invoke(
+            cli, ["data", "build-all", "--cache-dir", str(tmp_path / name), *args, *engine]
+        )
+        assert result.exit_code == 0, result.output
+        hashes.append(
+            {k: v for k, v in file_hashes(tmp_path / name).items() if k.startswith(("pretrain/", "sft/"))}
+        )
+    assert hashes[0] == hashes[1] and "sft/dolly15k/train_tokens.bin" in hashes[0]
 
 
 def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(
