@@ -68,6 +68,7 @@ bench: install
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_prefix.py
 	$(PY) bench/bench_datasets.py
+	$(PY) bench/bench_ray_build.py
 	$(PY) bench/bench_tests.py
 
 clean:

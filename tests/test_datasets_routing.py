@@ -47,7 +47,7 @@ def reference(docs: list[tuple[int, str, bool]], budgets: dict[str, int | None])
 budget = st.one_of(st.none(), st.integers(0, 120))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 12), max_size=60),
     vals=st.lists(st.booleans(), min_size=60, max_size=60),

@@ -48,7 +48,11 @@ def block_key(header: dict[str, Any], items: list[Any]) -> str:
     """The spill file name of a block: a hash of its settings and its documents."""
     digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
     for item in items:
-        data = item.encode("utf-8") if isinstance(item, str) else json.dumps(item, sort_keys=True).encode()
+        data = (
+            item.encode("utf-8")
+            if isinstance(item, str)
+            else json.dumps(item, sort_keys=True, default=repr).encode()
+        )
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()[:32]
