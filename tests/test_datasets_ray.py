@@ -242,10 +242,3 @@ def test_the_cli_builds_on_ray_and_registers_once_every_file_is_written(tmp_path
         result.pop("path"), result.pop("seconds")
     assert shown[0] == shown[1]
     assert file_hashes(tmp_path / "ray") == file_hashes(tmp_path / "local")
-
-
-def test_local_options_reject_ray_flags(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        cli, ["data", "build", "sft", "--from", str(tmp_path), "--out", str(tmp_path / "o"), "--workers", "2"]
-    )
-    assert result.exit_code == 2 and "--ray-address and --workers need --engine ray" in result.output

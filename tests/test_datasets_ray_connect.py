@@ -86,3 +86,10 @@ def test_a_local_build_never_imports_ray(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip().splitlines()[-1] == "False" and (out / "meta.json").exists()
+
+
+def test_the_local_engine_rejects_ray_flags(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["data", "build", "sft", "--from", str(tmp_path), "--out", str(tmp_path / "o"), "--workers", "2"]
+    )
+    assert result.exit_code == 2 and "--ray-address and --workers need --engine ray" in result.output
