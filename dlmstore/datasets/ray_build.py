@@ -29,6 +29,7 @@ import math
 import os
 import socket
 import threading
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -314,9 +315,10 @@ def build_pretrain_on_ray(
         tasks = []
         for split in SPLITS:
             total, size = router.held[split], spec.shard_tokens
+            starts = [share.offset for share in shares[split]]  # increasing: shares are in block order
             for index in range(math.ceil(total / size)):
                 lo, hi = index * size, min(total, (index + 1) * size)
-                covering = [s for s in shares[split] if s.offset < hi and s.offset + s.tokens > lo]
+                covering = shares[split][max(0, bisect_right(starts, lo) - 1) : bisect_left(starts, hi)]
                 tasks.append(write.remote(out, split, index, lo, hi, covering, spec.eos_id))
         return _write_all(ray, tasks), router
 
