@@ -251,48 +251,55 @@ def build_all(
         if name not in src.SOURCES:
             raise DatasetError(f"unknown source {name!r}", hint=f"sources: {', '.join(src.SOURCES)}")
     root = Path(cache_dir).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    encoder = encoder_for_base(base)
-    _save_tokenizer(root / "tokenizer", encoder)
-    recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
-        "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress, engine),
-        "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress, engine),
-        "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress, engine),
-        "gutenberg": lambda out, path: _local_folder(
-            "gutenberg", out, path, encoder, seed, options, progress, engine
-        ),
-        "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress, engine),
-        "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress, engine),
-    }
-    outcomes = []
-    with engine_session(engine), open_store_at(root) as store:
-        for name, spec in src.SOURCES.items():
-            out = root / spec.directory
-            if only and name not in only:
-                outcomes.append(SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)"))
-                continue
-            if name in ("roam", "gutenberg") and name not in local:
-                outcomes.append(_absent_local(name, out, encoder, seed))
-                continue
-            try:
-                result = recipes[name](out, local.get(name))
-                register_dataset(store, out)
-            except DatasetError as exc:
-                outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
-                continue
-            outcomes.append(
-                SourceOutcome(
-                    name,
-                    spec.kind,
-                    "built",
-                    result.path,
-                    tokens={s: t.tokens for s, t in result.splits.items()},
-                    docs={s: t.docs for s, t in result.splits.items()},
-                    seconds=round(result.seconds, 3),
+    with engine_session(engine):  # one Ray for every source, reached before anything is written
+        root.mkdir(parents=True, exist_ok=True)
+        encoder = encoder_for_base(base)
+        _save_tokenizer(root / "tokenizer", encoder)
+        recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
+            "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress, engine),
+            "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress, engine),
+            "roam": lambda out, path: _local_folder(
+                "roam", out, path, encoder, seed, options, progress, engine
+            ),
+            "gutenberg": lambda out, path: _local_folder(
+                "gutenberg", out, path, encoder, seed, options, progress, engine
+            ),
+            "dolly-15k": lambda out, path: _sft(
+                "dolly-15k", out, path, encoder, seed, options, progress, engine
+            ),
+            "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress, engine),
+        }
+        outcomes = []
+        with open_store_at(root) as store:
+            for name, spec in src.SOURCES.items():
+                out = root / spec.directory
+                if only and name not in only:
+                    outcomes.append(
+                        SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)")
+                    )
+                    continue
+                if name in ("roam", "gutenberg") and name not in local:
+                    outcomes.append(_absent_local(name, out, encoder, seed))
+                    continue
+                try:
+                    result = recipes[name](out, local.get(name))
+                    register_dataset(store, out)
+                except DatasetError as exc:
+                    outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
+                    continue
+                outcomes.append(
+                    SourceOutcome(
+                        name,
+                        spec.kind,
+                        "built",
+                        result.path,
+                        tokens={s: t.tokens for s, t in result.splits.items()},
+                        docs={s: t.docs for s, t in result.splits.items()},
+                        seconds=round(result.seconds, 3),
+                    )
                 )
-            )
-        db_path = str(store.db_path)
-    return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
+            db_path = str(store.db_path)
+        return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
 
 
 def _fineweb(
