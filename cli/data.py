@@ -19,7 +19,12 @@ from .render import emit_json, human_bytes, json_option
 
 
 class Progress:
-    """A one-line progress report on stderr: documents, tokens, tokens per second."""
+    """A one-line progress report on stderr: documents and tokens, each per second.
+
+    The builders report through a callback (:class:`dlmstore.datasets.build.BuildProgress`,
+    counted across every Ray worker for ``--engine ray``); this class is the
+    only place that renders it, to be replaced by the shared progress facility.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -28,9 +33,10 @@ class Progress:
     def __call__(self, progress: Any) -> None:
         if not self.enabled:
             return
-        rate = progress.tokens / progress.seconds if progress.seconds > 0 else 0.0
+        seconds = progress.seconds if progress.seconds > 0 else float("inf")
         click.echo(
-            f"\r{progress.name}: {progress.docs:,} docs, {progress.tokens:,} tokens, {rate:,.0f} tok/s ",
+            f"\r{progress.name}: {progress.docs:,} docs ({progress.docs / seconds:,.0f}/s), "
+            f"{progress.tokens:,} tokens ({progress.tokens / seconds:,.0f}/s) ",
             nl=False,
             err=True,
         )
@@ -44,6 +50,40 @@ class Progress:
 
 def _progress(as_json: bool) -> Progress:
     return Progress(enabled=not as_json and sys.stderr.isatty())
+
+
+_engine_options = [
+    click.option(
+        "--engine",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="Tokenize in this process, or on Ray (same output bytes).",
+    ),
+    click.option(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster (host:port); default: $RAY_ADDRESS, else a local Ray for this command.",
+    ),
+    click.option(
+        "--workers", type=click.IntRange(min=1), default=None, help="Ray tasks at once (default: its CPUs)."
+    ),
+]
+
+
+def _with_engine(command: Any) -> Any:
+    for option in reversed(_engine_options):
+        command = option(command)
+    return command
+
+
+def _engine(engine: str, ray_address: str | None, workers: int | None) -> Any:
+    from dlmstore.datasets.engines import engine_for
+
+    if engine == "local" and (ray_address or workers):
+        raise click.UsageError("--ray-address and --workers need --engine ray")
+    return engine_for(engine, ray_address=ray_address, workers=workers)
 
 
 @click.group("data")
@@ -89,6 +129,7 @@ def data_group() -> None:
 @click.option("--roam-val-frac", default=0.10, show_default=True, help="Share of roam files in val.")
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
+@_with_engine
 @json_option("dlmstore.datasets.recipes:BuildAllResult")
 def build_all_command(
     cache_dir: str,
@@ -97,6 +138,9 @@ def build_all_command(
     local: tuple[str, ...],
     only: tuple[str, ...],
     as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
     **flags: Any,
 ) -> None:
     """Build every source of the spec into CACHE_DIR and register it there.
@@ -133,6 +177,7 @@ def build_all_command(
         local=pairs,
         only=list(only) or None,
         progress=progress,
+        engine=_engine(engine, ray_address, workers),
     )
     progress.done()
     if as_json:
@@ -188,7 +233,7 @@ _common = [
 def _with_common(command: Any) -> Any:
     for option in reversed(_common):
         command = option(command)
-    return command
+    return _with_engine(command)
 
 
 @build_group.command("pretrain")
@@ -209,12 +254,26 @@ def _with_common(command: Any) -> Any:
     "--text-field", default="text", show_default=True, help="Field of JSONL/Parquet records holding the text."
 )
 @click.option("--eos-token", default=None, help="End-of-document token (default: the tokenizer's EOS).")
-def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any) -> None:
-    """Tokenize local documents into train/val shards with document indexes."""
+def build_pretrain_command(
+    source: str,
+    out: str,
+    as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
+    **options: Any,
+) -> None:
+    """Tokenize local documents into train/val shards with document indexes.
+
+    With --engine ray the documents are tokenized by Ray workers (a local
+    Ray, or the cluster at --ray-address) into the same bytes; an
+    interrupted build resumes where it stopped when run again.
+    """
     from dlmstore.datasets.recipes import build_pretrain_from
 
+    how = _engine(engine, ray_address, workers)
     progress = _progress(as_json)
-    done = build_pretrain_from(source, out, progress=progress, **options)
+    done = build_pretrain_from(source, out, progress=progress, engine=how, **options)
     progress.done()
     _render_build(done, as_json)
 
@@ -223,7 +282,15 @@ def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any)
 @_with_common
 @click.option("--val-frac", type=float, default=0.10, show_default=True, help="Share of examples in val.")
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
-def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> None:
+def build_sft_command(
+    source: str,
+    out: str,
+    as_json: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
+    **options: Any,
+) -> None:
     """Tokenize local conversations (JSONL/Parquet) with an assistant-only loss mask.
 
     Each record is {"messages": [{"role", "content"}, ...]} or a
@@ -231,8 +298,9 @@ def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> N
     """
     from dlmstore.datasets.recipes import build_sft_from
 
+    how = _engine(engine, ray_address, workers)
     progress = _progress(as_json)
-    done = build_sft_from(source, out, progress=progress, **options)
+    done = build_sft_from(source, out, progress=progress, engine=how, **options)
     progress.done()
     _render_build(done, as_json)
 

@@ -290,7 +290,7 @@ def test_data_help_imports_neither_torch_nor_numpy() -> None:
     code = (
         "import sys; from dlmstore.cli.main import cli\n"
         "try:\n    cli(['data', 'build-all', '--help'])\nexcept SystemExit:\n    pass\n"
-        "print([m for m in ('torch', 'numpy', 'transformers', 'datasets') if m in sys.modules], file=sys.stderr)"
+        "print([m for m in ('torch', 'numpy', 'transformers', 'datasets', 'ray') if m in sys.modules], file=sys.stderr)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip() == "[]"

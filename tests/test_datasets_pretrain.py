@@ -200,6 +200,16 @@ def test_text_spelling_a_special_token_is_tokenized_as_text(tmp_path: Path, enco
     assert tokens.count(2) == 1 and tokens[-1] == 2  # only the end-of-document EOS
 
 
+def test_a_pickled_encoder_as_a_ray_worker_receives_it_still_reads_special_tokens_as_text(
+    encoder: Any,
+) -> None:
+    import pickle
+
+    text = ["quoting <|im_end|> and <|endoftext|> here"]
+    copy = pickle.loads(pickle.dumps(encoder))
+    assert copy.encode_texts(text) == encoder.encode_texts(text) and 2 not in copy.encode_texts(text)[0]
+
+
 def test_a_rebuild_with_fewer_shards_removes_the_old_ones(tmp_path: Path) -> None:
     texts = [words(*range(1, 200))]
     kwargs: dict[str, Any] = {"tokenizer": WordTokenizer(), "tokenizer_sha256": WORD_SHA, "val_frac": 0.0}

@@ -7,6 +7,9 @@ and the readers serve them to training without loading them into memory
 (:mod:`.mmap_dataset`, :mod:`.pretrain_dataset`, :mod:`.sft_dataset`, with
 :mod:`.sampler`, :mod:`.loader` and :mod:`.mixture`). ``dlm data``
 (:mod:`dlmstore.cli.data`) is the command line over the same functions.
+Builders run in this process or, with ``engine=RayEngine(...)``
+(:mod:`.engines`), on Ray (:mod:`.ray_build`, :mod:`.blocks`); the split
+and budget rules both follow are in :mod:`.routing`.
 
 Importing this package is cheap: the names below are loaded from their
 modules on first use, so ``import dlmstore.datasets`` does not import

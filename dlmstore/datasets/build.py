@@ -1,15 +1,16 @@
 """What the builders share: results, progress, seeded draws, the output directory.
 
 Randomness goes through a seeded ``torch.Generator`` only (the spec forbids
-``random`` and numpy's RNG), drawn in fixed chunks of
-:data:`DRAW_CHUNK` values so the sequence a document sees depends on the
-seed and its position in the input, not on how the builder batches its
-tokenizer calls.
+``random`` and numpy's RNG). The train/val draw is per position
+(:mod:`.routing`); :class:`UniformDraws`, one seeded stream drawn in fixed
+chunks of :data:`DRAW_CHUNK` values, drives the shuffle buffer, which
+reads the input in order on one process whatever the engine.
 
 A build first deletes the directory's ``meta.json`` (so a half-rebuilt
 directory never passes for a complete one), writes every file atomically,
-deletes files of an earlier build that this one did not write, and writes
-``meta.json`` last.
+deletes files of an earlier build that this one did not write, writes
+``meta.json`` last, then deletes the working files of a parallel build
+(``.build/``, see :mod:`.blocks`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dlmstore.datasets.meta import META_NAME, FileEntry
 from dlmstore.errors import DatasetError
 
 DRAW_CHUNK = 4096
+#: A parallel build's working files, inside the output directory.
+BUILD_DIR = ".build"
 T = TypeVar("T")
 
 
@@ -149,6 +152,13 @@ def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
             hint="choose a writable --out / --cache-dir",
         ) from None
     return path
+
+
+def remove_build_dir(out: Path) -> None:
+    """Delete a parallel build's working files (``<out>/.build``), once meta.json is written."""
+    import shutil
+
+    shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
 
 
 def split_totals(entries: list[FileEntry], split: str) -> SplitTotals:

@@ -46,7 +46,10 @@ class TextEncoder:
         self._sha256 = tokenizer_sha256
         self.vocab_size = int(len(tokenizer))
         self.name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
-        backend = getattr(tokenizer, "_tokenizer", None)
+        self._clone_backend()
+
+    def _clone_backend(self) -> None:
+        backend = getattr(self.tokenizer, "_tokenizer", None)
         self._data_backend: Any = None
         self._content_batch: Any = None
         if backend is not None and hasattr(backend, "encode_batch") and hasattr(backend, "to_str"):
@@ -56,6 +59,19 @@ class TextEncoder:
             clone.encode_special_tokens = True
             self._data_backend = clone
             self._batch = getattr(clone, "encode_batch_fast", clone.encode_batch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled ``tokenizers.Tokenizer`` comes back without ``encode_special_tokens``
+        # (it is not part of its JSON): the copy a Ray worker unpickled would parse
+        # "<|im_end|>" in a document as the special token. Clone again on arrival instead.
+        state = dict(self.__dict__)
+        for key in ("_data_backend", "_content_batch", "_batch"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._clone_backend()
 
     @property
     def tokenizer_sha256(self) -> str:

@@ -14,14 +14,17 @@ Layout of ``out_dir``::
     val/...
 
 Each document is its tokens followed by ``eos_token_id``. Split rule: a
-document goes whole to ``val`` when its seeded draw is below ``val_frac``
+document goes whole to ``val`` when its draw is below ``val_frac``
 (default ``val_tokens / (train_tokens + val_tokens)``), else to ``train``,
 so no document is ever split between the two. A split stops taking
 documents once it holds its token budget (checked at document
 boundaries, so the last document may overshoot); documents drawn for a
 full split are skipped and counted, and reading stops once every budget
 is met. Sources that come with their own splits (wikitext) pass
-``val_texts`` instead and skip the draw.
+``val_texts`` instead and skip the draw. The draw and the budgets are
+pure functions of a document's position and the seed
+(:mod:`.routing`), so ``engine=RayEngine(...)`` (:mod:`.ray_build`)
+writes the same bytes from any number of workers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -40,16 +44,18 @@ from dlmstore.datasets.build import (
     BuildResult,
     Clock,
     ProgressFn,
-    UniformDraws,
     batched,
     buffer_shuffle,
     prepare_out_dir,
+    remove_build_dir,
     split_totals,
     text_of,
 )
-from dlmstore.datasets.encoding import as_encoder
+from dlmstore.datasets.encoding import TextEncoder, as_encoder
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.formats import MIB, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype
-from dlmstore.datasets.meta import FORMAT, write_meta
+from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
+from dlmstore.datasets.routing import DRAW_RULE_TEXT, PretrainRouter, draw_splits
 from dlmstore.datasets.writers import BackgroundCommits, ShardedSplitWriter, remove_stale
 from dlmstore.errors import DatasetError
 
@@ -79,6 +85,7 @@ def build_pretrain_cache(
     tokenizer_sha256: str | None = None,
     batch_docs: int = DEFAULT_BATCH_DOCS,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
 ) -> BuildResult:
     """Tokenize ``texts`` into train/val shards under ``out_dir``; returns what was written.
 
@@ -99,6 +106,10 @@ def build_pretrain_cache(
         name, config, streaming, source: recorded in meta.json.
         tokenizer_name, tokenizer_sha256: recorded identity (the sha256
             is computed from the tokenizer when not given).
+        batch_docs: documents per tokenizer call (local engine).
+        progress: called with documents and tokens read so far.
+        engine: build on Ray (:class:`~.engines.RayEngine`); ``None``: in
+            this process. The output is byte-identical either way.
 
     Raises:
         DatasetError: empty input, a non-text document, a dtype that
@@ -116,44 +127,144 @@ def build_pretrain_cache(
     if val_texts is None:
         val_frac = _val_frac(val_frac, train_tokens, val_tokens)
         split_rule = (
-            f"per document: val when a seeded torch draw is below {val_frac:.6g}, else train; "
+            f"per document: val when its draw (draw_rule) is below {val_frac:.6g}, else train; "
             "documents are never split between train and val; a full split skips its documents"
         )
     else:
         split_rule = "the source's own train and validation splits"
-    name = name or Path(out_dir).name
-    out = prepare_out_dir(out_dir)
-    budgets = {"train": train_tokens, "val": val_tokens}
+    spec = PretrainSpec(
+        name=name or Path(out_dir).name,
+        encoder=encoder,
+        dtype_name=dtype_name,
+        eos_id=eos_id,
+        shard_tokens=shard_tokens,
+        val_frac=val_frac if val_frac is not None else 0.0,
+        budgets={"train": train_tokens, "val": val_tokens},
+        seed=seed,
+        meta={
+            "format": FORMAT,
+            "kind": "pretrain",
+            "built": True,
+            "dataset_name": name or Path(out_dir).name,
+            "dataset_config": config,
+            "source": source or {},
+            "streaming": streaming,
+            "split_rule": split_rule,
+            "draw_rule": DRAW_RULE_TEXT,
+            "seed": seed,
+            "shuffle_buffer": shuffle_buffer,
+            "val_frac": val_frac,
+            "token_dtype": dtype_name,
+            "byte_order": "little",
+            "tokenizer_name": tokenizer_name or encoder.name,
+            "tokenizer_sha256": encoder.tokenizer_sha256,
+            "vocab_size": encoder.vocab_size,
+            "special_token_ids": {**encoder.special_token_ids(), "eos": eos_id},
+            "eos_token": eos_text,
+            "eos_token_id": eos_id,
+            "doc_boundaries": "every document is followed by eos_token_id; "
+            "shard_NNNNN.docs.npy lists (int64) the positions in the shard where a document starts",
+            "shard_bytes": shard_bytes,
+            "shard_tokens": shard_tokens,
+            "budgets": {"train_tokens": train_tokens, "val_tokens": val_tokens},
+            "dlmstore_version": __version__,
+        },
+    )
+    with engine_session(engine):  # connected before the output directory is touched
+        out = prepare_out_dir(out_dir)
+        clock = Clock(spec.name, progress)
+        stop = dict.fromkeys(SPLITS, False)
+        labelled = _labelled(texts, val_texts, shuffle_buffer, seed, stop)
+        if engine is None:
+            entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
+        else:
+            from dlmstore.datasets.ray_build import build_pretrain_on_ray
+
+            entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
+        seen = router.read
+        if not any(router.docs.values()):
+            what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
+            raise DatasetError(
+                f"no documents to build {spec.name} from: {what}",
+                hint="check the input path / source; empty texts are skipped",
+            )
+        for split in SPLITS:
+            keep = {Path(e.path).name for e in entries if e.split == split}
+            remove_stale(out / split, "shard_*", keep)
+        clock.tick(seen, sum(router.held.values()), final=True)
+        totals = {
+            f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")
+        }
+        meta = {**spec.meta, "totals": {**totals, **router.counts()}}
+        meta["files"] = [dataclasses.asdict(e) for e in entries]
+        write_meta(out, meta)
+        remove_build_dir(out)
+        return BuildResult(
+            path=str(out.resolve()),
+            kind="pretrain",
+            name=spec.name,
+            token_dtype=dtype_name,
+            vocab_size=encoder.vocab_size,
+            tokenizer_sha256=encoder.tokenizer_sha256,
+            seed=seed,
+            splits={s: split_totals(entries, s) for s in SPLITS},
+            skipped=router.counts(),
+            seconds=clock.seconds,
+        )
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    """A pretrain build's settings, resolved and checked, as both engines need them."""
+
+    name: str
+    encoder: TextEncoder
+    dtype_name: str
+    eos_id: int
+    shard_tokens: int
+    val_frac: float
+    budgets: dict[str, int | None]
+    seed: int
+    meta: dict[str, Any]  # meta.json without totals and files
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return TOKEN_DTYPES[self.dtype_name]
+
+
+def _build_local(
+    spec: PretrainSpec,
+    labelled: Iterator[tuple[str, str | None]],
+    stop: dict[str, bool],
+    out: Path,
+    clock: Clock,
+    batch_docs: int,
+) -> tuple[list[FileEntry], PretrainRouter]:
+    """The local engine: tokenize batches in this process, stream them into shards."""
     commits = BackgroundCommits()
-    writers = {s: ShardedSplitWriter(out / s, s, dtype, shard_tokens, s, commits) for s in SPLITS}
-    counts = {"skipped_empty_docs": 0, "over_budget_docs": 0}
-    draws = UniformDraws(seed)
-    clock = Clock(name, progress)
-    seen = 0
-    route_frac = val_frac if val_frac is not None else 0.0
-    stop = dict.fromkeys(SPLITS, False)
+    writers = {s: ShardedSplitWriter(out / s, s, spec.dtype, spec.shard_tokens, s, commits) for s in SPLITS}
+    router = PretrainRouter(spec.budgets)
+    position = 0  # of the next drawn document
     try:
-        for batch in batched(_labelled(texts, val_texts, shuffle_buffer, seed, stop), batch_docs):
-            ids_list = encoder.encode_texts([text for text, _ in batch])
+        for batch in batched(labelled, batch_docs):
+            ids_list = spec.encoder.encode_texts([text for text, _ in batch])
+            lengths = np.fromiter(map(len, ids_list), dtype=np.int64, count=len(ids_list))
             pending: dict[str, list[list[int]]] = {s: [] for s in SPLITS}
-            held = {s: writers[s].tokens for s in SPLITS}
-            for (_, fixed_split), ids in zip(batch, ids_list, strict=True):
-                seen += 1
-                if not ids:
-                    counts["skipped_empty_docs"] += 1
-                    continue
-                split = fixed_split or ("val" if draws.next() < route_frac else "train")
-                if _full(held[split], budgets[split]):
-                    counts["over_budget_docs"] += 1
-                    continue
-                pending[split].append(ids)
-                held[split] += len(ids) + 1
+            for start, end, fixed_split in runs([split for _, split in batch]):
+                if fixed_split is None:
+                    drawn = draw_splits(spec.seed, position, end - start, spec.val_frac)
+                    position += end - start
+                    for index in router.route(lengths[start:end], drawn):
+                        pending["val" if drawn[index] else "train"].append(ids_list[start + index])
+                else:
+                    for index in router.route_fixed(lengths[start:end], fixed_split):
+                        pending[fixed_split].append(ids_list[start + index])
             for split, docs in pending.items():
                 if docs:
-                    writers[split].add(*_concat(docs, eos_id, dtype))
-                stop[split] = _full(writers[split].tokens, budgets[split])
-            clock.tick(seen, sum(w.tokens for w in writers.values()))
-            if all(stop.values()):
+                    writers[split].add(*concat_docs(docs, spec.eos_id, spec.dtype))
+                stop[split] = router.full(split)
+            clock.tick(router.read, sum(w.tokens for w in writers.values()))
+            if router.stopped:
                 break
         entries = [entry for s in SPLITS for entry in writers[s].close()]
         commits.wait()  # every shard durable before meta.json says the build is complete
@@ -162,59 +273,16 @@ def build_pretrain_cache(
             writer.abort()
         commits.drain()
         raise
-    if not any(writers[s].docs for s in SPLITS):
-        what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
-        raise DatasetError(
-            f"no documents to build {name} from: {what}",
-            hint="check the input path / source; empty texts are skipped",
-        )
-    for split in SPLITS:
-        keep = {Path(e.path).name for e in entries if e.split == split}
-        remove_stale(out / split, "shard_*", keep)
-    clock.tick(seen, sum(w.tokens for w in writers.values()), final=True)
-    totals = {f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")}
-    meta = {
-        "format": FORMAT,
-        "kind": "pretrain",
-        "built": True,
-        "dataset_name": name,
-        "dataset_config": config,
-        "source": source or {},
-        "streaming": streaming,
-        "split_rule": split_rule,
-        "seed": seed,
-        "shuffle_buffer": shuffle_buffer,
-        "val_frac": val_frac,
-        "token_dtype": dtype_name,
-        "byte_order": "little",
-        "tokenizer_name": tokenizer_name or encoder.name,
-        "tokenizer_sha256": encoder.tokenizer_sha256,
-        "vocab_size": encoder.vocab_size,
-        "special_token_ids": {**encoder.special_token_ids(), "eos": eos_id},
-        "eos_token": eos_text,
-        "eos_token_id": eos_id,
-        "doc_boundaries": "every document is followed by eos_token_id; "
-        "shard_NNNNN.docs.npy lists (int64) the positions in the shard where a document starts",
-        "shard_bytes": shard_bytes,
-        "shard_tokens": shard_tokens,
-        "budgets": {"train_tokens": train_tokens, "val_tokens": val_tokens},
-        "totals": {**totals, **counts},
-        "files": [dataclasses.asdict(e) for e in entries],
-        "dlmstore_version": __version__,
-    }
-    write_meta(out, meta)
-    return BuildResult(
-        path=str(out.resolve()),
-        kind="pretrain",
-        name=name,
-        token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size,
-        tokenizer_sha256=encoder.tokenizer_sha256,
-        seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS},
-        skipped=counts,
-        seconds=clock.seconds,
-    )
+    return entries, router
+
+
+def runs(labels: list[str | None]) -> Iterator[tuple[int, int, str | None]]:
+    """``(start, end, label)`` of each run of equal consecutive labels."""
+    start = 0
+    for index in range(1, len(labels) + 1):
+        if index == len(labels) or labels[index] != labels[start]:
+            yield start, index, labels[start]
+            start = index
 
 
 def _val_frac(val_frac: float | None, train_tokens: int | None, val_tokens: int | None) -> float:
@@ -261,7 +329,7 @@ def _full(tokens: int, budget: int | None) -> bool:
     return budget is not None and tokens >= budget
 
 
-def _concat(
+def concat_docs(
     docs: list[list[int]], eos_id: int, dtype: np.dtype[Any]
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The documents back to back, each followed by EOS, and where each starts."""

@@ -28,6 +28,7 @@ from typing import Any
 from dlmstore.datasets import catalog as src
 from dlmstore.datasets.build import BuildResult, ProgressFn
 from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
 from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
@@ -148,30 +149,35 @@ def build_pretrain_from(
     train_tokens: int | None = None,
     val_tokens: int | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
 
     Without ``val_frac`` or both budgets, 1% of documents go to val.
+    ``engine``: build on Ray (``None``: in this process). Registration
+    happens once, here on the driver, after every file and meta.json is written.
     """
-    encoder = encoder_for_base(base)
-    if val_frac is None and (train_tokens is None or val_tokens is None):
-        val_frac = DEFAULT_PRETRAIN_VAL_FRAC
-    data_files(source)  # a missing path fails before the output directory is touched
-    with _store_held(store_dir or out_dir):
-        result = build_pretrain_cache(
-            iter_local_texts(source, text_field=text_field),
-            out_dir,
-            tokenizer=encoder,
-            val_frac=val_frac,
-            train_tokens=train_tokens,
-            val_tokens=val_tokens,
-            source={"type": "local", "path": str(Path(source).resolve())},
-            tokenizer_name=base,
-            progress=progress,
-            **options,
-        )
-        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
+        encoder = encoder_for_base(base)
+        if val_frac is None and (train_tokens is None or val_tokens is None):
+            val_frac = DEFAULT_PRETRAIN_VAL_FRAC
+        data_files(source)  # a missing path fails before the output directory is touched
+        with _store_held(store_dir or out_dir):
+            result = build_pretrain_cache(
+                iter_local_texts(source, text_field=text_field),
+                out_dir,
+                tokenizer=encoder,
+                val_frac=val_frac,
+                train_tokens=train_tokens,
+                val_tokens=val_tokens,
+                source={"type": "local", "path": str(Path(source).resolve())},
+                tokenizer_name=base,
+                progress=progress,
+                engine=engine,
+                **options,
+            )
+            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def _store_held(directory: str | os.PathLike[str]) -> FileLock:
@@ -195,6 +201,7 @@ def build_sft_from(
     base: str = DEFAULT_BASE,
     store_dir: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build an SFT dataset from local JSONL/Parquet conversations and register it.
@@ -202,20 +209,22 @@ def build_sft_from(
     A record is ``{"messages": [...]}``, or a dolly-style
     ``{"instruction", "context", "response"}``.
     """
-    encoder = encoder_for_base(base)
-    data_files(source)
-    examples = (src.dolly_messages(r) for r in iter_local_records(source))
-    with _store_held(store_dir or out_dir):
-        result = build_sft_cache(
-            examples,
-            out_dir,
-            tokenizer=encoder,
-            tokenizer_name=base,
-            source={"type": "local", "path": str(Path(source).resolve())},
-            progress=progress,
-            **options,
-        )
-        return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+    with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
+        encoder = encoder_for_base(base)
+        data_files(source)
+        examples = (src.dolly_messages(r) for r in iter_local_records(source))
+        with _store_held(store_dir or out_dir):
+            result = build_sft_cache(
+                examples,
+                out_dir,
+                tokenizer=encoder,
+                tokenizer_name=base,
+                source={"type": "local", "path": str(Path(source).resolve())},
+                progress=progress,
+                engine=engine,
+                **options,
+            )
+            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
 
 
 def build_all(
@@ -227,6 +236,7 @@ def build_all(
     local: dict[str, str] | None = None,
     only: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
 ) -> BuildAllResult:
     """Build every source of the spec into ``cache_dir`` and register each there.
 
@@ -241,48 +251,55 @@ def build_all(
         if name not in src.SOURCES:
             raise DatasetError(f"unknown source {name!r}", hint=f"sources: {', '.join(src.SOURCES)}")
     root = Path(cache_dir).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    encoder = encoder_for_base(base)
-    _save_tokenizer(root / "tokenizer", encoder)
-    recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
-        "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress),
-        "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress),
-        "roam": lambda out, path: _local_folder("roam", out, path, encoder, seed, options, progress),
-        "gutenberg": lambda out, path: _local_folder(
-            "gutenberg", out, path, encoder, seed, options, progress
-        ),
-        "dolly-15k": lambda out, path: _sft("dolly-15k", out, path, encoder, seed, options, progress),
-        "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress),
-    }
-    outcomes = []
-    with open_store_at(root) as store:
-        for name, spec in src.SOURCES.items():
-            out = root / spec.directory
-            if only and name not in only:
-                outcomes.append(SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)"))
-                continue
-            if name in ("roam", "gutenberg") and name not in local:
-                outcomes.append(_absent_local(name, out, encoder, seed))
-                continue
-            try:
-                result = recipes[name](out, local.get(name))
-                register_dataset(store, out)
-            except DatasetError as exc:
-                outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
-                continue
-            outcomes.append(
-                SourceOutcome(
-                    name,
-                    spec.kind,
-                    "built",
-                    result.path,
-                    tokens={s: t.tokens for s, t in result.splits.items()},
-                    docs={s: t.docs for s, t in result.splits.items()},
-                    seconds=round(result.seconds, 3),
+    with engine_session(engine):  # one Ray for every source, reached before anything is written
+        root.mkdir(parents=True, exist_ok=True)
+        encoder = encoder_for_base(base)
+        _save_tokenizer(root / "tokenizer", encoder)
+        recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
+            "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress, engine),
+            "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress, engine),
+            "roam": lambda out, path: _local_folder(
+                "roam", out, path, encoder, seed, options, progress, engine
+            ),
+            "gutenberg": lambda out, path: _local_folder(
+                "gutenberg", out, path, encoder, seed, options, progress, engine
+            ),
+            "dolly-15k": lambda out, path: _sft(
+                "dolly-15k", out, path, encoder, seed, options, progress, engine
+            ),
+            "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress, engine),
+        }
+        outcomes = []
+        with open_store_at(root) as store:
+            for name, spec in src.SOURCES.items():
+                out = root / spec.directory
+                if only and name not in only:
+                    outcomes.append(
+                        SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)")
+                    )
+                    continue
+                if name in ("roam", "gutenberg") and name not in local:
+                    outcomes.append(_absent_local(name, out, encoder, seed))
+                    continue
+                try:
+                    result = recipes[name](out, local.get(name))
+                    register_dataset(store, out)
+                except DatasetError as exc:
+                    outcomes.append(SourceOutcome(name, spec.kind, "failed", str(out), exc.message))
+                    continue
+                outcomes.append(
+                    SourceOutcome(
+                        name,
+                        spec.kind,
+                        "built",
+                        result.path,
+                        tokens={s: t.tokens for s, t in result.splits.items()},
+                        docs={s: t.docs for s, t in result.splits.items()},
+                        seconds=round(result.seconds, 3),
+                    )
                 )
-            )
-        db_path = str(store.db_path)
-    return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
+            db_path = str(store.db_path)
+        return BuildAllResult(str(root), db_path, seed, base, encoder.tokenizer_sha256, outcomes)
 
 
 def _fineweb(
@@ -292,6 +309,7 @@ def _fineweb(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     common: dict[str, Any] = {
         "tokenizer": encoder,
@@ -303,6 +321,7 @@ def _fineweb(
         "config": o.fineweb_config,
         "tokenizer_name": encoder.name,
         "progress": progress,
+        "engine": engine,
     }
     if path is not None:
         return build_pretrain_cache(
@@ -335,6 +354,7 @@ def _wikitext(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     name, config = "wikitext", o.wikitext_config
     train: Iterable[str]
@@ -371,6 +391,7 @@ def _wikitext(
         source=source,
         tokenizer_name=encoder.name,
         progress=progress,
+        engine=engine,
     )
 
 
@@ -382,6 +403,7 @@ def _local_folder(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
     import torch
@@ -409,6 +431,7 @@ def _local_folder(
             "split": f"by file list: seeded torch permutation, {n_val} of {len(files)} files to val",
         },
         progress=progress,
+        engine=engine,
     )
     return result
 
@@ -421,6 +444,7 @@ def _sft(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
+    engine: RayEngine | None,
 ) -> BuildResult:
     dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
     source: dict[str, Any]
@@ -454,6 +478,7 @@ def _sft(
         source=source,
         tokenizer_name=encoder.name,
         progress=progress,
+        engine=engine,
     )
 
 

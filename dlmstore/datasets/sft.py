@@ -12,7 +12,8 @@ Layout of ``out_dir``::
 Examples are tokenized with the tokenizer's chat format (:mod:`.chat`):
 the mask is 1 exactly on the content of assistant turns and their closing
 EOT, built from the message structure. An example goes whole to ``val``
-when its seeded torch draw is below ``val_frac``. Examples with no
+when its draw (:mod:`.routing`: a pure function of its position in the
+input, skipped examples counted, and the seed) is below ``val_frac``. Examples with no
 messages or no assistant turn teach nothing; they are skipped and counted
 in ``meta.json`` (``totals.skipped_*``), not an error. Tokens and masks
 are streamed to disk as examples arrive; only the offsets (8 bytes per
@@ -34,13 +35,14 @@ from dlmstore.datasets.build import (
     BuildResult,
     Clock,
     ProgressFn,
-    UniformDraws,
     batched,
     prepare_out_dir,
+    remove_build_dir,
     split_totals,
 )
 from dlmstore.datasets.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
-from dlmstore.datasets.encoding import as_encoder
+from dlmstore.datasets.encoding import TextEncoder, as_encoder
+from dlmstore.datasets.engines import RayEngine, engine_session
 from dlmstore.datasets.formats import (
     OFFSET_DTYPE,
     SPLITS,
@@ -50,6 +52,7 @@ from dlmstore.datasets.formats import (
     sft_names,
 )
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
+from dlmstore.datasets.routing import DRAW_RULE_TEXT, draw_splits
 from dlmstore.datasets.writers import StreamingFile, write_npy
 from dlmstore.errors import DatasetError
 
@@ -74,6 +77,7 @@ def build_sft_cache(
     tokenizer_sha256: str | None = None,
     batch_examples: int = DEFAULT_BATCH_EXAMPLES,
     progress: ProgressFn | None = None,
+    engine: RayEngine | None = None,
 ) -> BuildResult:
     """Tokenize conversations into ``out_dir``; returns what was written.
 
@@ -87,6 +91,8 @@ def build_sft_cache(
             preset name, or a :class:`ChatFormat`.
         token_dtype, name, config, streaming, source, tokenizer_name,
         tokenizer_sha256: as for :func:`build_pretrain_cache`.
+        batch_examples, progress, engine: as ``batch_docs``, ``progress``
+            and ``engine`` of :func:`build_pretrain_cache`.
 
     Raises:
         DatasetError: a malformed example (its position named), no usable
@@ -105,97 +111,131 @@ def build_sft_cache(
     check_dtype_fits(dtype_name, encoder.vocab_size, where=f"token dtype for {Path(out_dir)}")
     dtype = TOKEN_DTYPES[dtype_name]
     name = name or Path(out_dir).name
-    out = prepare_out_dir(out_dir)
-    names = {s: sft_names(s) for s in SPLITS}
-    files = {
-        s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")} for s in SPLITS
-    }
-    offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
-    filled = dict.fromkeys(SPLITS, 0)
-    counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
-    draws = UniformDraws(seed)
-    clock = Clock(name, progress)
-    seen = 0
-    try:
-        for batch in batched(examples, batch_examples):
-            kept = []
-            for example in batch:
-                messages = check_messages(example, seen)
-                if messages is None:
-                    empty = not example or (isinstance(example, dict) and not example.get("messages"))
-                    counts["skipped_empty" if empty else "skipped_no_assistant"] += 1
-                else:
-                    kept.append((messages, chat.turns(messages, seen)))
-                seen += 1
-            encoded = iter(encoder.encode_contents([content for _, turns in kept for _, content in turns]))
-            for messages, turns in kept:
-                ids, mask = chat.assemble(messages, turns, [next(encoded) for _ in turns])
-                split = "val" if draws.next() < val_frac else "train"
-                offsets[split].append(filled[split])
-                filled[split] += len(ids)
-                files[split]["tokens"].write(ids.astype(dtype))
-                files[split]["loss_mask"].write(mask)
-            clock.tick(seen, sum(filled.values()))
-        if not any(offsets.values()):
-            raise DatasetError(
-                f"no examples to build {name} from: "
-                + ("the input yielded none" if seen == 0 else f"none of {seen} has an assistant turn"),
-                hint="each example needs at least one assistant message; check the input path / source",
+    with engine_session(engine):  # connected before the output directory is touched
+        out = prepare_out_dir(out_dir)
+        names = {s: sft_names(s) for s in SPLITS}
+        filled = dict.fromkeys(SPLITS, 0)
+        counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
+        clock = Clock(name, progress)
+        seen = 0
+        if engine is not None:
+            from dlmstore.datasets.ray_build import build_sft_on_ray
+
+            entries, counts, offset_counts, filled, seen = build_sft_on_ray(
+                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, engine, name
             )
-        entries = [e for s in SPLITS for e in _commit_split(out, s, files[s], offsets[s], filled[s])]
-    except BaseException:
-        for pair in files.values():
-            for handle in pair.values():
-                handle.abort()
-        raise
-    clock.tick(seen, sum(filled.values()), final=True)
-    totals = {
-        "train_examples": len(offsets["train"]),
-        "val_examples": len(offsets["val"]),
-        "train_tokens": filled["train"],
-        "val_tokens": filled["val"],
-        **counts,
-    }
-    meta = {
-        "format": FORMAT,
-        "kind": "sft",
-        "built": True,
-        "dataset_name": name,
-        "dataset_config": config,
-        "source": source or {},
-        "streaming": streaming,
-        "seed": seed,
-        "val_frac": val_frac,
-        "split_rule": f"per example: val when a seeded torch draw is below {val_frac:.6g}, else train",
-        "token_dtype": dtype_name,
-        "byte_order": "little",
-        "tokenizer_name": tokenizer_name or encoder.name,
-        "tokenizer_sha256": encoder.tokenizer_sha256,
-        "vocab_size": encoder.vocab_size,
-        "chat_format": dataclasses.asdict(fmt),
-        "special_token_ids": {**encoder.special_token_ids(), **chat.special_token_ids()},
-        "eot_id": chat.eot_id,
-        "loss_mask": "uint8 per token: 1 on the content and closing EOT of assistant turns",
-        "totals": totals,
-        "files": [dataclasses.asdict(e) for e in entries],
-        "dlmstore_version": __version__,
-    }
-    write_meta(out, meta)
-    return BuildResult(
-        path=str(out.resolve()),
-        kind="sft",
-        name=name,
-        token_dtype=dtype_name,
-        vocab_size=encoder.vocab_size,
-        tokenizer_sha256=encoder.tokenizer_sha256,
-        seed=seed,
-        splits={s: split_totals(entries, s) for s in SPLITS},
-        skipped=counts,
-        seconds=clock.seconds,
-    )
+        else:
+            files = {
+                s: {role: StreamingFile(out / names[s][role]) for role in ("tokens", "loss_mask")}
+                for s in SPLITS
+            }
+            offsets: dict[str, list[int]] = {s: [] for s in SPLITS}
+            try:
+                for batch in batched(examples, batch_examples):
+                    to_val = draw_splits(seed, seen, len(batch), val_frac)
+                    for index, encoded in enumerate(encode_examples(chat, encoder, batch, seen)):
+                        if isinstance(encoded, str):
+                            counts[encoded] += 1
+                            continue
+                        ids, mask = encoded
+                        split = "val" if to_val[index] else "train"
+                        offsets[split].append(filled[split])
+                        filled[split] += len(ids)
+                        files[split]["tokens"].write(ids.astype(dtype))
+                        files[split]["loss_mask"].write(mask)
+                    seen += len(batch)
+                    clock.tick(seen, sum(filled.values()))
+                check_some(sum(map(len, offsets.values())), name, seen)
+                entries = [e for s in SPLITS for e in commit_split(out, s, files[s], offsets[s], filled[s])]
+            except BaseException:
+                for pair in files.values():
+                    for handle in pair.values():
+                        handle.abort()
+                raise
+            offset_counts = {s: len(offsets[s]) for s in SPLITS}
+        clock.tick(seen, sum(filled.values()), final=True)
+        totals = {
+            "train_examples": offset_counts["train"],
+            "val_examples": offset_counts["val"],
+            "train_tokens": filled["train"],
+            "val_tokens": filled["val"],
+            **counts,
+        }
+        meta = {
+            "format": FORMAT,
+            "kind": "sft",
+            "built": True,
+            "dataset_name": name,
+            "dataset_config": config,
+            "source": source or {},
+            "streaming": streaming,
+            "seed": seed,
+            "val_frac": val_frac,
+            "split_rule": f"per example: val when its draw (draw_rule) is below {val_frac:.6g}, else train",
+            "draw_rule": DRAW_RULE_TEXT,
+            "token_dtype": dtype_name,
+            "byte_order": "little",
+            "tokenizer_name": tokenizer_name or encoder.name,
+            "tokenizer_sha256": encoder.tokenizer_sha256,
+            "vocab_size": encoder.vocab_size,
+            "chat_format": dataclasses.asdict(fmt),
+            "special_token_ids": {**encoder.special_token_ids(), **chat.special_token_ids()},
+            "eot_id": chat.eot_id,
+            "loss_mask": "uint8 per token: 1 on the content and closing EOT of assistant turns",
+            "totals": totals,
+            "files": [dataclasses.asdict(e) for e in entries],
+            "dlmstore_version": __version__,
+        }
+        write_meta(out, meta)
+        remove_build_dir(out)
+        return BuildResult(
+            path=str(out.resolve()),
+            kind="sft",
+            name=name,
+            token_dtype=dtype_name,
+            vocab_size=encoder.vocab_size,
+            tokenizer_sha256=encoder.tokenizer_sha256,
+            seed=seed,
+            splits={s: split_totals(entries, s) for s in SPLITS},
+            skipped=counts,
+            seconds=clock.seconds,
+        )
 
 
-def _commit_split(
+def encode_examples(
+    chat: ChatEncoding, encoder: TextEncoder, examples: list[Any], first: int
+) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | str]:
+    """``(ids, mask)`` of each example, or why it is skipped (a ``totals`` key).
+
+    ``first`` is the position of ``examples[0]`` in the input, for error messages.
+    """
+    results: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | str] = []
+    kept = []
+    for index, example in enumerate(examples, start=first):
+        messages = check_messages(example, index)
+        if messages is None:
+            empty = not example or (isinstance(example, dict) and not example.get("messages"))
+            results.append("skipped_empty" if empty else "skipped_no_assistant")
+        else:
+            kept.append((len(results), messages, chat.turns(messages, index)))
+            results.append("")
+    encoded = iter(encoder.encode_contents([content for _, _, turns in kept for _, content in turns]))
+    for slot, messages, turns in kept:
+        results[slot] = chat.assemble(messages, turns, [next(encoded) for _ in turns])
+    return results
+
+
+def check_some(kept: int, name: str, seen: int) -> None:
+    """The error for a build that found no usable example among ``seen``."""
+    if not kept:
+        raise DatasetError(
+            f"no examples to build {name} from: "
+            + ("the input yielded none" if seen == 0 else f"none of {seen} has an assistant turn"),
+            hint="each example needs at least one assistant message; check the input path / source",
+        )
+
+
+def commit_split(
     out: Path, split: str, files: dict[str, StreamingFile], offsets: list[int], tokens: int
 ) -> list[FileEntry]:
     names = sft_names(split)

@@ -1,0 +1,161 @@
+"""Benchmark: `--engine ray` (a local Ray, N workers) against the local engine, side by side.
+
+Builds the same synthetic pretrain corpus twice in one run, once per
+engine, with the SmolLM2 tokenizer, and prints each engine's tokens per
+second and their ratio (target: Ray >= 85% of local with 2 workers on a
+2-core machine, i.e. Ray's overhead is bounded), plus the cost of each Ray
+phase, which docs/datasets.md scales to a cluster. The two outputs are
+compared file by file (they must be byte-identical).
+
+Starting the local Ray is timed separately and left out of the ratio: a
+cluster is started once, not per build. Worker start-up (importing the
+tokenizer) is inside the Ray build's time.
+
+    python bench/bench_ray_build.py [--tokens 50M] [--workers 2] [--block-docs 1024] [--check]
+
+``--tokens`` sets the corpus size (default 50M, the size the target is
+stated for; 2M proves the script in a minute). ``--check`` exits 1 when
+the target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+from benchlib import STDLIB
+
+TARGET = 0.85
+CHARS_PER_TOKEN = 3.6  # SmolLM2 on English prose and code, measured on this corpus
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 10**3, "M": 10**6, "G": 10**9}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def write_corpus(path: Path, tokens: int) -> int:
+    """A JSONL corpus of about ``tokens`` tokens: documents of 20-200 stdlib source lines."""
+    lines: list[str] = []
+    for source in sorted(STDLIB.rglob("*.py")):
+        try:
+            lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(lines) > 400_000:
+            break
+    want = int(tokens * CHARS_PER_TOKEN)
+    written = docs = 0
+    start = 0
+    with open(path, "w", encoding="utf-8") as out:
+        while written < want:
+            size = 20 + (docs * 37) % 180
+            text = "\n".join(lines[start : start + size])
+            start = (start + size) % (len(lines) - 200)
+            out.write(json.dumps({"text": text}) + "\n")
+            written += len(text)
+            docs += 1
+    return docs
+
+
+def build(corpus: Path, out: Path, engine: Any, encoder: Any) -> tuple[float, Any]:
+    from dlmstore.datasets.local import iter_local_texts
+    from dlmstore.datasets.pretrain import build_pretrain_cache
+
+    start = time.perf_counter()
+    result = build_pretrain_cache(
+        iter_local_texts(corpus), out, tokenizer=encoder, val_frac=0.01, name="bench", engine=engine
+    )
+    return time.perf_counter() - start, result
+
+
+def driver_read(corpus: Path, block_docs: int) -> float:
+    """Seconds the Ray driver's sequential part takes alone: read the input, cut and hash blocks."""
+    from dlmstore.datasets.blocks import block_key
+    from dlmstore.datasets.build import batched
+    from dlmstore.datasets.local import iter_local_texts
+
+    start = time.perf_counter()
+    for block in batched(iter_local_texts(corpus), block_docs):
+        block_key({"kind": "pretrain"}, block)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=parse_size, default=parse_size("50M"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--block-docs", type=int, default=1024)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+
+    import ray
+
+    from dlmstore.datasets.engines import RayEngine
+    from dlmstore.datasets.meta import sha256_file
+    from dlmstore.datasets.recipes import encoder_for_base
+
+    encoder = encoder_for_base("smollm2-135m")
+    with tempfile.TemporaryDirectory(prefix="dlm-bench-ray-") as tmp:
+        root = Path(tmp)
+        docs = write_corpus(root / "corpus.jsonl", args.tokens)
+        local_s, local = build(root / "corpus.jsonl", root / "local", None, encoder)
+        tokens = sum(s.tokens for s in local.splits.values())
+        read_s = driver_read(root / "corpus.jsonl", args.block_docs)
+        text_mb = (root / "corpus.jsonl").stat().st_size / 1e6
+
+        start = time.perf_counter()
+        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+        init_s = time.perf_counter() - start
+        try:
+            engine = RayEngine(workers=args.workers, block_docs=args.block_docs)
+            ray_s, _ = build(root / "corpus.jsonl", root / "ray", engine, encoder)
+            warm_s, _ = build(root / "corpus.jsonl", root / "ray-warm", engine, encoder)
+        finally:
+            ray.shutdown()
+
+        def hashes(name: str) -> dict[str, str]:
+            d = root / name
+            return {str(p.relative_to(d)): sha256_file(p) for p in sorted(d.rglob("*")) if p.is_file()}
+
+        same = hashes("local") == hashes("ray") == hashes("ray-warm")
+        shutil.rmtree(root / "ray-warm", ignore_errors=True)
+
+    local_rate, ray_rate, warm_rate = tokens / local_s, tokens / ray_s, tokens / warm_s
+    print(
+        f"corpus: {tokens:,} tokens in {docs:,} documents; {args.workers} Ray workers, blocks of {args.block_docs}"
+    )
+    print(f"local engine:          {local_s:8.2f} s  {local_rate:12,.0f} tokens/s")
+    print(f"ray engine (cold):     {ray_s:8.2f} s  {ray_rate:12,.0f} tokens/s  (workers start inside)")
+    print(f"ray engine (warm):     {warm_s:8.2f} s  {warm_rate:12,.0f} tokens/s  (workers already up)")
+    print(f"ray.init (not counted): {init_s:7.2f} s")
+    print(
+        f"ratio ray/local: cold {ray_rate / local_rate:.2f}, warm {warm_rate / local_rate:.2f} (target >= {TARGET})"
+    )
+    print(f"per worker (warm): {warm_rate / args.workers:,.0f} tokens/s; outputs byte-identical: {same}")
+    print(
+        f"driver read + block hashing alone: {read_s:.2f} s = {tokens / read_s:,.0f} tokens/s "
+        f"({text_mb / read_s:,.0f} MB/s of JSONL; the one sequential phase)"
+    )
+    if not same:
+        return 1
+    if args.check and ray_rate / local_rate < TARGET:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""`--engine ray`: the same bytes as the local engine, a killed worker, a resumed build, the CLI.
+
+One local Ray (two CPUs, no dashboard) serves the whole module; builds use
+blocks of a few documents so even tiny corpora make many tasks whose
+blocks straddle shard boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.engines import RayEngine
+from dlmstore.datasets.pretrain import build_pretrain_cache
+from dlmstore.datasets.sft import build_sft_cache
+from dlmstore.errors import DatasetError
+
+from .helpers import file_hashes
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray build starts worker processes: seconds each
+
+TEXTS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 9) for i in range(150)]
+TEXTS[17] = TEXTS[40] = ""  # empty documents take a position (and a draw) too
+TEXTS[3] = "Document 3: quoting <|im_end|> is text, not a special token"
+CHATS: list[Any] = [
+    [{"role": "user", "content": f"What is {i} + {i}?"}, {"role": "assistant", "content": f"{2 * i}."}]
+    for i in range(40)
+]
+CHATS[5] = []
+CHATS[9] = [{"role": "user", "content": "no answer"}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+class ScriptedEncoder(TextEncoder):
+    """A tokenizer whose workers log what they encode, die or fail on a document saying POISON.
+
+    ``kill_once``: the first worker to meet POISON kills its own process
+    (SIGKILL, as an OOM killer would); the marker file makes the retry live.
+    ``fail_while``: encoding POISON raises while that file exists.
+    """
+
+    def __init__(
+        self, tokenizer: Any, log: Path, kill_once: Path | None = None, fail_while: Path | None = None
+    ):
+        super().__init__(tokenizer)
+        self.log, self.kill_once, self.fail_while = log, kill_once, fail_while
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        if any("POISON" in t for t in texts):
+            if self.kill_once is not None and not self.kill_once.exists():
+                self.kill_once.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.fail_while is not None and self.fail_while.exists():
+                raise DatasetError("poisoned document")
+        with open(self.log, "a") as log:
+            log.writelines(t.split(":")[0] + "\n" for t in texts)
+        return super().encode_texts(texts)
+
+
+def scripted(tokenizer: Any, tmp_path: Path, **kwargs: Any) -> ScriptedEncoder:
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ScriptedEncoder(tokenizer, tmp_path / "encoded.log", **kwargs)
+
+
+def pretrain(
+    out: Path, enc: Any, engine: RayEngine | None, texts: list[str] = TEXTS, **kwargs: Any
+) -> dict[str, str]:
+    options: dict[str, Any] = {"val_frac": 0.2, "train_tokens": 900, "val_tokens": 200, "shard_bytes": 256}
+    options.update(kwargs)
+    build_pretrain_cache(iter(texts), out, tokenizer=enc, seed=5, name="corpus", engine=engine, **options)
+    return file_hashes(out)
+
+
+def test_a_ray_build_is_byte_identical_to_the_local_build_with_one_or_two_workers(
+    tmp_path: Path, encoder: Any
+) -> None:
+    local = pretrain(tmp_path / "local", encoder, None, batch_docs=16)
+    one = pretrain(tmp_path / "one", encoder, RayEngine(workers=1, block_docs=7))
+    seen: list[Any] = []
+    two = pretrain(tmp_path / "two", encoder, RayEngine(workers=2, block_docs=5), progress=seen.append)
+    assert one == local and two == local
+    meta = json.loads((tmp_path / "two" / "meta.json").read_text())
+    totals = meta["totals"]
+    assert totals["over_budget_docs"] > 0 and totals["skipped_empty_docs"] == 2
+    read = sum(totals[k] for k in ("train_docs", "val_docs", "over_budget_docs", "skipped_empty_docs"))
+    assert (seen[-1].docs, seen[-1].tokens) == (read, totals["train_tokens"] + totals["val_tokens"])
+    assert [p.docs for p in seen] == sorted(p.docs for p in seen)  # counted across workers as blocks finish
+    assert meta["draw_rule"].startswith("dlm-draw/1:") and not (tmp_path / "two" / ".build").exists()
+
+
+def test_a_sources_own_splits_build_the_same_on_ray(tmp_path: Path, encoder: Any) -> None:
+    val = [f"Held out {i}: sed ut perspiciatis" for i in range(12)]
+
+    def build(name: str, engine: RayEngine | None) -> dict[str, str]:
+        build_pretrain_cache(
+            iter(TEXTS), tmp_path / name, tokenizer=encoder, val_texts=iter(val), train_tokens=700,
+            shard_bytes=128, name="own", engine=engine,
+        )  # fmt: skip
+        return file_hashes(tmp_path / name)
+
+    assert build("ray", RayEngine(block_docs=6)) == build("local", None)
+
+
+def test_an_sft_build_on_ray_is_byte_identical_to_the_local_build(tmp_path: Path, encoder: Any) -> None:
+    def build(name: str, engine: RayEngine | None) -> dict[str, str]:
+        build_sft_cache(
+            iter(CHATS), tmp_path / name, tokenizer=encoder, val_frac=0.3, seed=2, name="chats", engine=engine
+        )
+        return file_hashes(tmp_path / name)
+
+    assert build("ray", RayEngine(workers=2, block_docs=6)) == build("local", None)
+
+
+def test_a_malformed_example_fails_on_ray_with_the_local_engines_message(
+    tmp_path: Path, encoder: Any
+) -> None:
+    examples = [*CHATS[:20], [{"role": "wizard", "content": "abracadabra"}], *CHATS[20:]]
+    messages = []
+    for name, engine in (("local", None), ("ray", RayEngine(block_docs=6))):
+        with pytest.raises(DatasetError) as info:
+            build_sft_cache(iter(examples), tmp_path / name, tokenizer=encoder, engine=engine)
+        messages.append(info.value.message)
+    assert messages[0] == messages[1] and messages[0].startswith("example 20")
+
+
+def test_build_all_on_ray_builds_the_same_sources_as_locally(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(6):
+        (notes / f"note{i}.md").write_text(f"# Note {i}\n\n" + "Something worth remembering. " * (i + 1))
+    dolly = tmp_path / "dolly.jsonl"
+    dolly.write_text(
+        "".join(
+            json.dumps({"instruction": f"Count to {i}.", "context": "", "response": f"{i}."}) + "\n"
+            for i in range(15)
+        )
+    )
+    runner = CliRunner()
+    hashes = []
+    for name, engine in (("local", []), ("ray", ["--engine", "ray"])):
+        args = [
+            "--local",
+            f"roam={notes}",
+            "--local",
+            f"dolly-15k={dolly}",
+            "--only",
+            "roam",
+            "--only",
+            "dolly-15k",
+        ]
+        result = runner.invoke(
+            cli, ["data", "build-all", "--cache-dir", str(tmp_path / name), *args, *engine]
+        )
+        assert result.exit_code == 0, result.output
+        hashes.append(
+            {k: v for k, v in file_hashes(tmp_path / name).items() if k.startswith(("pretrain/", "sft/"))}
+        )
+    assert hashes[0] == hashes[1] and "sft/dolly15k/train_tokens.bin" in hashes[0]
+
+
+def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(
+    tmp_path: Path, tokenizer: Any, encoder: Any
+) -> None:
+    texts = [*TEXTS[:12], "Document POISON: killed once", *TEXTS[12:]]
+    enc = scripted(tokenizer, tmp_path, kill_once=tmp_path / "killed")
+    built = pretrain(tmp_path / "ray", enc, RayEngine(workers=2, block_docs=8), texts)
+    assert (tmp_path / "killed").exists()  # a worker did die
+    assert built == pretrain(tmp_path / "local", encoder, None, texts)
+
+
+def test_an_interrupted_build_registers_nothing_and_a_rerun_reuses_the_finished_blocks(
+    tmp_path: Path, tokenizer: Any, encoder: Any
+) -> None:
+    texts = [*TEXTS[:80], "Document POISON: fails the first run", *TEXTS[80:]]
+    (tmp_path / "failing").touch()
+    enc = scripted(tokenizer, tmp_path, fail_while=tmp_path / "failing")
+    engine = RayEngine(workers=2, block_docs=10)
+    options: dict[str, Any] = {"train_tokens": None, "val_tokens": None}
+    with pytest.raises(DatasetError, match="poisoned document"):
+        pretrain(tmp_path / "ray", enc, engine, texts, **options)
+    assert not (tmp_path / "ray" / "meta.json").exists()
+    first_run = (tmp_path / "encoded.log").read_text().splitlines()
+    before = {t.split(":")[0] for t in texts[:80] if t}  # the blocks before the poisoned one
+    assert before <= set(first_run)
+    (tmp_path / "failing").unlink()
+    (tmp_path / "encoded.log").unlink()
+    built = pretrain(tmp_path / "ray", enc, engine, texts, **options)
+    rerun = (tmp_path / "encoded.log").read_text().splitlines()
+    assert not before & set(rerun)  # not tokenized again
+    assert "Document POISON" in rerun
+    assert built == pretrain(tmp_path / "local", encoder, None, texts, **options)
+
+
+def test_the_cli_builds_on_ray_and_registers_once_every_file_is_written(tmp_path: Path) -> None:
+    good = tmp_path / "docs.jsonl"
+    good.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:60]))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text() + '{"body": "no text"}\n')
+    runner = CliRunner()
+    store = tmp_path / "store"
+
+    def build(source: Path, out: str, *engine: str) -> Any:
+        args = ["--from", str(source), "--out", str(tmp_path / out / "corpus"), "--store", str(store)]
+        return runner.invoke(
+            cli, ["data", "build", "pretrain", *args, "--shard-bytes", "256", "--json", *engine]
+        )
+
+    local = build(good, "local")
+    assert local.exit_code == 0, local.output
+    failed = build(bad, "ray", "--engine", "ray", "--workers", "2")
+    assert failed.exit_code == 1 and "has no string field 'text'" in failed.output
+    assert not (tmp_path / "ray" / "corpus" / "meta.json").exists()
+
+    def registered() -> list[str]:
+        with sqlite3.connect(store / "store.db") as db:
+            return [row[0] for row in db.execute("select path from datasets order by id")]
+
+    assert registered() == [str(tmp_path / "local" / "corpus")]
+    built = build(good, "ray", "--engine", "ray", "--workers", "2")
+    assert built.exit_code == 0, built.output
+    assert registered() == [str(tmp_path / "local" / "corpus"), str(tmp_path / "ray" / "corpus")]
+    shown = [json.loads(r.output)["build"] for r in (built, local)]
+    for result in shown:
+        result.pop("path"), result.pop("seconds")
+    assert shown[0] == shown[1]
+    assert file_hashes(tmp_path / "ray") == file_hashes(tmp_path / "local")
