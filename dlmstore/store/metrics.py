@@ -152,6 +152,7 @@ class TrainingInfo:
     Attributes:
         adapters: The adapters the run registered, oldest first.
         steps: Every logged step, SFT first; null unless ``--run-id`` asked for it.
+        losses: Each phase's loss at every logged step, in step order (null where it was NaN).
     """
 
     adapters: list[RunAdapter]

@@ -144,6 +144,7 @@ class TrainingPlan:
         warmup_ratio: Share of the steps spent warming up.
         optimizer: Optimizer (transformers' name).
         seed: Training seed.
+        report_to: Where the trainer also sends its logs (``training.report_to``): tensorboard, trackio.
         sequence_len: Tokens per row at most.
     """
 
