@@ -4,46 +4,18 @@ Thin commands over :mod:`dlmstore.datasets`: each parses its flags, calls
 one library function (imported inside the command, so ``dlm --help``
 never loads torch, numpy or transformers) and renders the dataclass it
 returns as text or ``--json``. Progress goes to stderr, only on a
-terminal and never with ``--json``.
+terminal or every 10 s on a pipe (``cli/progress.py``), never with
+``--json``.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from .params import SIZE
 from .render import emit_json, human_bytes
-
-
-class Progress:
-    """A one-line progress report on stderr: documents, tokens, tokens per second."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.shown = False
-
-    def __call__(self, progress: Any) -> None:
-        if not self.enabled:
-            return
-        rate = progress.tokens / progress.seconds if progress.seconds > 0 else 0.0
-        click.echo(
-            f"\r{progress.name}: {progress.docs:,} docs, {progress.tokens:,} tokens, {rate:,.0f} tok/s ",
-            nl=False,
-            err=True,
-        )
-        self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            click.echo("", err=True)
-            self.shown = False
-
-
-def _progress(as_json: bool) -> Progress:
-    return Progress(enabled=not as_json and sys.stderr.isatty())
 
 
 @click.group("data")
@@ -124,17 +96,18 @@ def build_all_command(
                 f"unknown source {name!r} (sources: {', '.join(SOURCES)})",
                 param_hint="--local" if name in pairs else "--only",
             )
-    progress = _progress(as_json)
-    result = build_all(
-        cache_dir,
-        seed=seed,
-        base=base,
-        options=BuildAllOptions(**flags),
-        local=pairs,
-        only=list(only) or None,
-        progress=progress,
-    )
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        result = build_all(
+            cache_dir,
+            seed=seed,
+            base=base,
+            options=BuildAllOptions(**flags),
+            local=pairs,
+            only=list(only) or None,
+            progress=BuildTasks(),
+        )
     if as_json:
         emit_json(result)
     else:
@@ -213,9 +186,10 @@ def build_pretrain_command(source: str, out: str, as_json: bool, **options: Any)
     """Tokenize local documents into train/val shards with document indexes."""
     from dlmstore.datasets.recipes import build_pretrain_from
 
-    progress = _progress(as_json)
-    done = build_pretrain_from(source, out, progress=progress, **options)
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        done = build_pretrain_from(source, out, progress=BuildTasks(), **options)
     _render_build(done, as_json)
 
 
@@ -231,9 +205,10 @@ def build_sft_command(source: str, out: str, as_json: bool, **options: Any) -> N
     """
     from dlmstore.datasets.recipes import build_sft_from
 
-    progress = _progress(as_json)
-    done = build_sft_from(source, out, progress=progress, **options)
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        done = build_sft_from(source, out, progress=BuildTasks(), **options)
     _render_build(done, as_json)
 
 

@@ -8,6 +8,10 @@ from typing import Any
 
 import click
 
+from dlmstore.plural import plural
+
+__all__ = ["emit_json", "human_bytes", "is_quiet", "note", "plural", "printable", "warn"]
+
 
 def emit_json(value: Any) -> None:
     """Print a dataclass (or plain data) as indented JSON on stdout."""
@@ -33,8 +37,24 @@ def printable(text: str) -> str:
 
 
 def warn(message: str) -> None:
-    """A warning line on stderr."""
+    """A warning line on stderr (shown under ``-q`` too)."""
     click.echo(f"warning: {printable(message)}", err=True)
+
+
+def note(message: str) -> None:
+    """A ``note: ...`` line on stderr, for what is worth knowing but not wrong; ``-q`` drops it."""
+    if not is_quiet():
+        click.echo(f"note: {printable(message)}", err=True)
+
+
+def is_quiet() -> bool:
+    """Whether ``dlm -q`` was given (no progress, no notes)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().meta.get(QUIET_KEY, False))
+
+
+#: Where the group's ``-q`` is kept in the root context's ``meta``.
+QUIET_KEY = "dlm.quiet"
 
 
 def human_bytes(n: int) -> str:

@@ -6,7 +6,7 @@ import click
 
 from .lock import lock_mode_options
 from .params import SEED
-from .render import emit_json, human_bytes, warn
+from .render import emit_json, human_bytes, plural, warn
 
 
 @click.command("train")
@@ -40,16 +40,13 @@ def train_command(
     """
     from dlmstore.train.trainer import train_document
 
-    from .progress import TrainBar
+    from .progress import progress_shown
 
-    bar = TrainBar(enabled=not as_json)
-    try:
+    with progress_shown(as_json=as_json):
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, progress=bar,
+            lock_mode=lock_mode,
         )  # fmt: skip
-    finally:
-        bar.close()
     for message in [*summary.warnings, *summary.lock_warnings]:
         warn(message)
     if as_json:
@@ -60,15 +57,15 @@ def train_command(
     for part in summary.phases:
         loss = "n/a" if part.final_loss is None else f"{part.final_loss:.4f}"
         if part.phase == "sft":
-            click.echo(f"run {summary.run_id} sft: {part.steps} steps on {part.rows:,} rows "
-                       f"({summary.tokens:,} tokens), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
+            click.echo(f"run {summary.run_id} sft: {plural(part.steps, 'step')} on {plural(part.rows, 'row')} "
+                       f"({plural(summary.tokens, 'token')}), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
         else:
             rewards = _rewards(part.metrics)
-            click.echo(f"run {summary.run_id} preference ({part.method}): {part.steps} steps on "
-                       f"{part.rows:,} triples, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
+            click.echo(f"run {summary.run_id} preference ({part.method}): {plural(part.steps, 'step')} on "
+                       f"{plural(part.rows, 'triple')}, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
     click.echo(f"adapter: v{summary.adapter_version:04d} {summary.adapter_path}")
     click.echo(f"sha256:  {summary.adapter_sha256}")
-    click.echo(f"cache:   {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate}), "
+    click.echo(f"cache:   {plural(event.cache_hits, 'hit')}, {plural(event.cache_misses, 'miss', 'misses')} ({rate}), "
                f"{human_bytes(event.cache_bytes_after)} cached")  # fmt: skip
     click.echo(f"lock:    {summary.lock_decision}")
 

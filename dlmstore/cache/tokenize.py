@@ -47,6 +47,7 @@ from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
+from dlmstore.progress import Task
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import TokenizationEvent
 
@@ -60,9 +61,6 @@ BATCH_ROWS = 256
 BATCH_BYTES = MAX_ROW_BYTES
 #: After a batch of at least this much text, freed memory is given back.
 TRIM_AFTER_BYTES = 1 << 20
-
-#: progress(rows_done, rows_total, tokens_done)
-Progress = Callable[[int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -224,7 +222,6 @@ def tokenize_pass(
     use_cache: bool,
     cache_mode: str,
     max_bytes: int,
-    progress: Progress | None = None,
     materialize: bool = True,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
@@ -242,10 +239,12 @@ def tokenize_pass(
         use_cache: ``False`` bypasses the cache entirely (no reads, no writes).
         cache_mode: ``on``, ``off`` or ``bypassed``, recorded in the event.
         max_bytes: the cache's size limit (``training.cache.max_bytes``).
-        progress: optional callback for a progress bar.
         materialize: build the concatenated token arrays (for training);
             without it a warm pass only verifies and counts, and never
             imports numpy.
+
+    Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows,
+    with the tokens so far.
     """
     start = time.perf_counter()
     sequence_len = corpus.document.frontmatter.training.sequence_len
@@ -274,8 +273,8 @@ def tokenize_pass(
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
     hits = total - len(missing) - len(missing_preferences)
     tokens_done = sum(lengths.values())
-    if progress:
-        progress(hits, total, tokens_done)
+    task = Task("tokenizing", total=total, unit="rows")
+    task.update(hits, tokens=tokens_done)
     prefix = None
     if missing or missing_preferences:
         tokenizer = load_tokenizer()
@@ -313,12 +312,12 @@ def tokenize_pass(
             lengths.update((key, len(ids)) for key, ids in fresh.items())
             tokens_done += sum(len(ids) for ids in fresh.values())
             done += len(batch)
-            if progress:
-                progress(hits + done, total, tokens_done)
+            task.update(hits + done, tokens=tokens_done)
     evicted = 0
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
     cache.close()
+    task.finish()
     tokenized = _concatenate(rows, arrays) if materialize else None
     tokenized_preferences = None
     if materialize:
@@ -468,7 +467,7 @@ class TokenizeSummary:
 
 
 def tokenize_document(
-    path: str, *, no_cache: bool = False, progress: Progress | None = None, materialize: bool = True
+    path: str, *, no_cache: bool = False, materialize: bool = True
 ) -> tuple[TokenizeSummary, TokenizedRows | None]:
     """Run the tokenize pass for the document at ``path`` as a recorded run.
 
@@ -510,7 +509,6 @@ def tokenize_document(
                 use_cache=enabled,
                 cache_mode=mode,
                 max_bytes=settings.cache.max_bytes,
-                progress=progress,
                 materialize=materialize,
             )
             record_tokenization_event(

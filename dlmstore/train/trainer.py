@@ -65,9 +65,6 @@ from dlmstore.store.metrics import TokenizationEvent
 from dlmstore.train.adapters import Phase, PreferenceMethod
 from dlmstore.train.plan import Precision, TrainingPlan
 
-#: progress(step, total_steps, loss, tokens_per_second, phase)
-TrainProgress = Callable[[int, int, float | None, float | None, str], None]
-
 
 @dataclass(frozen=True)
 class TrainTimings:
@@ -144,7 +141,6 @@ def train_document(
     epochs: int | None = None,
     seed: int | None = None,
     lock_mode: str = "validate",
-    progress: TrainProgress | None = None,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -158,7 +154,9 @@ def train_document(
             each phase; ``epochs`` is SFT's, the preference phase has its own).
         lock_mode: ``validate`` (default), ``strict``, ``update`` or ``ignore``
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
-        progress: optional callback for a progress bar.
+
+    Progress (``dlmstore.progress``): the tokenize pass, the model load and
+    each phase's steps report as tasks to the sink installed by the caller.
 
     Raises:
         DocumentError, SourceError: the document or its sources are invalid.
@@ -242,7 +240,7 @@ def train_document(
             fits, staged, plan, model_load = _train_phases(
                 store, run_id, document, ref, tokenizer, phases, parent, precision, hardware,
                 sft_dataset=sft_dataset, preference_dataset=preference_dataset,
-                epochs=epochs, max_steps=max_steps, seed=seed, progress=progress,
+                epochs=epochs, max_steps=max_steps, seed=seed,
             )  # fmt: skip
             marks["model_load"] = model_load
             t0 = time.perf_counter()
@@ -350,7 +348,6 @@ def _train_phases(
     epochs: int | None,
     max_steps: int | None,
     seed: int,
-    progress: TrainProgress | None,
 ) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float]:
     """Load the model once and train the planned phases; stage each phase's adapter.
 
@@ -376,7 +373,7 @@ def _train_phases(
             auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
         if phases.sft:
-            fit = _fit(store, run_id, model, tokenizer, sft_dataset, plan, progress=progress)
+            fit = _fit(store, run_id, model, tokenizer, sft_dataset, plan)
             staged.append(_stage(store, run_id, document, fit))
             fits.append(fit)
             model = fit.model
@@ -390,7 +387,6 @@ def _train_phases(
                 preference_dataset,
                 plan,
                 settings.preference,
-                progress=progress,
             )
             fits.append(fit)
             staged.append(_stage(store, run_id, document, fit, parent=parent))
@@ -495,8 +491,6 @@ def _fit(
     tokenizer: Any,
     dataset: Any,
     plan: TrainingPlan,
-    *,
-    progress: TrainProgress | None,
 ) -> PhaseFit:
     """Train ``model`` with TRL's ``SFTTrainer`` as ``plan`` says."""
     import datasets
@@ -511,7 +505,7 @@ def _fit(
     datasets.disable_progress_bars()
     output = Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store.path))
     try:
-        recorder = StepRecorder(store, run_id, progress, phase="sft")
+        recorder = StepRecorder(store, run_id, phase="sft")
         t0 = time.perf_counter()
         trainer = SFTTrainer(
             model=model,
