@@ -12,6 +12,7 @@ print themselves; ``-v`` adds dlmstore's DEBUG and INFO records as
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import click
 
@@ -29,15 +30,24 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-def configure_logging(*, verbose: bool) -> None:
+def configure_logging(*, verbose: bool) -> Callable[[], None]:
     """Route log records to stderr; dlmstore's from DEBUG with ``verbose``, else from WARNING.
 
-    Calling it again (one process invoking the CLI several times, as tests
-    do) replaces the handler instead of adding a second one.
+    Returns the function that puts logging back as it was, which the group
+    calls when the command ends: one process may run the CLI many times
+    (tests do), and a library caller's logging is not the CLI's to keep.
     """
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
-        root.removeHandler(handler)
-    root.addHandler(_StderrHandler())
+    package = logging.getLogger("dlmstore")
+    before = (root.level, package.level)
+    handler = _StderrHandler()
+    root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    logging.getLogger("dlmstore").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    package.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(before[0])
+        package.setLevel(before[1])
+
+    return restore

@@ -73,7 +73,10 @@ def _reveal_causes(exc: BaseException) -> None:
     cls=DlmGroup,
     context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "DLM"},
 )
-@click.version_option(__version__, "--version", prog_name="dlm", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__, "--version", prog_name="dlm", message="%(prog)s %(version)s",
+    allow_from_autoenv=False,  # DLM_VERSION is too likely a name to print the version and exit on
+)  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no notes; warnings and errors still.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print dlmstore's debug log on stderr.")
 @click.option(
@@ -93,9 +96,10 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None
     says where).
 
     Data goes to stdout; progress, notes, warnings and errors to stderr.
-    Every option can also be set from an environment variable: DLM_ and the
-    command path and option name in capitals (DLM_QUIET=1,
-    DLM_TRAIN_MAX_STEPS=5, DLM_CACHE_PRUNE_OLDER_THAN=7d).
+    Every option can also be set from an environment variable named DLM_,
+    the command path and the option's name (DLM_QUIET=1,
+    DLM_TRAIN_MAX_STEPS=5, DLM_CACHE_PRUNE_OLDER_THAN=7d); docs/cli.md
+    lists them, and the exit codes.
     """
     from .logs import configure_logging
     from .render import QUIET_KEY
@@ -103,7 +107,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose cannot be used together")
     ctx.meta[QUIET_KEY] = quiet
-    configure_logging(verbose=verbose)
+    ctx.call_on_close(configure_logging(verbose=verbose))
 
 
 def _register() -> None:

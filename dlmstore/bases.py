@@ -41,6 +41,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -61,6 +62,7 @@ from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import file_kind
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 #: Files that make up a tokenizer (and can change what it produces), wherever they exist.
 TOKENIZER_FILES = (
@@ -386,6 +388,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
     """``<home>/bases/<name>/<part>``, converting from GGUF on first use."""
     target = bases_dir() / ref.name / part
     if _is_converted(target):
+        _log.debug("base model %r: %s converted earlier, at %s", ref.name, part, target)
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

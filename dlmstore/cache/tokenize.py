@@ -37,6 +37,7 @@ per-token Python objects are kept: rows are numpy arrays, the result is
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from dlmstore.store.metrics import TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
+
+_log = logging.getLogger(__name__)
 
 BATCH_ROWS = 256
 #: A batch also stops at this much text (a larger row goes alone): the fast
@@ -273,6 +276,10 @@ def tokenize_pass(
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
     hits = total - len(missing) - len(missing_preferences)
     tokens_done = sum(lengths.values())
+    _log.debug(
+        "tokenize pass: %d rows, %d found in the cache, %d to tokenize%s",
+        total, hits, total - hits, "" if use_cache else " (cache bypassed)",
+    )  # fmt: skip
     task = Task("tokenizing", total=total, unit="rows")
     task.update(hits, tokens=tokens_done)
     prefix = None
