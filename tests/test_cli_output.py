@@ -53,7 +53,7 @@ def test_verbose_shows_dlmstores_debug_log_on_stderr(tiny_doc: Path) -> None:
     verbose = CliRunner().invoke(cli, ["-v", "tokenize", str(tiny_doc)])
     assert (quiet.exit_code, verbose.exit_code) == (0, 0)
     assert "debug:" not in quiet.stderr
-    assert "debug: tokenize pass: 1 rows, 1 found in the cache, 0 to tokenize\n" in verbose.stderr
+    assert "debug: tokenize pass: 1 row, 1 found in the cache, 0 to tokenize\n" in verbose.stderr
     assert "debug:" not in verbose.stdout
 
 

@@ -48,6 +48,7 @@ from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
+from dlmstore.plural import plural
 from dlmstore.progress import Task
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import TokenizationEvent
@@ -277,8 +278,8 @@ def tokenize_pass(
     hits = total - len(missing) - len(missing_preferences)
     tokens_done = sum(lengths.values())
     _log.debug(
-        "tokenize pass: %d rows, %d found in the cache, %d to tokenize%s",
-        total, hits, total - hits, "" if use_cache else " (cache bypassed)",
+        "tokenize pass: %s, %d found in the cache, %d to tokenize%s",
+        plural(total, "row"), hits, total - hits, "" if use_cache else " (cache bypassed)",
     )  # fmt: skip
     task = Task("tokenizing", total=total, unit="rows")
     task.update(hits, tokens=tokens_done)
