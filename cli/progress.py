@@ -144,7 +144,7 @@ class ProgressRenderer:
 
 def status_line(update: ProgressUpdate, elapsed: float) -> str:
     """``tokenizing: 120/500 rows (24.0%), 12 rows/s, ETA 32s, loss 2.1``."""
-    rate = update.done / elapsed if elapsed > 0 else None
+    rate = update.done / elapsed if elapsed > 0 and update.done else None
     if update.total is None and update.done == 0:
         return f"{update.task}: {_duration(elapsed)} so far"
     if update.total is not None:
@@ -154,7 +154,7 @@ def status_line(update: ProgressUpdate, elapsed: float) -> str:
         parts = [plural(update.done, _singular(update.unit), update.unit)]
     if rate is not None:
         parts.append(f"{_rate(rate)} {update.unit}/s")
-        if update.total is not None and rate > 0:
+        if update.total is not None and update.done < update.total:
             parts.append(f"ETA {_duration(max(update.total - update.done, 0) / rate)}")
     if update.details:
         parts.append(_details(update.details))

@@ -153,3 +153,15 @@ def test_piped_train_reports_every_step_on_stderr_and_its_summary_on_stdout(
         "run", "adapter", "sha256", "cache", "lock",
     ]  # fmt: skip
     assert "sft: 2 steps on 1 row (" in result.stdout
+
+
+def test_shell_completion_offers_commands_and_subcommands() -> None:
+    def complete(words: str, cword: int) -> list[str]:
+        env = {"_DLM_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+        result = CliRunner().invoke(cli, [], env=env, prog_name="dlm")
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()
+
+    assert complete("dlm ca", 1) == ["plain,cache"]
+    assert complete("dlm cache ", 2) == ["plain,clear", "plain,prune", "plain,show", "plain,verify"]
+    assert "plain,--quiet" in complete("dlm --", 1)

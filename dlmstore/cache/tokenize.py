@@ -347,8 +347,9 @@ def tokenize_pass(
     warnings: tuple[str, ...] = ()
     if damaged:
         warnings = (
-            f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "
-            "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
+            f"{plural(len(damaged), 'cache entry', 'cache entries')} pointed at missing or damaged token "
+            f"files; {'its row was' if len(damaged) == 1 else 'their rows were'} re-tokenized "
+            "(run `dlm cache verify --repair` to check the rest)",
         )
     prefix_stats = None
     if prefix is not None:
