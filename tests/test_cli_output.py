@@ -16,8 +16,9 @@ from dlmstore.cli.logs import configure_logging
 from dlmstore.cli.main import cli
 from dlmstore.errors import DocumentError
 from dlmstore.plural import plural
+from dlmstore.store.database import open_store
 
-from .helpers import write_doc
+from .helpers import VALID_ID, write_doc
 
 
 @pytest.fixture
@@ -165,3 +166,16 @@ def test_shell_completion_offers_commands_and_subcommands() -> None:
     assert complete("dlm ca", 1) == ["plain,cache"]
     assert complete("dlm cache ", 2) == ["plain,clear", "plain,prune", "plain,show", "plain,verify"]
     assert "plain,--quiet" in complete("dlm --", 1)
+
+
+def test_metrics_of_a_store_without_runs_prints_its_header_and_a_note_on_stderr(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    open_store(VALID_ID).close()  # the store exists, with no run in it
+    result = CliRunner().invoke(cli, ["metrics", str(doc)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].split() == [
+        "run", "command", "status", "started", "(UTC)", "rows", "hits", "misses", "hit", "rate", "seconds", "cache",
+    ]  # fmt: skip
+    assert len(result.stdout.splitlines()) == 1
+    assert result.stderr == "note: no runs yet: run `dlm tokenize` or `dlm train` first\n"
+    assert CliRunner().invoke(cli, ["-q", "metrics", str(doc)]).stderr == ""
