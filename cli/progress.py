@@ -12,7 +12,8 @@ final line when it ends::
 A task that ends within its first 10 s prints its final line only. A task
 that cannot count (loading a model, converting a tokenizer) gets a status
 line with its elapsed time every 10 s from a background timer, so a log
-never sits silent for long.
+never sits silent for long; on a terminal the same timer keeps each bar's
+clock moving.
 Commands show progress with :func:`progress_shown`; ``-q`` and ``--json``
 turn it off.
 """
@@ -52,8 +53,8 @@ class ProgressRenderer:
             default, bars when the stream is a terminal.
         clock: seconds, monotonic (tests pass a fake one).
         every_s: the least time between two status lines of one task.
-        heartbeat: on a pipe, run a timer thread that calls :meth:`tick`
-            every second (tests call it themselves).
+        heartbeat: run a timer thread that calls :meth:`tick` every second
+            (tests call it themselves).
     """
 
     def __init__(
@@ -73,7 +74,7 @@ class ProgressRenderer:
         self._lock = threading.Lock()  # updates come from the main thread, ticks from the timer
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
-        if heartbeat and not self.tty:
+        if heartbeat:
             self._timer = threading.Thread(target=self._beat, name="dlm-progress", daemon=True)
             self._timer.start()
 
@@ -95,13 +96,13 @@ class ProgressRenderer:
                 del self.tasks[update.task]
 
     def tick(self) -> None:
-        """On a pipe, a status line for each task that has been silent for ``every_s``."""
-        if self.tty:
-            return
+        """Redraw each bar (its elapsed time moves on); on a pipe, a line for each task silent for ``every_s``."""
         with self._lock:
             now = self.clock()
             for state in self.tasks.values():
-                if now - state.last_line >= self.every_s:
+                if state.bar is not None:
+                    state.bar.refresh()
+                elif not self.tty and now - state.last_line >= self.every_s:
                     state.last_line = now
                     self._line(status_line(state.last, now - state.started))
 

@@ -183,3 +183,14 @@ def test_json_output_has_no_progress_beside_it(tiny_doc: Path) -> None:
     result = CliRunner().invoke(cli, ["tokenize", str(tiny_doc), "--json"])
     assert (result.exit_code, result.stderr) == (0, "")
     assert json.loads(result.stdout)["tokens"] > 0
+
+
+def test_the_timer_keeps_a_terminal_bar_of_a_task_that_cannot_count_moving() -> None:
+    stream = io.StringIO()
+    renderer = ProgressRenderer(stream=stream, tty=True)
+    with reporting(renderer):
+        Task("loading smollm2-135m")
+        drawn = len(stream.getvalue())
+        renderer.tick()
+    assert len(stream.getvalue()) > drawn
+    renderer.close()
