@@ -153,7 +153,9 @@ def status_line(update: ProgressUpdate, elapsed: float) -> str:
         parts = [f"{update.done:,}/{update.total:,} {update.unit}{share}"]
     else:
         parts = [plural(update.done, _singular(update.unit), update.unit)]
-    if rate is not None:
+    if rate is None:
+        parts.append(f"{_duration(elapsed)} so far")
+    else:
         parts.append(f"{_rate(rate)} {update.unit}/s")
         if update.total is not None and update.done < update.total:
             parts.append(f"ETA {_duration(max(update.total - update.done, 0) / rate)}")
@@ -167,7 +169,8 @@ def final_line(update: ProgressUpdate, elapsed: float) -> str:
     if update.total is None and update.done == 0:
         return f"{update.task}: done in {_duration(elapsed)}"
     counted = plural(update.done, _singular(update.unit), update.unit)
-    rate = f" ({_rate(update.done / elapsed)} {update.unit}/s)" if elapsed > 0 and update.done else ""
+    # A rate over less than a second says more about the clock than about the work.
+    rate = f" ({_rate(update.done / elapsed)} {update.unit}/s)" if elapsed >= 1 and update.done else ""
     details = f", {_details(update.details)}" if update.details else ""
     return f"{update.task}: {counted} in {_duration(elapsed)}{rate}{details}"
 

@@ -194,3 +194,13 @@ def test_the_timer_keeps_a_terminal_bar_of_a_task_that_cannot_count_moving() -> 
         renderer.tick()
     assert len(stream.getvalue()) > drawn
     renderer.close()
+
+
+def test_a_counted_task_with_nothing_done_yet_says_how_long_it_has_waited() -> None:
+    clock = FakeClock()
+    renderer, stream = _piped(clock)
+    with reporting(renderer):
+        Task("training sft", total=3, unit="steps")
+        clock.now += 12
+        renderer.tick()
+    assert stream.getvalue() == "training sft: 0/3 steps (0.0%), 12s so far\n"
