@@ -130,7 +130,7 @@ class ProgressRenderer:
             from tqdm import tqdm
 
             state.bar = tqdm(
-                total=update.total, desc=update.task, unit=f" {update.unit}", file=self.stream,
+                total=update.total, desc=update.task, unit=update.unit, file=self.stream,
                 dynamic_ncols=True, leave=True,
             )  # fmt: skip
         bar = state.bar
