@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from .params import SIZE
-from .render import emit_json, human_bytes
+from .render import emit_json, human_bytes, plural
 
 
 @click.group("data")
@@ -114,7 +114,9 @@ def build_all_command(
         for source in result.sources:
             detail = source.message
             if source.status == "built":
-                detail = ", ".join(f"{split} {tokens:,} tokens" for split, tokens in source.tokens.items())
+                detail = ", ".join(
+                    f"{split} {plural(tokens, 'token')}" for split, tokens in source.tokens.items()
+                )
             click.echo(f"{source.name:<12} {source.status:<9} {detail}")
         click.echo(f"store: {result.db_path}")
     if result.failed:
@@ -217,12 +219,12 @@ def _render_build(done: Any, as_json: bool) -> None:
         emit_json(done)
         return
     build = done.build
-    unit = "docs" if build.kind == "pretrain" else "examples"
+    unit = "doc" if build.kind == "pretrain" else "example"
     click.echo(f"built {build.kind} dataset {build.name} at {build.path} in {build.seconds:.1f}s")
     for split, totals in build.splits.items():
         click.echo(
-            f"{split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-            f"{totals.files} files, {human_bytes(totals.bytes)}"
+            f"{split + ':':<6} {plural(totals.tokens, 'token')}, {plural(totals.docs, unit)}, "
+            f"{plural(totals.files, 'file')}, {human_bytes(totals.bytes)}"
         )
     skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in build.skipped.items() if n)
     if skipped:
@@ -262,7 +264,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
         tokens = " + ".join(f"{report.totals.get(f'{s}_tokens', 0):,}" for s in ("train", "val"))
         click.echo(
             f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
-            f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})"
+            f"{tokens} tokens, {plural(report.files_checked, 'file')} checked{', deep' if report.deep else ''})"
         )
         click.echo("flags:")
         click.echo(f"  {report.reader.flags}")
@@ -295,11 +297,11 @@ def show_command(path: str, as_json: bool) -> None:
         click.echo(f"{dataset.name} ({dataset.kind}, {state}) {dataset.path}")
         if not dataset.built:
             continue
-        unit = "docs" if dataset.kind == "pretrain" else "examples"
+        unit = "doc" if dataset.kind == "pretrain" else "example"
         for split, totals in dataset.splits.items():
             click.echo(
-                f"  {split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-                f"{totals.files} files, {human_bytes(totals.bytes)}"
+                f"  {split + ':':<6} {plural(totals.tokens, 'token')}, {plural(totals.docs, unit)}, "
+                f"{plural(totals.files, 'file')}, {human_bytes(totals.bytes)}"
             )
         click.echo(
             f"  dtype {dataset.token_dtype}, vocab {dataset.vocab_size}, seed {dataset.seed}, "

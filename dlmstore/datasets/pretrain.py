@@ -163,7 +163,13 @@ def build_pretrain_cache(
         commits.drain()
         raise
     if not any(writers[s].docs for s in SPLITS):
-        what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
+        what = (
+            "the input yielded no documents"
+            if seen == 0
+            else "the one document was empty"
+            if seen == 1
+            else f"all {seen:,} documents were empty"
+        )
         raise DatasetError(
             f"no documents to build {name} from: {what}",
             hint="check the input path / source; empty texts are skipped",
