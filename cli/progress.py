@@ -7,13 +7,14 @@ plain status line with counts, rate and ETA at most every 10 s, and one
 final line when it ends::
 
     tokenizing: 12,400/50,000 rows (24.8%), 1,240 rows/s, ETA 30s
-    tokenizing: 50,000 rows in 40.3s (1,241 rows/s)
+    tokenizing: 50,000 rows in 40s (1,241 rows/s)
 
 A task that ends within its first 10 s prints its final line only. A task
 that cannot count (loading a model, converting a tokenizer) gets a status
 line with its elapsed time every 10 s from a background timer, so a log
 never sits silent for long; on a terminal the same timer keeps each bar's
 clock moving.
+
 Commands show progress with :func:`progress_shown`; ``-q`` and ``--json``
 turn it off.
 """
