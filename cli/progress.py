@@ -166,7 +166,7 @@ def status_line(update: ProgressUpdate, elapsed: float) -> str:
 
 
 def final_line(update: ProgressUpdate, elapsed: float) -> str:
-    """``tokenizing: 500 rows in 41.0s (12 rows/s)``; ``loading smollm2-135m: done in 2.1s`` without counts."""
+    """``tokenizing: 500 rows in 41s (12 rows/s)``; ``loading smollm2-135m: done in 2.1s`` without counts."""
     if update.total is None and update.done == 0:
         return f"{update.task}: done in {_duration(elapsed)}"
     counted = plural(update.done, _singular(update.unit), update.unit)
