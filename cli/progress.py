@@ -157,7 +157,7 @@ def status_line(update: ProgressUpdate, elapsed: float) -> str:
     if rate is None:
         parts.append(f"{_duration(elapsed)} so far")
     else:
-        parts.append(f"{_rate(rate)} {update.unit}/s")
+        parts.append(_speed(rate, update.unit))
         if update.total is not None and update.done < update.total:
             parts.append(f"ETA {_duration(max(update.total - update.done, 0) / rate)}")
     if update.details:
@@ -171,7 +171,7 @@ def final_line(update: ProgressUpdate, elapsed: float) -> str:
         return f"{update.task}: done in {_duration(elapsed)}"
     counted = plural(update.done, _singular(update.unit), update.unit)
     # A rate over less than a second says more about the clock than about the work.
-    rate = f" ({_rate(update.done / elapsed)} {update.unit}/s)" if elapsed >= 1 and update.done else ""
+    rate = f" ({_speed(update.done / elapsed, update.unit)})" if elapsed >= 1 and update.done else ""
     details = f", {_details(update.details)}" if update.details else ""
     return f"{update.task}: {counted} in {_duration(elapsed)}{rate}{details}"
 
@@ -220,6 +220,13 @@ def _isatty(stream: IO[str]) -> bool:
 
 def _singular(unit: str) -> str:
     return unit[:-1] if unit.endswith("s") else unit
+
+
+def _speed(rate: float, unit: str) -> str:
+    """``1,240 rows/s``, ``2.5 steps/s``; below one a second, the time each takes: ``1m37s/step``."""
+    if rate >= 1:
+        return f"{_rate(rate)} {unit}/s"
+    return f"{_duration(1 / rate)}/{_singular(unit)}"
 
 
 def _rate(value: float) -> str:

@@ -87,7 +87,7 @@ def test_piped_progress_of_a_short_task_is_its_final_line_only() -> None:
             task.update(1, loss=2.5)
             clock.now += 1.5
             task.update(2, loss=2.25)
-    assert stream.getvalue() == "training sft: 2 steps in 3.0s (0.67 steps/s), loss 2.2500\n"
+    assert stream.getvalue() == "training sft: 2 steps in 3.0s (1.5s/step), loss 2.2500\n"
 
 
 def test_a_task_that_cannot_count_gets_a_line_with_its_time_every_ten_seconds_from_the_timer() -> None:
@@ -204,3 +204,13 @@ def test_a_counted_task_with_nothing_done_yet_says_how_long_it_has_waited() -> N
         clock.now += 12
         renderer.tick()
     assert stream.getvalue() == "training sft: 0/3 steps (0.0%), 12s so far\n"
+
+
+def test_slow_work_is_timed_per_unit_and_fast_work_per_second() -> None:
+    clock = FakeClock()
+    renderer, stream = _piped(clock)
+    with reporting(renderer):
+        task = Task("training sft", total=10, unit="steps")
+        clock.now += 97
+        task.update(1, loss=4.5)
+    assert stream.getvalue() == "training sft: 1/10 steps (10.0%), 1m37s/step, ETA 14m33s, loss 4.5000\n"
