@@ -247,8 +247,8 @@ def tokenize_pass(
             without it a warm pass only verifies and counts, and never
             imports numpy.
 
-    Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows,
-    with the tokens so far.
+    Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
+    (the summary counts the tokens, split as SFT and preference tokens).
     """
     start = time.perf_counter()
     sequence_len = corpus.document.frontmatter.training.sequence_len
@@ -276,13 +276,12 @@ def tokenize_pass(
     missing = [row for row in rows if row.row_key not in lengths]
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
     hits = total - len(missing) - len(missing_preferences)
-    tokens_done = sum(lengths.values())
     _log.debug(
         "tokenize pass: %s, %d found in the cache, %d to tokenize%s",
         plural(total, "row"), hits, total - hits, "" if use_cache else " (cache bypassed)",
     )  # fmt: skip
     task = Task("tokenizing", total=total, unit="rows")
-    task.update(hits, tokens=tokens_done)
+    task.update(hits)
     prefix = None
     if missing or missing_preferences:
         tokenizer = load_tokenizer()
@@ -318,9 +317,8 @@ def tokenize_pass(
             if materialize:
                 arrays.update(fresh)
             lengths.update((key, len(ids)) for key, ids in fresh.items())
-            tokens_done += sum(len(ids) for ids in fresh.values())
             done += len(batch)
-            task.update(hits + done, tokens=tokens_done)
+            task.update(hits + done)
     evicted = 0
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
