@@ -130,8 +130,10 @@ class ProgressRenderer:
         if state.bar is None:
             from tqdm import tqdm
 
+            # " files": tqdm writes the unit straight after the count ("12 files", "3.1 files/s").
+
             state.bar = tqdm(
-                total=update.total, desc=update.task, unit=update.unit, file=self.stream,
+                total=update.total, desc=update.task, unit=f" {update.unit}", file=self.stream,
                 dynamic_ncols=True, leave=True,
             )  # fmt: skip
         bar = state.bar
