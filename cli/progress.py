@@ -132,9 +132,11 @@ class ProgressRenderer:
 
             # " files": tqdm writes the unit straight after the count ("12 files", "3.1 files/s").
 
+            # Work that is not counted shows its time only.
+            plain = {} if update.unit else {"bar_format": "{desc}: {elapsed}{postfix}"}
             state.bar = tqdm(
                 total=update.total, desc=update.task, unit=f" {update.unit}", file=self.stream,
-                dynamic_ncols=True, leave=True,
+                dynamic_ncols=True, leave=True, **plain,
             )  # fmt: skip
         bar = state.bar
         if update.total is not None and bar.total != update.total:

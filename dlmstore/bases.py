@@ -463,7 +463,8 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
         staging = StagingDir(target.parent, prefix=f".{part}-")
     except OSError as exc:
         raise _unwritable(ref, target, exc) from None
-    task = Task(f"converting {ref.name} {part} from GGUF", unit="tensors")
+    # The model's tensors are counted as they convert; the tokenizer's work is not countable.
+    task = Task(f"converting {ref.name} {part} from GGUF", unit="tensors" if part == "model" else "")
     try:
         with _quiet_transformers(tensors=task) as transformers:
             if part == "tokenizer":

@@ -38,7 +38,8 @@ class ProgressUpdate:
 
     ``task`` names it for people (``tokenizing``, ``sft``, ``converting
     smollm2-135m``) and identifies it while it runs; ``total`` is ``None``
-    when the amount of work is unknown. ``details`` are extra figures worth
+    when the amount of work is unknown, and ``unit`` is empty for work that
+    is not counted at all (loading a model): only its time is shown. ``details`` are extra figures worth
     showing (``loss``, ``tokens``, ``tokens/s``). The last update of a task
     has ``finished`` set.
     """
@@ -75,7 +76,7 @@ class Task:
     by a ``with`` reports its end once.
     """
 
-    def __init__(self, name: str, *, total: int | None = None, unit: str = "items") -> None:
+    def __init__(self, name: str, *, total: int | None = None, unit: str = "") -> None:
         self.name = name
         self.total = total
         self.unit = unit

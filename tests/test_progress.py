@@ -214,3 +214,11 @@ def test_slow_work_is_timed_per_unit_and_fast_work_per_second() -> None:
         clock.now += 97
         task.update(1, loss=4.5)
     assert stream.getvalue() == "training sft: 1/10 steps (10.0%), 1m37s/step, ETA 14m33s, loss 4.5000\n"
+
+
+def test_a_terminal_bar_of_work_that_is_not_counted_shows_its_name_and_time_only() -> None:
+    stream = io.StringIO()
+    renderer = ProgressRenderer(stream=stream, tty=True)
+    with reporting(renderer):
+        Task("loading smollm2-135m").finish()
+    assert stream.getvalue().strip("\r\n").split("\r")[-1] == "loading smollm2-135m: 00:00"
