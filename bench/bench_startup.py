@@ -1,8 +1,9 @@
 """Whole-process start-up of `dlm`: --help, --version and show, against the interpreter floor.
 
-Target: `dlm --help` under 0.3 s here. Prints medians over --repeat runs and
-the overhead over bare `python -c pass` (the floor no CLI can beat) and over
-`python -c "import click"` (the floor for a click CLI).
+Target: `dlm --help` under 0.1 s, whole process, on an idle 2-core machine
+(measured on a busy one, the figure is an upper bound). Prints medians over
+--repeat runs and the overhead over bare `python -c pass` (the floor no CLI
+can beat) and over `python -c "import click"` (the floor for a click CLI).
 
     python bench/bench_startup.py [--repeat 15]
 """
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TARGET_HELP_S = 0.3
+TARGET_HELP_S = 0.1
 
 
 def median_seconds(argv: list[str], repeat: int, env: dict[str, str]) -> float:
@@ -48,6 +49,7 @@ def main() -> None:
             "python -c 'import sqlalchemy'": [sys.executable, "-c", "import sqlalchemy"],
             "dlm --version": [dlm, "--version"],
             "dlm --help": [dlm, "--help"],
+            "dlm -q --help": [dlm, "-q", "--help"],  # the group's options parse without a cost
             "dlm show doc.dlm": [dlm, "show", str(doc)],
             "dlm show doc.dlm --json": [dlm, "show", str(doc), "--json"],
         }

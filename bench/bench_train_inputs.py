@@ -221,12 +221,15 @@ def resume() -> None:
     doc.write_text(text)
     shutil.rmtree(WORK / "home" / "store", ignore_errors=True)
 
-    def stop(step: int, total: int, loss: object, rate: object, phase: str = "sft") -> None:
-        if step == 3:
+    from dlmstore.progress import ProgressUpdate, reporting
+
+    def ctrl_c(update: ProgressUpdate) -> None:
+        if update.task == "training sft" and update.done == 3 and not update.finished:
             raise KeyboardInterrupt
 
     try:
-        train_document(str(doc), phase="sft", max_steps=6, progress=stop)
+        with reporting(ctrl_c):
+            train_document(str(doc), phase="sft", max_steps=6)
     except KeyboardInterrupt:
         pass
     summary = train_document(str(doc), phase="sft", max_steps=6, resume=True)

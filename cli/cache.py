@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .params import DURATION
-from .render import emit_json, human_bytes, json_option
+from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
@@ -78,16 +78,16 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
         emit_json(result)
         return
     click.echo(
-        f"pruned {result.entries_removed:,} entries ({human_bytes(result.bytes_removed)}) "
+        f"pruned {plural(result.entries_removed, 'entry', 'entries')} ({human_bytes(result.bytes_removed)}) "
         f"not used since {result.cutoff}"
     )
     click.echo(
-        f"files: {result.packs_removed} empty and {result.packs_compacted} sparse token files, "
-        f"{result.orphan_files_removed} orphans, {result.temp_files_removed} temp files, "
-        f"{result.staging_dirs_removed} base conversion leftovers"
+        f"files: {result.packs_removed:,} empty and {plural(result.packs_compacted, 'sparse token file')}, "
+        f"{plural(result.orphan_files_removed, 'orphan')}, {plural(result.temp_files_removed, 'temp file')}, "
+        f"{plural(result.staging_dirs_removed, 'base conversion leftover')}"
     )
     if result.store_in_use:
-        click.echo(IN_USE_NOTE, err=True)
+        note(IN_USE_NOTE)
 
 
 @cache_group.command("clear")
@@ -105,21 +105,23 @@ def clear_command(path: str, force: bool, as_json: bool) -> None:
     if not force:
         if not sys.stdin.isatty():
             raise DlmError(
-                f"refusing to clear {summary.entry_count:,} entries ({human_bytes(summary.bytes)}) "
+                f"refusing to clear {plural(summary.entry_count, 'entry', 'entries')} ({human_bytes(summary.bytes)}) "
                 "without confirmation",
                 hint=f"pass --force: dlm cache clear {path} --force",
             )
         click.confirm(
-            f"Delete {summary.entry_count:,} cache entries ({human_bytes(summary.bytes)})?",
+            f"Delete {plural(summary.entry_count, 'cache entry', 'cache entries')} ({human_bytes(summary.bytes)})?",
             abort=True,
-            err=True,
+            err=True,  # the question is not data: stdout stays clean
         )
     with open_store(dlm_id, create=False) as store:
         result = clear(store)
     if as_json:
         emit_json(result)
         return
-    click.echo(f"cleared {result.entries_removed:,} entries ({human_bytes(result.bytes_removed)})")
+    click.echo(
+        f"cleared {plural(result.entries_removed, 'entry', 'entries')} ({human_bytes(result.bytes_removed)})"
+    )
 
 
 @cache_group.command("verify")
@@ -149,17 +151,18 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
             state = "repaired" if problem.repaired else "problem"
             click.echo(f"{state}: {problem.kind}: {problem.path}: {problem.detail}")
         click.echo(
-            f"checked {result.entries_checked:,} entries in {result.packs_checked} token files: "
-            f"{len(result.problems)} problems, {result.remaining} remaining"
+            f"checked {plural(result.entries_checked, 'entry', 'entries')} in "
+            f"{plural(result.packs_checked, 'token file')}: "
+            f"{plural(len(result.problems), 'problem')}, {result.remaining:,} remaining"
         )
     if result.store_in_use:
-        click.echo(IN_USE_NOTE, err=True)
+        note(IN_USE_NOTE)
     if result.remaining:
         sys.exit(1)
 
 
 IN_USE_NOTE = (
-    "note: another dlm process may have this store open (its lock could not be taken); files younger "
+    "another dlm process may have this store open (its lock could not be taken); files younger "
     "than an hour were left alone in case it is writing them (run again when it is done)"
 )
 

@@ -4,53 +4,18 @@ Thin commands over :mod:`dlmstore.datasets`: each parses its flags, calls
 one library function (imported inside the command, so ``dlm --help``
 never loads torch, numpy or transformers) and renders the dataclass it
 returns as text or ``--json``. Progress goes to stderr, only on a
-terminal and never with ``--json``.
+terminal or every 10 s on a pipe (``cli/progress.py``), never with
+``--json``.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from .params import SIZE
-from .render import emit_json, human_bytes, json_option
-
-
-class Progress:
-    """A one-line progress report on stderr: documents and tokens, each per second.
-
-    The builders report through a callback (:class:`dlmstore.datasets.build.BuildProgress`,
-    counted across every Ray worker for ``--engine ray``); this class is the
-    only place that renders it, to be replaced by the shared progress facility.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.shown = False
-
-    def __call__(self, progress: Any) -> None:
-        if not self.enabled:
-            return
-        seconds = progress.seconds if progress.seconds > 0 else float("inf")
-        click.echo(
-            f"\r{progress.name}: {progress.docs:,} docs ({progress.docs / seconds:,.0f}/s), "
-            f"{progress.tokens:,} tokens ({progress.tokens / seconds:,.0f}/s) ",
-            nl=False,
-            err=True,
-        )
-        self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            click.echo("", err=True)
-            self.shown = False
-
-
-def _progress(as_json: bool) -> Progress:
-    return Progress(enabled=not as_json and sys.stderr.isatty())
-
+from .render import emit_json, human_bytes, json_option, plural
 
 _engine_options = [
     click.option(
@@ -168,25 +133,28 @@ def build_all_command(
                 f"unknown source {name!r} (sources: {', '.join(SOURCES)})",
                 param_hint="--local" if name in pairs else "--only",
             )
-    progress = _progress(as_json)
-    result = build_all(
-        cache_dir,
-        seed=seed,
-        base=base,
-        options=BuildAllOptions(**flags),
-        local=pairs,
-        only=list(only) or None,
-        progress=progress,
-        engine=_engine(engine, ray_address, workers),
-    )
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        result = build_all(
+            cache_dir,
+            seed=seed,
+            base=base,
+            options=BuildAllOptions(**flags),
+            local=pairs,
+            only=list(only) or None,
+            progress=BuildTasks(),
+            engine=_engine(engine, ray_address, workers),
+        )
     if as_json:
         emit_json(result)
     else:
         for source in result.sources:
             detail = source.message
             if source.status == "built":
-                detail = ", ".join(f"{split} {tokens:,} tokens" for split, tokens in source.tokens.items())
+                detail = ", ".join(
+                    f"{split} {plural(tokens, 'token')}" for split, tokens in source.tokens.items()
+                )
             click.echo(f"{source.name:<12} {source.status:<9} {detail}")
         click.echo(f"store: {result.db_path}")
     if result.failed:
@@ -271,10 +239,12 @@ def build_pretrain_command(
     """
     from dlmstore.datasets.recipes import build_pretrain_from
 
-    how = _engine(engine, ray_address, workers)
-    progress = _progress(as_json)
-    done = build_pretrain_from(source, out, progress=progress, engine=how, **options)
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        done = build_pretrain_from(
+            source, out, progress=BuildTasks(), engine=_engine(engine, ray_address, workers), **options
+        )
     _render_build(done, as_json)
 
 
@@ -298,10 +268,12 @@ def build_sft_command(
     """
     from dlmstore.datasets.recipes import build_sft_from
 
-    how = _engine(engine, ray_address, workers)
-    progress = _progress(as_json)
-    done = build_sft_from(source, out, progress=progress, engine=how, **options)
-    progress.done()
+    from .progress import BuildTasks, progress_shown
+
+    with progress_shown(as_json=as_json):
+        done = build_sft_from(
+            source, out, progress=BuildTasks(), engine=_engine(engine, ray_address, workers), **options
+        )
     _render_build(done, as_json)
 
 
@@ -310,12 +282,12 @@ def _render_build(done: Any, as_json: bool) -> None:
         emit_json(done)
         return
     build = done.build
-    unit = "docs" if build.kind == "pretrain" else "examples"
+    unit = "doc" if build.kind == "pretrain" else "example"
     click.echo(f"built {build.kind} dataset {build.name} at {build.path} in {build.seconds:.1f}s")
     for split, totals in build.splits.items():
         click.echo(
-            f"{split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-            f"{totals.files} files, {human_bytes(totals.bytes)}"
+            f"{split + ':':<6} {plural(totals.tokens, 'token')}, {plural(totals.docs, unit)}, "
+            f"{plural(totals.files, 'file')}, {human_bytes(totals.bytes)}"
         )
     skipped = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in build.skipped.items() if n)
     if skipped:
@@ -355,7 +327,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
         tokens = " + ".join(f"{report.totals.get(f'{s}_tokens', 0):,}" for s in ("train", "val"))
         click.echo(
             f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
-            f"{tokens} tokens, {report.files_checked} files checked{', deep' if report.deep else ''})"
+            f"{tokens} tokens, {plural(report.files_checked, 'file')} checked{', deep' if report.deep else ''})"
         )
         click.echo("train:")
         click.echo(f"  {report.reader.train}")
@@ -390,11 +362,11 @@ def show_command(path: str, as_json: bool) -> None:
         click.echo(f"{dataset.name} ({dataset.kind}, {state}) {dataset.path}")
         if not dataset.built:
             continue
-        unit = "docs" if dataset.kind == "pretrain" else "examples"
+        unit = "doc" if dataset.kind == "pretrain" else "example"
         for split, totals in dataset.splits.items():
             click.echo(
-                f"  {split + ':':<6} {totals.tokens:,} tokens, {totals.docs:,} {unit}, "
-                f"{totals.files} files, {human_bytes(totals.bytes)}"
+                f"  {split + ':':<6} {plural(totals.tokens, 'token')}, {plural(totals.docs, unit)}, "
+                f"{plural(totals.files, 'file')}, {human_bytes(totals.bytes)}"
             )
         click.echo(
             f"  dtype {dataset.token_dtype}, vocab {dataset.vocab_size}, seed {dataset.seed}, "

@@ -8,6 +8,7 @@ function it calls.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -15,9 +16,22 @@ import click
 
 from dlmstore import __version__
 
+#: Exit statuses of ``dlm`` (docs/cli.md lists them; scripts/docgen.py reads this).
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (1, "an error dlm reports as `error: ...` (bad input, a damaged store, a failed run); "
+        "`dlm cache verify` when problems remain"),
+    (2, "a usage error: an unknown option, a missing or invalid argument"),
+    (130, "interrupted (Ctrl-C)"),
+)  # fmt: skip
+
 
 class DlmGroup(click.Group):
-    """A click group that turns ``DlmError`` into ``error: ...`` and exit 1."""
+    """A click group that turns ``DlmError`` into ``error: ...`` and exit 1.
+
+    With ``--traceback`` or ``DLM_DEBUG=1`` the error is raised instead,
+    with every exception it came from shown (also those raised ``from None``).
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         from dlmstore.errors import DlmError
@@ -25,6 +39,9 @@ class DlmGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DlmError as exc:
+            if ctx.params.get("traceback") or _debug_env():
+                _reveal_causes(exc)
+                raise
             from .render import printable
 
             for message, hint in exc.reports():
@@ -37,9 +54,39 @@ class DlmGroup(click.Group):
             sys.exit(130)
 
 
-@click.group(cls=DlmGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="dlm", message="%(prog)s %(version)s")
-def cli() -> None:
+def _debug_env() -> bool:
+    """``DLM_DEBUG`` set to anything but empty, ``0``, ``false`` or ``no``."""
+    return os.environ.get("DLM_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _reveal_causes(exc: BaseException) -> None:
+    """Let the traceback show every exception in ``exc``'s chain, ``raise ... from None`` included."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__suppress_context__ = False
+        current = current.__cause__ or current.__context__
+
+
+@click.group(
+    cls=DlmGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "DLM"},
+)
+@click.version_option(
+    __version__, "--version", prog_name="dlm", message="%(prog)s %(version)s",
+    allow_from_autoenv=False,  # DLM_VERSION is too likely a name to print the version and exit on
+)  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no notes; warnings and errors still.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print dlmstore's debug log on stderr.")
+@click.option(
+    "--traceback",
+    is_flag=True,
+    help="On an error, show the Python traceback with its causes instead of the one-line "
+    "message (also DLM_DEBUG=1).",
+)
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None:
     """dlm: a local-first store for LLM training data.
 
     Write a .dlm document (Markdown + YAML frontmatter) with `dlm init`,
@@ -47,7 +94,20 @@ def cli() -> None:
     with `dlm tokenize`, train a LoRA adapter with `dlm train`. Everything a
     store holds is recorded in one SQLite database per document (`dlm show`
     says where).
+
+    Data goes to stdout; progress, notes, warnings and errors to stderr.
+    Every option can also be set from an environment variable named DLM_,
+    the command path and the option's name (DLM_QUIET=1,
+    DLM_TRAIN_MAX_STEPS=5, DLM_CACHE_PRUNE_OLDER_THAN=7d); docs/cli.md
+    lists them, and the exit codes.
     """
+    from .logs import configure_logging
+    from .render import QUIET_KEY
+
+    if quiet and verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose cannot be used together")
+    ctx.meta[QUIET_KEY] = quiet
+    ctx.call_on_close(configure_logging(verbose=verbose))
 
 
 def _register() -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .params import DURATION, RUN_ID
-from .render import emit_json, human_bytes, json_option
+from .render import emit_json, human_bytes, json_option, note
 
 if TYPE_CHECKING:
     from dlmstore.store.metrics import MetricsReport, TrainingInfo
@@ -82,7 +82,7 @@ def metrics_command(
         if run.training is not None:
             _training(run.run_id, run.training)
     if not report.runs:
-        click.echo("(no runs yet: run `dlm tokenize` or `dlm train` first)")
+        note("no runs yet: run `dlm tokenize` or `dlm train` first")
 
 
 #: The preference columns: what TRL logs under ``rewards/...`` at each step.

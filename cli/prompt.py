@@ -16,7 +16,10 @@ def prompt_command(path: str, question: str, max_new_tokens: int, as_json: bool)
     """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
     from dlmstore.train.prompt import answer_question
 
-    result = answer_question(path, question, max_new_tokens=max_new_tokens)
+    from .progress import progress_shown
+
+    with progress_shown(as_json=as_json):
+        result = answer_question(path, question, max_new_tokens=max_new_tokens)
     if as_json:
         emit_json(result)
     else:

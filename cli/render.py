@@ -9,9 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from dlmstore.plural import plural
 from dlmstore.report.units import human_bytes
-
-__all__ = ["emit_json", "human_bytes", "printable", "warn"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +32,9 @@ class JsonOption(click.Option):
 def json_option(result: str, help: str = "Print the result as JSON.") -> Callable[[F], F]:
     """Add ``--json`` (passed as ``as_json``) to a command that prints ``result`` with it."""
     return click.option("--json", "as_json", cls=JsonOption, result=result, is_flag=True, help=help)
+
+
+__all__ = ["emit_json", "human_bytes", "is_quiet", "note", "plural", "printable", "warn"]
 
 
 def emit_json(value: Any) -> None:
@@ -59,5 +61,21 @@ def printable(text: str) -> str:
 
 
 def warn(message: str) -> None:
-    """A warning line on stderr."""
+    """A warning line on stderr (shown under ``-q`` too)."""
     click.echo(f"warning: {printable(message)}", err=True)
+
+
+def note(message: str) -> None:
+    """A ``note: ...`` line on stderr, for what is worth knowing but not wrong; ``-q`` drops it."""
+    if not is_quiet():
+        click.echo(f"note: {printable(message)}", err=True)
+
+
+def is_quiet() -> bool:
+    """Whether ``dlm -q`` was given (no progress, no notes)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().meta.get(QUIET_KEY, False))
+
+
+#: Where the group's ``-q`` is kept in the root context's ``meta``.
+QUIET_KEY = "dlm.quiet"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, json_option, warn
+from .render import emit_json, human_bytes, json_option, plural, warn
 
 
 @click.command("show")
@@ -57,7 +57,7 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
         }
         detail = ", ".join(f"{n} {why}" for why, n in skipped.items())
         click.echo(
-            f"source:   {source.directive}: {source.files_included} files, "
+            f"source:   {source.directive}: {plural(source.files_included, 'file')}, "
             f"{human_bytes(source.bytes_included)}" + (f" (skipped {detail})" if detail else "")
         )
     state = "exists" if summary.store.exists else "not created yet"
@@ -65,5 +65,5 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     cache = summary.training_cache
     rate = "n/a" if cache.last_run_hit_rate is None else f"{cache.last_run_hit_rate:.1%}"
     click.echo(
-        f"cache:    {cache.entry_count:,} entries, {human_bytes(cache.bytes)}, last-run hit rate {rate}"
+        f"cache:    {plural(cache.entry_count, 'entry', 'entries')}, {human_bytes(cache.bytes)}, last-run hit rate {rate}"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, json_option, warn
+from .render import emit_json, human_bytes, json_option, plural, warn
 
 
 @click.command("tokenize")
@@ -20,13 +20,10 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     """
     from dlmstore.cache.tokenize import tokenize_document
 
-    from .progress import ProgressBar
+    from .progress import progress_shown
 
-    bar = ProgressBar("tokenizing", enabled=not as_json)
-    try:
-        summary, _ = tokenize_document(path, no_cache=no_cache, progress=bar, materialize=False)
-    finally:
-        bar.close()
+    with progress_shown(as_json=as_json):
+        summary, _ = tokenize_document(path, no_cache=no_cache, materialize=False)
     for message in summary.warnings:
         warn(message)
     if as_json:
@@ -34,15 +31,16 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
         return
     event = summary.tokenization
     rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
-    click.echo(f"run {summary.run_id}: {event.total_rows:,} rows, {summary.tokens:,} tokens")
+    click.echo(f"run {summary.run_id}: {plural(event.total_rows, 'row')}, {plural(summary.tokens, 'token')}")
     click.echo(
-        f"cache:  {event.cache_mode}, {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate})"
+        f"cache:  {event.cache_mode}, {plural(event.cache_hits, 'hit')}, "
+        f"{plural(event.cache_misses, 'miss', 'misses')} ({rate})"
     )
     click.echo(f"time:   {event.total_tokenize_seconds:.2f} s")
     click.echo(f"size:   {human_bytes(event.cache_bytes_after)} cached")
     if summary.preference_rows:
         click.echo(
-            f"prefs:  {summary.preference_rows:,} preference row{'' if summary.preference_rows == 1 else 's'}, "
-            f"{summary.preference_tokens:,} tokens "
+            f"prefs:  {plural(summary.preference_rows, 'preference row')}, "
+            f"{plural(summary.preference_tokens, 'token')} "
             "in their chosen and rejected conversations (for DPO/ORPO, not SFT)"
         )

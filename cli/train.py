@@ -6,7 +6,7 @@ import click
 
 from .lock import lock_mode_options
 from .params import SEED
-from .render import emit_json, human_bytes, json_option, warn
+from .render import emit_json, human_bytes, json_option, plural, warn
 
 
 @click.command("train")
@@ -51,7 +51,8 @@ def train_command(
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
-    SFT (TRL SFTTrainer) trains on prose, instruction and source rows; then,
+    SFT (transformers' Trainer, batches padded by TRL's collator) trains on
+    prose, instruction and source rows; then,
     when the document has ::preference:: sections, the preference phase
     (DPO or ORPO, training.preference.method) trains the same adapter on
     them. Rows come pre-tokenized from the cache. Each phase's adapter is
@@ -74,17 +75,14 @@ def train_command(
     from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
 
-    from .progress import TrainBar
+    from .progress import progress_shown
 
     main_rank = current_world().is_main
-    bar = TrainBar(enabled=not as_json and main_rank)
-    try:
+    with progress_shown(as_json=as_json or not main_rank):  # only rank 0 reports
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, progress=bar, datasets=datasets, resume=resume,
+            lock_mode=lock_mode, datasets=datasets, resume=resume,
         )  # fmt: skip
-    finally:
-        bar.close()
     if not main_rank:
         return
     for message in [*summary.warnings, *summary.lock_warnings]:
@@ -97,22 +95,22 @@ def train_command(
     for part in summary.phases:
         loss = "n/a" if part.final_loss is None else f"{part.final_loss:.4f}"
         if part.phase == "sft":
-            click.echo(f"run {summary.run_id} sft: {part.steps} steps on {part.rows:,} rows "
-                       f"({summary.tokens:,} tokens), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
+            click.echo(f"run {summary.run_id} sft: {plural(part.steps, 'step')} on {plural(part.rows, 'row')} "
+                       f"({plural(summary.tokens, 'token')}), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
         else:
             rewards = _rewards(part.metrics)
-            click.echo(f"run {summary.run_id} preference ({part.method}): {part.steps} steps on "
-                       f"{part.rows:,} triples, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
+            click.echo(f"run {summary.run_id} preference ({part.method}): {plural(part.steps, 'step')} on "
+                       f"{plural(part.rows, 'triple')}, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
     for use in summary.datasets:
-        click.echo(f"dataset: {use.path} ({use.kind}, weight {use.weight:g}): {use.samples:,} items, "
-                   f"{use.tokens:,} tokens")  # fmt: skip
+        click.echo(f"dataset: {use.path} ({use.kind}, weight {use.weight:g}): {plural(use.samples, 'item')}, "
+                   f"{plural(use.tokens, 'token')}")  # fmt: skip
     if summary.world_size > 1:
         click.echo(f"ranks:   {summary.world_size} processes")
     if summary.resumed_from is not None:
         click.echo(f"resumed: run {summary.resumed_from} from step {summary.resumed_at_step}")
     click.echo(f"adapter: v{summary.adapter_version:04d} {summary.adapter_path}")
     click.echo(f"sha256:  {summary.adapter_sha256}")
-    click.echo(f"cache:   {event.cache_hits:,} hits, {event.cache_misses:,} misses ({rate}), "
+    click.echo(f"cache:   {plural(event.cache_hits, 'hit')}, {plural(event.cache_misses, 'miss', 'misses')} ({rate}), "
                f"{human_bytes(event.cache_bytes_after)} cached")  # fmt: skip
     click.echo(f"lock:    {summary.lock_decision}")
 
@@ -133,8 +131,10 @@ def _rank_arguments(
 ) -> list[str]:  # fmt: skip
     """``dlm train`` arguments for each rank: this command's, without ``--nproc``."""
     from .lock import LOCK_FLAGS
+    from .render import is_quiet
 
-    args = ["train", path, "--phase", phase]
+    args = ["-q"] if is_quiet() else []
+    args += ["train", path, "--phase", phase]
     args += ["--no-cache"] if no_cache else []
     args += ["--max-steps", str(max_steps)] if max_steps is not None else []
     args += ["--epochs", str(epochs)] if epochs is not None else []

@@ -41,23 +41,28 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
 import stat
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlmstore.base_registry import REGISTRY, RegisteredBase
 from dlmstore.errors import BaseModelError
 from dlmstore.home import bases_dir
+from dlmstore.progress import Task
 from dlmstore.store.atomic import StagingDir
 from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import file_kind
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 #: Files that make up a tokenizer (and can change what it produces), wherever they exist.
 TOKENIZER_FILES = (
@@ -297,7 +302,7 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
 def load_model(ref: BaseModelRef, **kwargs: Any) -> Any:
     """Load the causal LM of ``ref`` (imports torch and transformers), at its pinned revision if any."""
     source = model_source(ref)
-    with _quiet_transformers() as transformers:
+    with _quiet_transformers() as transformers, Task(f"loading {ref.name}"):
         try:
             return transformers.AutoModelForCausalLM.from_pretrained(source, **_revision(ref), **kwargs)
         except (OSError, ValueError) as exc:
@@ -383,6 +388,7 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
     """``<home>/bases/<name>/<part>``, converting from GGUF on first use."""
     target = bases_dir() / ref.name / part
     if _is_converted(target):
+        _log.debug("base model %r: %s converted earlier, at %s", ref.name, part, target)
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -457,8 +463,10 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
         staging = StagingDir(target.parent, prefix=f".{part}-")
     except OSError as exc:
         raise _unwritable(ref, target, exc) from None
+    # The model's tensors are counted as they convert; the tokenizer's work is not countable.
+    task = Task(f"converting {ref.name} {part} from GGUF", unit="tensors" if part == "model" else "")
     try:
-        with _quiet_transformers() as transformers:
+        with _quiet_transformers(tensors=task) as transformers:
             if part == "tokenizer":
                 tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 tokenizer.save_pretrained(staging.path)
@@ -474,6 +482,7 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
                 model.save_pretrained(staging.path)
         # "keep": another process that converted the same base first won the race.
         staging.publish(target, existing="keep")
+        task.finish()
     except BaseModelError:
         raise
     except Exception as exc:
@@ -487,8 +496,12 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
 
 
 @contextmanager
-def _quiet_transformers() -> Iterator[Any]:
-    """Import transformers with its progress bars and info logging off."""
+def _quiet_transformers(*, tensors: Task | None = None) -> Iterator[Any]:
+    """Import transformers with its progress bars and info logging off.
+
+    The GGUF converter's own tqdm bar is replaced by a stand-in that counts
+    the tensors it converts into ``tensors`` (the conversion's progress).
+    """
     import transformers
 
     # The logging helpers and the GGUF module are untyped; Any says so once.
@@ -507,7 +520,7 @@ def _quiet_transformers() -> Iterator[Any]:
     gguf_utils: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
     bar = getattr(gguf_utils, "tqdm", None)
     if bar is not None:
-        gguf_utils.tqdm = functools.partial(bar, disable=True)
+        gguf_utils.tqdm = functools.partial(_counted, task=tensors)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -519,3 +532,13 @@ def _quiet_transformers() -> Iterator[Any]:
             hf_logging.enable_progress_bar()
         if bar is not None:
             gguf_utils.tqdm = bar
+
+
+def _counted(iterable: Iterable[T], *_: Any, task: Task | None = None, **__: Any) -> Iterator[T]:
+    """The items of ``iterable``, each counted into ``task`` (a stand-in for tqdm)."""
+    if task is not None:
+        task.update(task.done, total=len(iterable) if isinstance(iterable, Sized) else None)
+    for item in iterable:
+        yield item
+        if task is not None:
+            task.advance()

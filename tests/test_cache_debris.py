@@ -90,16 +90,16 @@ def test_verify_reports_what_a_killed_pack_writer_left_however_new_and_repair_re
     assert stdout.splitlines() == [
         f"problem: orphan_file: {orphan}: pack file not registered in store.db",
         f"problem: temp_file: {temp}: leftover temporary file",
-        "checked 2 entries in 1 token files: 2 problems, 2 remaining",
+        "checked 2 entries in 1 token file: 2 problems, 2 remaining",
     ]
     code, stdout, _ = _dlm("cache", "verify", "--repair", str(doc))
     assert (
-        code == 0 and stdout.splitlines()[-1] == "checked 2 entries in 1 token files: 2 problems, 0 remaining"
+        code == 0 and stdout.splitlines()[-1] == "checked 2 entries in 1 token file: 2 problems, 0 remaining"
     )
     assert not (store_dir(VALID_ID) / orphan).exists() and not (store_dir(VALID_ID) / temp).exists()
     assert _dlm("cache", "verify", str(doc))[:2] == (
         0,
-        "checked 2 entries in 1 token files: 0 problems, 0 remaining\n",
+        "checked 2 entries in 1 token file: 0 problems, 0 remaining\n",
     )
 
 
@@ -127,7 +127,7 @@ def test_while_another_process_holds_the_store_repair_leaves_young_files_alone_a
     assert (code, stderr) == (0, IN_USE_NOTE + "\n")
     assert stdout.splitlines() == [
         f"repaired: temp_file: tokens/{old.name}: leftover temporary file",
-        "checked 2 entries in 1 token files: 1 problems, 0 remaining",
+        "checked 2 entries in 1 token file: 1 problem, 0 remaining",
     ]
     assert (store_dir(VALID_ID) / orphan).exists() and (store_dir(VALID_ID) / temp).exists()
     holder.communicate("")  # the other process is done
@@ -152,7 +152,7 @@ def test_a_truncated_pack_stays_healed_after_repair(doc: Path) -> None:
     assert [line.split(":")[1].strip() for line in stdout.splitlines()[:-1]] == ["short_pack", "bad_entry"]
     assert _dlm("cache", "verify", str(doc))[:2] == (
         0,
-        "checked 1 entries in 1 token files: 0 problems, 0 remaining\n",
+        "checked 1 entry in 1 token file: 0 problems, 0 remaining\n",
     )
 
 
@@ -183,7 +183,7 @@ def test_verify_of_a_dataset_directory_finds_and_removes_a_killed_builds_shard_t
     assert code == 1
     assert stdout.splitlines() == [
         "problem: temp_file: train/.shard_00001.bin.k3j2w9.tmp: leftover temporary file",
-        "checked 0 entries in 0 token files: 1 problems, 1 remaining",
+        "checked 0 entries in 0 token files: 1 problem, 1 remaining",
     ]
     assert _dlm("cache", "verify", "--repair", str(out))[0] == 0
     assert not temp.exists()

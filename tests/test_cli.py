@@ -37,7 +37,7 @@ def test_help_imports_nothing_heavy() -> None:
     code = (
         "import sys; from dlmstore.cli.main import cli\n"
         "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('torch', 'transformers', 'sqlalchemy', 'alembic', 'pydantic', 'numpy', 'ray') "
+        "heavy = [m for m in ('torch', 'transformers', 'sqlalchemy', 'alembic', 'pydantic', 'numpy', 'ray', 'tqdm') "
         "if m in sys.modules]\nprint(heavy, file=sys.stderr)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -54,7 +54,7 @@ def test_tokenize_json_reports_the_run_and_its_tokenization_event(runner: CliRun
 def test_tokenize_prints_a_readable_summary(runner: CliRunner, doc: Path) -> None:
     result = runner.invoke(cli, ["tokenize", str(doc)])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert re.fullmatch(r"run 1: 5 rows, [\d,]+ tokens", lines[0])
     assert lines[1] == "cache:  on, 0 hits, 5 misses (0.0%)"
 

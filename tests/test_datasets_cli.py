@@ -95,7 +95,7 @@ def test_build_pretrain_from_a_folder_registers_it_and_validate_prints_the_reade
         ],
     )
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert lines[0].startswith(f"built pretrain dataset notes-ds at {out}")
     assert lines[-1] == f"next:   dlm data validate {out}"
     assert f"store:  {out / 'store.db'} (dataset 1)" in lines

@@ -126,7 +126,7 @@ def test_phase_preference_without_an_sft_adapter_is_an_error_before_the_model_lo
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(trainer, "_load_model", no_model)
-    result = CliRunner().invoke(cli, ["train", str(doc), "--phase", "preference"])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc), "--phase", "preference"])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         f"error: {doc}: the preference phase starts from an SFT adapter, and this store has none",

@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.errors import TrainingError
+from dlmstore.progress import ProgressUpdate, reporting
 from dlmstore.train.checkpoints import Checkpoint, CheckpointIdentity, check_identity
 from dlmstore.train.trainer import train_document
 from tests.helpers import write_doc
@@ -50,12 +53,16 @@ def uninterrupted(tmp_path: Path, doc: Path, monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setenv("DLM_HOME", home)
 
 
-def stop_at(step: int):  # type: ignore[no-untyped-def]
-    def progress(done: int, total: int, loss: object, rate: object, phase: str = "sft") -> None:
-        if done == step:
+@contextmanager
+def ctrl_c_after(step: int) -> Iterator[None]:
+    """Raise KeyboardInterrupt, as Ctrl-C would, when the SFT phase reports ``step`` done."""
+
+    def sink(update: ProgressUpdate) -> None:
+        if update.task == "training sft" and update.done == step and not update.finished:
             raise KeyboardInterrupt
 
-    return progress
+    with reporting(sink):
+        yield
 
 
 def test_a_run_interrupted_at_a_step_and_resumed_ends_with_the_uninterrupted_adapter(
@@ -64,8 +71,8 @@ def test_a_run_interrupted_at_a_step_and_resumed_ends_with_the_uninterrupted_ada
     # 5 items an epoch (2 rows, 3 windows), 3 batches: step 7 is the middle of the third epoch
     doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base), steps=9, every=3)
     expected = uninterrupted(tmp_path, doc, monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        train_document(str(doc), progress=stop_at(8))  # Ctrl-C after step 8; the last checkpoint is step 6
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(8):  # the last checkpoint is step 6
+        train_document(str(doc))
     conn = sqlite3.connect(store_db())
     assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", "interrupted")]
     assert conn.execute("SELECT run_id, step FROM checkpoints ORDER BY step").fetchall() == [(1, 3), (1, 6)]
@@ -122,8 +129,8 @@ def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_re
     tmp_path: Path, tiny_base: Path
 ) -> None:
     doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
-    with pytest.raises(KeyboardInterrupt):
-        train_document(str(doc), progress=stop_at(3))
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(3):
+        train_document(str(doc))
     with pytest.raises(
         TrainingError,
         match=r"cannot resume run 1 from step 2: the seed differs from the checkpoint \(5 then, 6 now\)",

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dlmstore.home import store_dir
+from dlmstore.progress import ProgressUpdate, reporting
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
 from dlmstore.train.callbacks import FLUSH_EVERY, StepRecorder
@@ -38,7 +39,7 @@ def _run(store: Store) -> int:
 def test_a_preference_step_lands_with_its_phase_and_every_other_number_under_trls_name() -> None:
     with open_store(VALID_ID) as store:
         run_id = _run(store)
-        recorder = StepRecorder(store, run_id, None, phase="preference")
+        recorder = StepRecorder(store, run_id, phase="preference")
         _log(recorder, 1, {**DPO_LOG, "note": "not a number", "flag": True})
         recorder.flush()
     db = _db()
@@ -56,7 +57,7 @@ def test_sft_and_preference_steps_of_one_run_keep_their_own_step_numbers() -> No
     with open_store(VALID_ID) as store:
         run_id = _run(store)
         for phase in ("sft", "preference"):
-            recorder = StepRecorder(store, run_id, None, phase=phase)
+            recorder = StepRecorder(store, run_id, phase=phase)
             _log(recorder, 1, {"loss": 2.0, "grad_norm": 0.5, "learning_rate": 1e-4})
             _log(recorder, 2, {"loss": 1.0, "grad_norm": 0.25, "learning_rate": 1e-4})
             _log(recorder, 2, {"train_loss": 1.5, "train_runtime": 3.0})  # the end-of-training summary
@@ -70,10 +71,11 @@ def test_sft_and_preference_steps_of_one_run_keep_their_own_step_numbers() -> No
 
 
 def test_steps_and_their_metrics_are_written_together_in_batches_and_reported_as_progress() -> None:
-    seen: list[tuple[Any, ...]] = []
-    with open_store(VALID_ID) as store:
+    seen: list[ProgressUpdate] = []
+    with open_store(VALID_ID) as store, reporting(seen.append):
         run_id = _run(store)
-        recorder = StepRecorder(store, run_id, lambda *args: seen.append(args), phase="preference")
+        recorder = StepRecorder(store, run_id, phase="preference")
+        recorder.on_train_begin(SimpleNamespace(learning_rate=5e-06), SimpleNamespace(max_steps=10), None)
         for step in range(1, FLUSH_EVERY):
             _log(recorder, step, DPO_LOG)
         assert _db().execute("SELECT COUNT(*) FROM train_steps").fetchone() == (0,)
@@ -82,6 +84,8 @@ def test_steps_and_their_metrics_are_written_together_in_batches_and_reported_as
         assert db.execute("SELECT COUNT(*) FROM train_steps").fetchone() == (FLUSH_EVERY,)
         assert db.execute("SELECT COUNT(DISTINCT step) FROM train_step_metrics").fetchone() == (FLUSH_EVERY,)
         assert recorder.pending == [] and recorder.pending_metrics == []
-    assert [args[:3] for args in seen] == [(step, 10, 0.6931) for step in range(1, FLUSH_EVERY + 1)]
-    assert {args[4] for args in seen} == {"preference"}
+    assert [(u.done, u.total, u.details["loss"]) for u in seen[1:]] == [
+        (step, 10, 0.6931) for step in range(1, FLUSH_EVERY + 1)
+    ]
+    assert {u.task for u in seen} == {"training preference"}
     assert recorder.last_loss == 0.6931

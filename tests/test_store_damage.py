@@ -216,7 +216,7 @@ def test_verify_names_the_page_of_damage_no_other_command_reads(doc: Path) -> No
         "problem: damaged_database: store.db: SQLite's integrity_check: "
         "Page 3: btreeInitPage() returns error code 11; nothing else was checked or repaired: "
         "restore store.db from a backup, or move it aside to start the store afresh",
-        "checked 0 entries in 0 token files: 1 problems, 1 remaining",
+        "checked 0 entries in 0 token files: 1 problem, 1 remaining",
     ]
 
 
@@ -226,7 +226,7 @@ def test_a_sound_store_passes_sqlites_integrity_check(doc: Path) -> None:
     code, stdout, _ = _run(doc, "cache verify")
     assert (code, stdout.splitlines()[-1]) == (
         0,
-        "checked 2 entries in 1 token files: 0 problems, 0 remaining",
+        "checked 2 entries in 1 token file: 0 problems, 0 remaining",
     )
 
 

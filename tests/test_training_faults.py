@@ -224,7 +224,7 @@ def test_a_lock_that_cannot_be_written_fails_the_run_and_registers_no_adapter(
 
     monkeypatch.setattr(records, "write_bytes_atomic", full)
     doc = _doc(tmp_path, base)
-    result = CliRunner().invoke(cli, ["train", str(doc)])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc)])
     assert result.exit_code == 1
     assert (
         result.stderr.splitlines()[0]
@@ -267,7 +267,7 @@ def test_a_bare_exception_from_the_tokenizer_writer_on_a_full_disk_is_the_docume
 
     monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full)
     doc = _doc(tmp_path, base)
-    result = CliRunner().invoke(cli, ["train", str(doc)])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc)])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         f"error: cannot write the adapter under {_store() / VERSIONS_DIR}: No space left on device (os error 28)",

@@ -37,6 +37,7 @@ per-token Python objects are kept: rows are numpy arrays, the result is
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,12 +48,16 @@ from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
+from dlmstore.plural import plural
 from dlmstore.prefix.cached import PrefixCacheStats
+from dlmstore.progress import Task
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
+
+_log = logging.getLogger(__name__)
 
 BATCH_ROWS = 256
 #: A batch also stops at this much text (a larger row goes alone): the fast
@@ -61,9 +66,6 @@ BATCH_ROWS = 256
 BATCH_BYTES = MAX_ROW_BYTES
 #: After a batch of at least this much text, freed memory is given back.
 TRIM_AFTER_BYTES = 1 << 20
-
-#: progress(rows_done, rows_total, tokens_done)
-Progress = Callable[[int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,6 @@ def tokenize_pass(
     use_cache: bool,
     cache_mode: str,
     max_bytes: int,
-    progress: Progress | None = None,
     materialize: bool = True,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
@@ -243,10 +244,12 @@ def tokenize_pass(
         use_cache: ``False`` bypasses the cache entirely (no reads, no writes).
         cache_mode: ``on``, ``off`` or ``bypassed``, recorded in the event.
         max_bytes: the cache's size limit (``training.cache.max_bytes``).
-        progress: optional callback for a progress bar.
         materialize: build the concatenated token arrays (for training);
             without it a warm pass only verifies and counts, and never
             imports numpy.
+
+    Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
+    (the summary counts the tokens, split as SFT and preference tokens).
     """
     start = time.perf_counter()
     sequence_len = corpus.document.frontmatter.training.sequence_len
@@ -274,9 +277,12 @@ def tokenize_pass(
     missing = [row for row in rows if row.row_key not in lengths]
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
     hits = total - len(missing) - len(missing_preferences)
-    tokens_done = sum(lengths.values())
-    if progress:
-        progress(hits, total, tokens_done)
+    _log.debug(
+        "tokenize pass: %s, %d found in the cache, %d to tokenize%s",
+        plural(total, "row"), hits, total - hits, "" if use_cache else " (cache bypassed)",
+    )  # fmt: skip
+    task = Task("tokenizing", total=total, unit="rows")
+    task.update(hits)
     prefix = None
     if missing or missing_preferences:
         tokenizer = load_tokenizer()
@@ -312,14 +318,13 @@ def tokenize_pass(
             if materialize:
                 arrays.update(fresh)
             lengths.update((key, len(ids)) for key, ids in fresh.items())
-            tokens_done += sum(len(ids) for ids in fresh.values())
             done += len(batch)
-            if progress:
-                progress(hits + done, total, tokens_done)
+            task.update(hits + done)
     evicted = 0
     if use_cache:
         evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
     cache.close()
+    task.finish()
     tokenized = _concatenate(rows, arrays) if materialize else None
     tokenized_preferences = None
     if materialize:
@@ -341,8 +346,9 @@ def tokenize_pass(
     warnings: tuple[str, ...] = ()
     if damaged:
         warnings = (
-            f"{len(damaged)} cache entr{'y' if len(damaged) == 1 else 'ies'} pointed at missing or "
-            "damaged token files and were re-tokenized (run `dlm cache verify --repair` to check the rest)",
+            f"{plural(len(damaged), 'cache entry', 'cache entries')} pointed at missing or damaged token "
+            f"files; {'its row was' if len(damaged) == 1 else 'their rows were'} re-tokenized "
+            "(run `dlm cache verify --repair` to check the rest)",
         )
     prefix_stats = None if prefix is None else prefix.stats()
     conversation_keys = [
@@ -482,7 +488,7 @@ class TokenizeSummary:
 
 
 def tokenize_document(
-    path: str, *, no_cache: bool = False, progress: Progress | None = None, materialize: bool = True
+    path: str, *, no_cache: bool = False, materialize: bool = True
 ) -> tuple[TokenizeSummary, TokenizedRows | None]:
     """Run the tokenize pass for the document at ``path`` as a recorded run.
 
@@ -524,7 +530,6 @@ def tokenize_document(
                 use_cache=enabled,
                 cache_mode=mode,
                 max_bytes=settings.cache.max_bytes,
-                progress=progress,
                 materialize=materialize,
             )
             record_tokenization_event(

@@ -34,12 +34,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class BuildProgress:
-    """Where a running build is, for a progress bar (stderr)."""
+    """Where a running build is, for a progress bar (stderr); ``finished`` on its last report."""
 
     name: str
     docs: int
     tokens: int
     seconds: float
+    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class Clock:
         now = self.seconds
         if final or now - self._last >= self._every:
             self._last = now
-            self._progress(BuildProgress(self.name, docs, tokens, now))
+            self._progress(BuildProgress(self.name, docs, tokens, now, finished=final))
 
 
 def text_of(item: Any, index: int) -> str:

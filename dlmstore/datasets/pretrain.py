@@ -183,7 +183,13 @@ def build_pretrain_cache(
             entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
         seen = router.read
         if not any(router.docs.values()):
-            what = "the input yielded no documents" if seen == 0 else f"all {seen} documents were empty"
+            what = (
+                "the input yielded no documents"
+                if seen == 0
+                else "the one document was empty"
+                if seen == 1
+                else f"all {seen:,} documents were empty"
+            )
             raise DatasetError(
                 f"no documents to build {spec.name} from: {what}",
                 hint="check the input path / source; empty texts are skipped",

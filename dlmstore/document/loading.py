@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 from dlmstore.document.frontmatter import Frontmatter, short_repr
 from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, moved_path, upgrade
 from dlmstore.errors import DocumentError, DocumentProblems
+from dlmstore.plural import plural
 
 KeyPath = tuple[str | int, ...]
 
@@ -131,7 +132,7 @@ def listed(problems: list[Pending], path: str) -> list[DocumentError]:
         shown.append(
             DocumentError(
                 path,
-                f"{len(rest):,} more problems in the frontmatter from this line on "
+                f"{plural(len(rest), 'more problem')} in the frontmatter from this line on "
                 f"(only the first {MAX_PROBLEMS} are listed)",
                 line=rest[0][0],
             )

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section
+from dlmstore.plural import plural
 from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.read import read_files
@@ -165,9 +166,8 @@ def expand_sources(
 
 def _too_large_warning(label: str, count: int) -> str:
     """The line that says files were left out by the default size cap, and how to read them."""
-    files = "1 file" if count == 1 else f"{count} files"
     return (
-        f"{label}: skipped {files} over {DEFAULT_MAX_BYTES_PER_FILE >> 20} MiB, the default "
+        f"{label}: skipped {plural(count, 'file')} over {DEFAULT_MAX_BYTES_PER_FILE >> 20} MiB, the default "
         "max_bytes_per_file; set max_bytes_per_file on the directive to read larger files "
         "(tokenizing takes about 200 bytes of memory per byte of the largest file)"
     )

@@ -75,6 +75,7 @@ from pathlib import Path
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.errors import SourceError
+from dlmstore.progress import Task
 from dlmstore.sources.config import DLM_FOLDER, load_folder
 from dlmstore.sources.rules import DirTests, Scope
 
@@ -145,7 +146,9 @@ def walk_directive(
     walker = _Walker(label, root, doc_root, policy)
     scope = Scope.root(directive)
     if os.path.isdir(root):
-        walker.walk(root, "", scope)
+        with Task(f"walking {directive.path}", unit="files") as walker.task:
+            walker.walk(root, "", scope)
+            walker.task.finish(len(walker.files))
     elif os.path.isfile(root):
         # DLM matches a single file's name (the resolved file's) against the
         # directive's globs and the defaults, and names its section after it.
@@ -258,6 +261,7 @@ class _Walker:
         self.excluded = 0
         self.excluded_dirs = 0
         self.skipped_outside = 0
+        self.task: Task | None = None  # the walk's progress, counted once per directory
 
     def walk(self, dir_abs: str, dir_rel: str, scope: Scope) -> None:
         """Append the kept files below ``dir_abs`` to ``files``, in DLM's order."""
@@ -285,6 +289,8 @@ class _Walker:
             self._symlink(entry.path, f"{dir_rel}/{entry.name}" if dir_rel else entry.name, scope, items)
         items.sort()
         files = self.files
+        if self.task is not None and self.task.reporting:
+            self.task.update(len(files))
         for item in items:
             if len(item) == 3:  # a directory: (relpath, path, None)
                 self.walk(item[1], item[0], scope)

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from dlmstore.clock import utc_now
+from dlmstore.progress import Task
 from dlmstore.train.integrity import check_logged
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import Phase
-    from dlmstore.train.trainer import TrainProgress
 
 #: Logged keys with a home in ``train_steps``; the other numbers go to ``train_step_metrics``.
 STEP_COLUMNS = frozenset({"loss", "learning_rate", "epoch", "num_tokens"})
@@ -48,13 +48,11 @@ class StepRecorder(TrainerCallback):
     reports as the start-up cost before training proper.
     """
 
-    def __init__(
-        self, store: Store | None, run_id: int, progress: TrainProgress | None, phase: Phase = "sft"
-    ) -> None:
+    def __init__(self, store: Store | None, run_id: int, phase: Phase = "sft") -> None:
         self.store = store
         self.run_id = run_id
-        self.progress = progress
         self.phase = phase
+        self.task: Task | None = None  # the phase's progress (dlmstore.progress), from its first step
         self.pending: list[tuple[Any, ...]] = []
         self.pending_metrics: list[tuple[str | int | float, ...]] = []
         self.last_loss: float | None = None
@@ -67,6 +65,11 @@ class StepRecorder(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = self.last_time = time.perf_counter()
         self.learning_rate = float(args.learning_rate)
+        self.task = Task(f"training {self.phase}", total=int(state.max_steps), unit="steps")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.task is not None:
+            self.task.finish(int(state.global_step))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.first_step_s is None:
@@ -95,8 +98,8 @@ class StepRecorder(TrainerCallback):
             for name, value in logs.items()
             if name not in STEP_COLUMNS and isinstance(value, numbers.Real) and not isinstance(value, bool)
         )
-        if self.progress:
-            self.progress(step, int(state.max_steps), self.last_loss, rate, self.phase)
+        if self.task is not None:
+            self.task.update(step, total=int(state.max_steps), loss=self.last_loss, **{"tokens/s": rate})
         if len(self.pending) >= FLUSH_EVERY:
             self.flush()
         check_logged(logs, phase=self.phase, step=step, learning_rate=self.learning_rate)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from dlmstore.errors import TrainingError
+from dlmstore.plural import plural
 
 if TYPE_CHECKING:
     from dlmstore.document.frontmatter import PreferenceSettings
@@ -111,8 +112,8 @@ def plan_phases(
         )
     if not enabled and preference_rows > 0:
         warnings.append(
-            f"{path}: training.preference.enabled is false: {preference_rows} preference "
-            f"row{'' if preference_rows == 1 else 's'} not trained"
+            f"{path}: training.preference.enabled is false: "
+            f"{plural(preference_rows, 'preference row')} not trained"
         )
     if sft_rows == 0 and not run_preference:
         raise TrainingError(

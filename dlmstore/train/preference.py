@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.store.database import Store
     from dlmstore.train.plan import TrainingPlan
-    from dlmstore.train.trainer import PhaseFit, TrainProgress
+    from dlmstore.train.trainer import PhaseFit
 
 
 def load_policy(base_model: Any, adapter_dir: Path) -> Any:
@@ -47,8 +47,6 @@ def fit_preference(
     dataset: Any,
     plan: TrainingPlan,
     settings: PreferenceSettings,
-    *,
-    progress: TrainProgress | None,
 ) -> PhaseFit:
     """Train ``policy`` (a peft model) on the pre-tokenized preference ``dataset``.
 
@@ -74,7 +72,7 @@ def fit_preference(
     )
     try:
         kwargs = preference_config_kwargs(plan, settings, str(output))
-        recorder = StepRecorder(store, run_id, progress, phase="preference")
+        recorder = StepRecorder(store, run_id, phase="preference")
         t0 = time.perf_counter()
         # training.report_to (dlmstore.train.reporting): reporters are set up while the trainer is built.
         report = reporting(  # only rank 0 (the one with the store) reports

@@ -187,7 +187,6 @@ def fit_sft(
     checkpoint_dir: Path | None,
     identity: CheckpointIdentity,
     resume_from: Path | None,
-    progress: Any,
     store_path: Path,
     dlm_id: str,
 ) -> Any:
@@ -215,7 +214,7 @@ def fit_sft(
         kwargs.update(remove_unused_columns=False, ddp_find_unused_parameters=False)
         if checkpoint_steps and checkpoint_dir is not None:
             kwargs.update(save_strategy="steps", save_steps=checkpoint_steps, save_total_limit=2)
-        recorder = StepRecorder(store, run_id, progress if world.is_main else None, phase="sft")
+        recorder = StepRecorder(store, run_id, phase="sft")
         collator = Collator(_pad_id(tokenizer), sources)
         callbacks: list[Any] = [recorder]
         if checkpoint_steps and checkpoint_dir is not None:

@@ -63,9 +63,6 @@ from dlmstore.store.metrics import TokenizationEvent
 from dlmstore.train.adapters import Phase, PreferenceMethod
 from dlmstore.train.plan import Precision, TrainingPlan
 
-#: progress(step, total_steps, loss, tokens_per_second, phase)
-TrainProgress = Callable[[int, int, float | None, float | None, str], None]
-
 
 @dataclass(frozen=True)
 class TrainTimings:
@@ -233,7 +230,6 @@ def train_document(
     epochs: int | None = None,
     seed: int | None = None,
     lock_mode: str = "validate",
-    progress: TrainProgress | None = None,
     datasets: Sequence[str] = (),
     resume: bool = False,
 ) -> TrainSummary:
@@ -249,7 +245,6 @@ def train_document(
             each phase; ``epochs`` is SFT's, the preference phase has its own).
         lock_mode: ``validate`` (default), ``strict``, ``update`` or ``ignore``
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
-        progress: optional callback for a progress bar.
         datasets: ``DIR[:WEIGHT]`` token datasets to train on besides
             ``training.datasets`` (``--dataset``).
         resume: continue the newest train run, which was interrupted, from
@@ -259,6 +254,9 @@ def train_document(
     rank 0 does everything that touches the store and every rank trains on
     its share (``dlmstore.train.distributed``); every rank returns the
     summary.
+
+    Progress (``dlmstore.progress``): the tokenize pass, the model load and
+    each phase's steps report as tasks to the sink installed by the caller.
 
     Raises:
         DocumentError, SourceError: the document or its sources are invalid.
@@ -279,7 +277,7 @@ def train_document(
     try:
         return _train(
             path, world, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, progress=progress, datasets=datasets, resume=resume,
+            lock_mode=lock_mode, datasets=datasets, resume=resume,
         )  # fmt: skip
     finally:
         leave(world)
@@ -295,7 +293,6 @@ def _train(
     epochs: int | None,
     seed: int | None,
     lock_mode: str,
-    progress: TrainProgress | None,
     datasets: Sequence[str],
     resume: bool,
 ) -> TrainSummary:
@@ -334,7 +331,7 @@ def _train(
         tokenizer = load_tokenizer(ref)
         fits, _, _, _, accounting = _train_phases(
             None, prepared, document, ref, tokenizer, precision, hardware, world,
-            epochs=epochs, max_steps=max_steps, seed=seed, progress=None,
+            epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
         _write_rank_samples(Path(prepared.store_path), prepared.run_id, world, accounting)
         share_accounting(world, accounting)
@@ -414,7 +411,7 @@ def _train(
             t0 = time.perf_counter()
             fits, staged, plan, model_load, accounting = _train_phases(
                 store, prepared, document, ref, tokenizer, precision, hardware, world,
-                epochs=epochs, max_steps=max_steps, seed=seed, progress=progress,
+                epochs=epochs, max_steps=max_steps, seed=seed,
             )  # fmt: skip
             marks["dataset"] = 0.0
             marks["model_load"] = model_load
@@ -623,7 +620,6 @@ def _train_phases(
     epochs: int | None,
     max_steps: int | None,
     seed: int,
-    progress: TrainProgress | None,
 ) -> tuple[list[PhaseFit], list[Any], TrainingPlan, float, dict[str, Any] | None]:
     """Load the model once and train the planned phases; stage each phase's adapter (rank 0).
 
@@ -669,7 +665,7 @@ def _train_phases(
                 store, prepared.run_id, model, tokenizer, dataset, len(names), plan, world=world,
                 checkpoint_steps=settings.checkpoint_steps,
                 checkpoint_dir=run_folder(Path(prepared.store_path), prepared.run_id),
-                identity=identity, resume_from=None if checkpoint is None else checkpoint.path, progress=progress,
+                identity=identity, resume_from=None if checkpoint is None else checkpoint.path,
                 store_path=Path(prepared.store_path), dlm_id=document.dlm_id,
             )  # fmt: skip
             fit.dataset_seconds = dataset_seconds
@@ -693,7 +689,6 @@ def _train_phases(
                 preference_dataset,
                 plan,
                 settings.preference,
-                progress=progress if world.is_main else None,
             )
             fit.dataset_seconds = dataset_seconds
             fits.append(fit)
