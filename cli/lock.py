@@ -95,17 +95,23 @@ def show_command(path: str, as_json: bool) -> None:
         return
     rows: list[tuple[str, object]] = []  # (label, value); nested dicts get a heading row
     for name, value in _fields(lock):
-        if isinstance(value, dict) and value:
-            rows.append((f"{name}:", _HEADING))
-            rows.extend((f"  {key}:", value[key]) for key in sorted(value))
-        else:
-            rows.append((f"{name}:", "{}" if value == {} else value))
+        rows.extend(_rows(name, value, ""))
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         click.echo(label if value is _HEADING else f"{label:{width}}  {_show(value)}")
 
 
 _HEADING = object()
+
+
+def _rows(name: str, value: Any, indent: str) -> list[tuple[str, Any]]:
+    """``name: value``, or a heading and its keys indented below it (nested objects too)."""
+    if isinstance(value, dict) and value:
+        rows: list[tuple[str, Any]] = [(f"{indent}{name}:", _HEADING)]
+        for key in sorted(value):
+            rows.extend(_rows(key, value[key], indent + "  "))
+        return rows
+    return [(f"{indent}{name}:", "{}" if value == {} else value)]
 
 
 @lock_group.command("diff")

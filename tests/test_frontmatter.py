@@ -72,7 +72,10 @@ def test_frontmatter_defaults_fill_every_other_field():
 def test_the_training_defaults_are_dlms():
     t = parse_text(HEAD).frontmatter.training
     assert t.model_dump(
-        exclude={"sequence_len", "seed", "max_steps", "report_to", "sources", "sources_policy", "cache"}
+        exclude={
+            "sequence_len", "seed", "max_steps", "report_to", "sources", "sources_policy", "cache",
+            "datasets", "checkpoint_steps",
+        }  # fmt: skip
     ) == {
         "adapter": "lora",
         "lora_r": 8,
@@ -374,6 +377,8 @@ def _float_fields(model: type[BaseModel] = Frontmatter, path: tuple[str, ...] = 
     found: list[tuple[str, ...]] = []
     for name, info in model.model_fields.items():
         here = (*path, name)
+        if typing.get_origin(info.annotation) is list:
+            continue  # a list of models (training.datasets): its own test below
         kinds = typing.get_args(info.annotation) or (info.annotation,)
         if float in kinds:
             found.append(here)
@@ -411,6 +416,12 @@ def test_every_float_field_refuses_a_number_that_is_not_finite(path, value):
     err = error_of(f"---\ndlm_id: {ULID}\n{_nested_yaml(path, value)}\n---\n")
     shown = "nan" if "n" in value.lower().replace("inf", "") else ("-inf" if value.startswith("-") else "inf")
     assert str(err) == f"doc.dlm:{2 + len(path)}: {'.'.join(path)}: must be a finite number, not {shown}"
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_a_dataset_weight_that_is_not_finite_is_refused_at_its_line(value):
+    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  datasets:\n    - path: data/wiki\n      weight: {value}\n---\n")
+    assert "training.datasets" in str(err) and "weight" in str(err) and "finite" in str(err)
 
 
 def test_a_huge_but_finite_learning_rate_is_read_and_left_to_the_trainer_to_stop():

@@ -130,10 +130,10 @@ def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: A
 
 def test_a_lock_from_a_newer_dlmstore_is_refused_with_an_upgrade_hint(tmp_path: Path) -> None:
     path = tmp_path / LOCK_NAME
-    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 3}), encoding="utf-8")
+    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 4}), encoding="utf-8")
     with pytest.raises(LockError) as caught:
         read_lock(path)
-    assert caught.value.message == f"{path} has lock_version 3; this dlmstore reads up to 2"
+    assert caught.value.message == f"{path} has lock_version 4; this dlmstore reads up to 3"
     assert (
         caught.value.hint
         == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"

@@ -45,11 +45,14 @@ def _record(**changes: object) -> int:
 
 
 def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunner, doc: Path) -> None:
-    _record(preference={"method": "orpo", "alpha": 0.1, "learning_rate": 5e-06, "num_epochs": 1})
+    _record(
+        preference={"method": "orpo", "alpha": 0.1, "learning_rate": 5e-06, "num_epochs": 1},
+        datasets={"/data/wiki#train": {"meta_sha256": "sha256:m", "weight": 2.0}},
+    )
     result = runner.invoke(cli, ["lock", "show", str(doc)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "lock_version:                    2\n"
+        "lock_version:                    3\n"
         "created_at:                      2026-11-21T08:00:00.000Z\n"
         f"dlm_id:                          {VALID_ID}\n"
         f"dlm_sha256:                      {'a' * 64}\n"
@@ -77,6 +80,10 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
         "  learning_rate:                 5e-06\n"
         "  method:                        orpo\n"
         "  num_epochs:                    1\n"
+        "datasets:\n"
+        "  /data/wiki#train:\n"
+        "    meta_sha256:                 sha256:m\n"
+        "    weight:                      2.0\n"
     )
 
 

@@ -86,7 +86,7 @@ def test_the_dataset_flag_adds_a_dataset_with_its_weight_and_a_run_on_datasets_a
         tmp_path / "doc.dlm",
         "::preference::\n### Prompt\nHi?\n### Chosen\nHello.\n### Rejected\nGo away.\n",
         f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n"
-        "  preference:\n    enabled: false\n",
+        "  grad_accum: 1\n  preference:\n    enabled: false\n",
     )
     result = CliRunner().invoke(cli, ["train", str(doc), "--dataset", f"{pretrain}:0.5", "--json"])
     assert result.exit_code == 0, result.output
