@@ -73,8 +73,15 @@ def test_the_training_defaults_are_dlms():
     t = parse_text(HEAD).frontmatter.training
     assert t.model_dump(
         exclude={
-            "sequence_len", "seed", "max_steps", "report_to", "sources", "sources_policy", "cache",
-            "datasets", "checkpoint_steps",
+            "sequence_len",
+            "seed",
+            "max_steps",
+            "report_to",
+            "sources",
+            "sources_policy",
+            "cache",
+            "datasets",
+            "checkpoint_steps",
         }  # fmt: skip
     ) == {
         "adapter": "lora",
@@ -420,7 +427,9 @@ def test_every_float_field_refuses_a_number_that_is_not_finite(path, value):
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
 def test_a_dataset_weight_that_is_not_finite_is_refused_at_its_line(value):
-    err = error_of(f"---\ndlm_id: {ULID}\ntraining:\n  datasets:\n    - path: data/wiki\n      weight: {value}\n---\n")
+    err = error_of(
+        f"---\ndlm_id: {ULID}\ntraining:\n  datasets:\n    - path: data/wiki\n      weight: {value}\n---\n"
+    )
     assert "training.datasets" in str(err) and "weight" in str(err) and "finite" in str(err)
 
 
