@@ -9,9 +9,11 @@ Prints, each measured side by side in one run:
    over a packed pretrain dataset, the rank-partitioned sampler, the
    collator: batches of B=8, T=2048, exactly what ``dlm train`` feeds the
    trainer) against the tokens/s one LoRA training step of SmolLM2-135M
-   consumes on this machine (forward + backward + optimizer step at
-   T=2048, B=1: on a CPU a step of B=8 takes minutes, and the per-token
-   cost is the same). Goal: the data path at least 20x the model.
+   consumes on this machine (forward + backward + optimizer step at B=1,
+   T=512: on this CPU a step of B=8, T=2048 takes minutes and holds GBs of
+   attention, and a token costs the model less at T=512 than at 2048, so
+   the ratio printed is a lower bound). Goal: the data path at least 20x
+   the model.
 2. **rss**: peak RSS of ``dlm train`` (a tiny random model, 30 steps of
    B=8, T=2048) on a 2 GiB pretrain dataset and on a 2 MiB one. Goal:
    within 300 MiB of each other (the dataset is mapped, not loaded).
@@ -43,6 +45,7 @@ from benchlib import DLM, REPO, timed_process
 WORK = Path(tempfile.gettempdir()) / "dlm-bench-inputs"
 T = 2048
 B = 8
+STEP_T = 512  # the model's step is timed at this length (see the docstring)
 TINY_CONFIG = {
     "vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
@@ -165,7 +168,7 @@ def pipeline(base: Path, dataset: Path) -> None:
     )
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     batch = next(iter(loader))
-    ids, labels = batch["input_ids"][:1], batch["labels"][:1]
+    ids, labels = batch["input_ids"][:1, :STEP_T], batch["labels"][:1, :STEP_T]
     steps = []
     for _ in range(3):
         start = time.perf_counter()
@@ -174,10 +177,10 @@ def pipeline(base: Path, dataset: Path) -> None:
         optimizer.step()
         optimizer.zero_grad()
         steps.append(time.perf_counter() - start)
-    model_rate = T / statistics.median(steps)
+    model_rate = STEP_T / statistics.median(steps)
     print(f"pipeline: data path {data_rate:,.0f} tokens/s (B={B}, T={T}, median of 3 x 200 batches)")
     print(
-        f"          SmolLM2-135M LoRA step {statistics.median(steps):.2f} s at B=1, T={T}: {model_rate:,.0f} tokens/s"
+        f"          SmolLM2-135M LoRA step {statistics.median(steps):.2f} s at B=1, T={STEP_T}: {model_rate:,.0f} tokens/s (median of 3)"
     )
     print(f"          ratio {data_rate / model_rate:,.0f}x (goal >= 20x)")
 
