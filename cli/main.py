@@ -1,9 +1,12 @@
 """The ``dlm`` command group and the one place errors become messages.
 
-Importing this module imports click and the command modules, which import
-nothing heavy at module level: ``dlm --help`` never loads sqlalchemy,
-pydantic, torch or transformers. Every command body imports the library
-function it calls.
+Importing this module imports click and nothing else: a command's module is
+imported when that command runs (:data:`COMMANDS`), and ``dlm --help``
+lists the commands from the summaries kept here, so it imports none of
+them (``tests/test_cli.py`` checks the summaries are each command's own).
+Command modules import nothing heavy at module level either: every command
+body imports the library function it calls, so no command loads
+sqlalchemy, pydantic, torch or transformers before it needs them.
 """
 
 from __future__ import annotations
@@ -26,12 +29,57 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 )  # fmt: skip
 
 
+#: ``dlm`` subcommand -> (module in dlmstore.cli, attribute, the first paragraph of its help).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "cache": ("cache", "cache_group", "Inspect and maintain the tokenized cache of a document's store."),
+    "data": ("data", "data_group", "Token datasets: pretrain shards and SFT caches, registered in store.db."),
+    "init": ("init", "init_command", "Write a new .dlm document at PATH and create its store."),
+    "lock": ("lock", "lock_group", "Show and compare a document's reproducibility lock (dlm.lock)."),
+    "metrics": ("metrics", "metrics_command", "List the runs recorded for the document at PATH, newest first."),
+    "migrate": ("migrate", "migrate_command", "Rewrite the .dlm document at PATH at the current dlm_version."),
+    "prompt": (
+        "prompt", "prompt_command", "Answer QUESTION with the base model plus the document's latest adapter (greedy).",
+    ),
+    "report": ("report", "report_command", "Write an HTML report of the store of the document at PATH."),
+    "show": ("show", "show_command", "Summarise the .dlm document at PATH (read-only)."),
+    "stores": ("stores", "stores_group", "List every store under the dlm home (read-only)."),
+    "tokenize": (
+        "tokenize", "tokenize_command", "Tokenize the rows of the document at PATH, through the tokenized cache.",
+    ),
+    "train": ("train", "train_command", "Train a LoRA adapter on the rows of the document at PATH."),
+}  # fmt: skip
+
+
 class DlmGroup(click.Group):
     """A click group that turns ``DlmError`` into ``error: ...`` and exit 1.
 
     With ``--traceback`` or ``DLM_DEBUG=1`` the error is raised instead,
     with every exception it came from shown (also those raised ``from None``).
+    Subcommands are imported when they are used (:data:`COMMANDS`).
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        import importlib
+
+        module, attribute, _ = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands and their summaries, as click draws them, without importing any command."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        # click's own shortening, applied to the summary (a bare Command just carries the text)
+        rows = [
+            (name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)) for name in names
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         from dlmstore.errors import DlmError
@@ -109,25 +157,6 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None
     ctx.meta[QUIET_KEY] = quiet
     ctx.call_on_close(configure_logging(verbose=verbose))
 
-
-def _register() -> None:
-    from . import cache, data, init, lock, metrics, migrate, prompt, report, show, stores, tokenize, train
-
-    cli.add_command(init.init_command)
-    cli.add_command(show.show_command)
-    cli.add_command(migrate.migrate_command)
-    cli.add_command(tokenize.tokenize_command)
-    cli.add_command(cache.cache_group)
-    cli.add_command(metrics.metrics_command)
-    cli.add_command(report.report_command)
-    cli.add_command(data.data_group)
-    cli.add_command(lock.lock_group)
-    cli.add_command(train.train_command)
-    cli.add_command(prompt.prompt_command)
-    cli.add_command(stores.stores_group)
-
-
-_register()
 
 if __name__ == "__main__":  # `python -m dlmstore.cli.main`: how `dlm train --nproc` starts its ranks
     cli()

@@ -282,3 +282,21 @@ def test_the_installed_dlm_script_runs() -> None:
     dlm = Path(sys.executable).with_name("dlm")
     out = subprocess.run([str(dlm), "--version"], capture_output=True, text=True, check=True)
     assert out.stdout == "dlm 0.1.0\n"
+
+
+def test_the_command_summaries_dlm_help_shows_without_importing_are_each_commands_own() -> None:
+    import click
+
+    from dlmstore.cli.main import COMMANDS
+
+    ctx = click.Context(cli)
+    for name, (_, _, summary) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert (command.help or "").split("\n\n")[0].strip() == summary, name
+
+
+def test_dlm_help_imports_no_command_module() -> None:
+    code = "import sys; from dlmstore.cli.main import cli; print(sorted(m for m in sys.modules if m.startswith('dlmstore.cli.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['dlmstore.cli.main']"
