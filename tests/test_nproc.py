@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from tests.test_train_datasets import build_pretrain
 
 
 @pytest.mark.slow
-def test_two_ranks_train_one_run_save_the_adapter_once_and_see_disjoint_samples(
+def test_two_ranks_train_one_run_save_the_adapter_once_see_disjoint_samples_and_torchrun_agrees(
     tmp_path: Path, tiny_base: Path
 ) -> None:
     dataset = build_pretrain(tmp_path, tiny_base, notes_count=80)  # ~30 windows: one epoch outlasts the run
@@ -43,6 +45,18 @@ def test_two_ranks_train_one_run_save_the_adapter_once_and_see_disjoint_samples(
     assert len(set(first)) == len(set(second)) == 6
     assert not set(first) & set(second)
     assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
+
+    # torchrun starts the same ranks: the same run, to the same adapter bytes
+    home = tmp_path / "torchrun-home"
+    env = {**os.environ, "DLM_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run([*torchrun, "-m", "dlmstore.cli.main", "-q", "train", str(doc)], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (other,) = home.glob("store/*/store.db")
+    query = "SELECT sha256 FROM adapters"
+    assert sqlite3.connect(other).execute(query).fetchall() == conn.execute(query).fetchall()
+    assert sqlite3.connect(other).execute("SELECT world_size FROM runs").fetchall() == [(2,)]
 
 
 def test_a_rank_outside_the_world_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
