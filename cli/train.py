@@ -43,7 +43,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
     help="Train data-parallel on this many processes of this machine (gloo on CPU, NCCL on CUDA).",
 )
 @lock_mode_options
-@json_option("dlmstore.train.trainer:TrainSummary", help="Print the run summary as JSON.")
+@json_option("dlmstore.train.summary:TrainSummary", help="Print the run summary as JSON.")
 @click.pass_context
 def train_command(
     ctx: click.Context, path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,23 @@ class CheckpointIdentity:
     micro_batch_size: int
     grad_accum: int
     seed: int
+
+
+def run_identity(
+    document: Any, inputs: Sequence[Any], world_size: int, seed: int, plan: Any
+) -> CheckpointIdentity:
+    """What a run's checkpoints are valid for; the batch fields are 0 until ``plan`` is known."""
+    from dlmstore.train.inputs import inputs_sha256
+
+    return CheckpointIdentity(
+        dlm_sha256=document.sha256,
+        base_model=document.base_model,
+        inputs_sha256=inputs_sha256(inputs),
+        world_size=world_size,
+        micro_batch_size=0 if plan is None else plan.micro_batch_size,
+        grad_accum=0 if plan is None else plan.grad_accum,
+        seed=seed,
+    )
 
 
 @dataclass(frozen=True)

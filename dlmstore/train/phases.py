@@ -25,7 +25,7 @@ adapter is published as the next version, with its parent recorded.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dlmstore.errors import TrainingError
 from dlmstore.plural import plural
@@ -71,6 +71,7 @@ def plan_phases(
     path: str,
     sft_rows: int,
     preference_rows: int,
+    sft_datasets: int = 0,
 ) -> PhasePlan:
     """Decide the phases of a run (see the module docstring for the rules).
 
@@ -80,6 +81,8 @@ def plan_phases(
         path: the document, for messages.
         sft_rows: text and instruction rows (prose, pairs, source files).
         preference_rows: prompt/chosen/rejected triples.
+        sft_datasets: token datasets the run mixes in (``training.datasets``,
+            ``--dataset``): SFT trains on them too.
 
     Raises:
         TrainingError: nothing to train, or ``--phase preference`` without
@@ -88,8 +91,9 @@ def plan_phases(
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     method = settings.method
+    sft_inputs = sft_rows + sft_datasets
     if phase == "sft":
-        if sft_rows == 0:
+        if sft_inputs == 0:
             raise TrainingError(
                 f"{path}: no text or instruction rows to train on (--phase sft)",
                 hint="add prose, ::instruction:: pairs or training.sources to the document",
@@ -115,9 +119,32 @@ def plan_phases(
             f"{path}: training.preference.enabled is false: "
             f"{plural(preference_rows, 'preference row')} not trained"
         )
-    if sft_rows == 0 and not run_preference:
+    if sft_inputs == 0 and not run_preference:
         raise TrainingError(
             f"{path}: no text or instruction rows to train on",
             hint="add prose, ::instruction:: pairs or training.sources to the document",
         )
-    return PhasePlan(sft_rows > 0, run_preference, method, run_preference and sft_rows == 0, warnings)
+    return PhasePlan(sft_inputs > 0, run_preference, method, run_preference and sft_inputs == 0, warnings)
+
+
+def starting_adapter(store: Any, document: Any) -> Any:
+    """The newest SFT adapter, where a run without an SFT phase starts its preference phase.
+
+    Raises:
+        TrainingError: the store has no SFT adapter, or it was trained on another base.
+    """
+    from dlmstore.train.adapters import latest
+
+    parent = latest(store, phase="sft")
+    if parent is None:
+        raise TrainingError(
+            f"{document.path}: the preference phase starts from an SFT adapter, and this store has none",
+            hint="train SFT first: `dlm train DOC --phase sft` (the document needs prose, instruction or source rows)",
+        )
+    if parent.base_model != document.base_model:
+        raise TrainingError(
+            f"{document.path}: the newest SFT adapter (v{parent.version:04d}) was trained on base_model "
+            f"{parent.base_model!r}, the document now names {document.base_model!r}",
+            hint="train SFT on the new base first: `dlm train DOC --phase sft`",
+        )
+    return parent

@@ -273,3 +273,20 @@ def _mismatches(a: np.ndarray, b: np.ndarray) -> int:
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     return len(a) == len(b) and bool((a == b).all())
+
+
+def training_preferences(preferences: Any, tokenizer: Any, method: str, sequence_len: int) -> Any:
+    """The checked, pre-tokenized preference dataset for ``method`` (``dpo`` or ``orpo``).
+
+    Raises:
+        TrainingError: a triple cannot train (:func:`check_preferences`).
+    """
+    check_preferences(preferences, sequence_len=sequence_len)
+    if method == "dpo":
+        return dpo_dataset(preferences)
+    return orpo_dataset(
+        preferences,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        max_length=sequence_len,
+    )

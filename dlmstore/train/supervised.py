@@ -184,7 +184,7 @@ def fit_sft(
     *,
     world: World,
     checkpoint_steps: int | None,
-    checkpoint_dir: Path | None,
+    checkpoint_dir: Path,
     identity: CheckpointIdentity,
     resume_from: Path | None,
     store_path: Path,
@@ -204,20 +204,21 @@ def fit_sft(
     from dlmstore.train.reporting import reporting
     from dlmstore.train.trainer import run_trainer
 
-    scratch = Path(
-        tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=None if store is None else store.path)
+    checkpointing = bool(checkpoint_steps)
+    # without checkpoints the trainer still wants an output folder; it writes nothing there
+    scratch = (
+        None if checkpointing else Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store_path))
     )
-    output = checkpoint_dir if checkpoint_steps and checkpoint_dir is not None else scratch
     try:
-        kwargs = sft_config_kwargs(plan, str(output))
+        kwargs = sft_config_kwargs(plan, str(checkpoint_dir if scratch is None else scratch))
         kwargs.pop("max_length")  # the examples are cut to sequence_len already
         kwargs.update(remove_unused_columns=False, ddp_find_unused_parameters=False)
-        if checkpoint_steps and checkpoint_dir is not None:
+        if checkpointing:
             kwargs.update(save_strategy="steps", save_steps=checkpoint_steps, save_total_limit=2)
         recorder = StepRecorder(store, run_id, phase="sft")
         collator = Collator(_pad_id(tokenizer), sources)
         callbacks: list[Any] = [recorder]
-        if checkpoint_steps and checkpoint_dir is not None:
+        if checkpointing:
             callbacks.append(CheckpointRecorder(store, run_id, world, collator, identity))
         if resume_from is not None:
             collator.restore(read_rank_state(resume_from, world.rank))
@@ -250,7 +251,8 @@ def fit_sft(
         fit.restore_seconds = trainer.restore_seconds
         return fit
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _pad_id(tokenizer: Any) -> int:

@@ -54,156 +54,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlmstore.errors import TrainingError
-from dlmstore.store.metrics import TokenizationEvent
 from dlmstore.train.adapters import Phase, PreferenceMethod
 from dlmstore.train.plan import Precision, TrainingPlan
-
-
-@dataclass(frozen=True)
-class TrainTimings:
-    """Seconds spent in each phase of a run (what ``bench/bench_train.py`` prints).
-
-    ``trainer_setup``, ``first_step``, ``train`` and ``save`` add up both
-    training phases when a run has two.
-
-    Attributes:
-        startup: Parsing, resolving the base, opening the store, the lock check.
-        framework_import: Importing torch, transformers, trl, peft and datasets.
-        tokenize: Loading the tokenizer and the tokenize pass.
-        dataset: Building the training examples (SFT) and the preference columns from the token arrays.
-        model_load: Loading the base (and the SFT adapter for ``--phase preference``).
-        trainer_setup: LoRA wrapping and TRL's own preparation.
-        first_step: The first optimizer step.
-        train: All steps, the first included.
-        save: Writing the adapter.
-        restore: Loading the checkpoint a resumed run continues from (adapter, optimizer, scheduler, RNG); 0 otherwise.
-    """
-
-    startup: float  # parse, resolve, store, lock (ours)
-    framework_import: float  # torch, transformers, trl, peft, datasets
-    tokenize: float  # tokenizer load + the tokenize pass (ours)
-    dataset: float  # training examples and preference columns from the token arrays (ours)
-    model_load: float  # from_pretrained of the base (and the SFT adapter for --phase preference)
-    trainer_setup: float  # LoRA wrapping and TRL's own preparation
-    first_step: float
-    train: float  # all steps, the first included
-    save: float
-    restore: float = 0.0
-
-
-@dataclass(frozen=True)
-class PhaseSummary:
-    """One training phase of a run: what it trained and the adapter it produced.
-
-    ``metrics`` holds the last values TRL logged besides the loss (for the
-    preference phase: ``rewards/chosen``, ``rewards/rejected``,
-    ``rewards/margins``, ``rewards/accuracies``, ...).
-
-    Attributes:
-        phase: ``sft`` or ``preference``.
-        method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
-        rows: Rows (SFT) or triples (preference) trained on.
-        steps: Optimizer steps.
-        final_loss: Loss at the last logged step; null when none was logged.
-        adapter_version: The adapter version it wrote.
-        adapter_sha256: sha256 of that adapter's ``adapter_model.safetensors``.
-        parent_version: The adapter the preference phase started from; null for SFT.
-        metrics: The last values TRL logged besides the loss.
-    """
-
-    phase: str  # sft | preference
-    method: str | None  # dpo | orpo for the preference phase
-    rows: int
-    steps: int
-    final_loss: float | None
-    adapter_version: int
-    adapter_sha256: str
-    parent_version: int | None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DatasetUse:
-    """A token dataset the run trained on, and how much of it (``run_datasets``).
-
-    Attributes:
-        path: The dataset folder.
-        kind: ``pretrain`` (packed windows) or ``sft`` (masked conversations).
-        name: The dataset's name from its meta.json.
-        split: The split trained on: ``train`` or ``val``.
-        weight: Its mixture weight (the document's rows weigh 1).
-        meta_sha256: sha256 of its meta.json, the dataset's identity.
-        samples: Items of it the run trained on, all ranks.
-        tokens: Tokens of those items.
-    """
-
-    path: str
-    kind: str
-    name: str
-    split: str
-    weight: float
-    meta_sha256: str
-    samples: int
-    tokens: int
-
-
-@dataclass(frozen=True)
-class TrainSummary:
-    """The JSON shape of ``dlm train --json``.
-
-    The top-level adapter, steps and loss are those of the run's last
-    phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
-
-    Attributes:
-        run_id: The run recorded (see ``dlm metrics``).
-        dlm_id: The document id.
-        adapter_version: The last phase's adapter version (what ``dlm prompt`` uses).
-        adapter_path: Its folder.
-        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
-        steps: The last phase's optimizer steps.
-        final_loss: The last phase's final loss; null when none was logged.
-        rows_trained: Rows SFT trained on (0 without an SFT phase).
-        tokens: Tokens of those rows.
-        preference_rows: Preference rows in the document.
-        phases: Each phase the run trained, in order.
-        tokenization: The run's tokenize pass.
-        lock_decision: What happened to ``dlm.lock``: ``written``, ``updated`` or ``ignored``.
-        lock_warnings: Differences from the previous lock that were allowed with a warning.
-        plan: Every training setting, resolved.
-        timings: Seconds spent in each stage of the run.
-        datasets: The token datasets mixed in (``training.datasets``, ``--dataset``) and how much of each was used.
-        world_size: Processes the run trained on (``--nproc``).
-        resumed_from: The interrupted run this one continued (``--resume``); null otherwise.
-        resumed_at_step: The step of the checkpoint it continued from; null otherwise.
-        warnings: Other warnings (also printed on stderr).
-    """
-
-    run_id: int
-    dlm_id: str
-    adapter_version: int
-    adapter_path: str
-    adapter_sha256: str
-    steps: int
-    final_loss: float | None
-    rows_trained: int
-    tokens: int
-    preference_rows: int
-    phases: list[PhaseSummary]
-    tokenization: TokenizationEvent
-    lock_decision: str
-    lock_warnings: list[str]
-    plan: TrainingPlan
-    timings: TrainTimings
-    datasets: list[DatasetUse] = field(default_factory=list)
-    world_size: int = 1
-    resumed_from: int | None = None
-    resumed_at_step: int | None = None
-    warnings: list[str] = field(default_factory=list)
+from dlmstore.train.summary import PhaseSummary, TrainSummary, TrainTimings
 
 
 @dataclass
@@ -309,11 +166,12 @@ def _train(
     from dlmstore.store.metrics import record_tokenization_event
     from dlmstore.store.runs import recorded_run, set_resumed_from
     from dlmstore.train.adapters import sweep_debris
-    from dlmstore.train.checkpoints import check_identity, resumable, sweep_unregistered
+    from dlmstore.train.checkpoints import check_identity, resumable, run_identity, sweep_unregistered
     from dlmstore.train.distributed import share
     from dlmstore.train.inputs import check_dataset_input, context_length, dataset_specs
-    from dlmstore.train.phases import plan_phases
+    from dlmstore.train.phases import plan_phases, starting_adapter
     from dlmstore.train.plan import check_settings, probe_hardware
+    from dlmstore.train.usage import gather_accounting, record_usage, write_rank_samples
 
     started = time.perf_counter()
     document = parse_document(path)
@@ -333,8 +191,8 @@ def _train(
             None, prepared, document, ref, tokenizer, precision, hardware, world,
             epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
-        _write_rank_samples(Path(prepared.store_path), prepared.run_id, world, accounting)
-        share_accounting(world, accounting)
+        write_rank_samples(Path(prepared.store_path), prepared.run_id, world, accounting)
+        gather_accounting(world, accounting)
         summary: TrainSummary = share(world)
         return summary
     tokenizer_source(ref)  # converts a built-in once; fails fast on a broken base
@@ -366,7 +224,7 @@ def _train(
                 ]
                 if checkpoint is not None:
                     check_identity(
-                        checkpoint, _identity(document, inputs, world, seed, None),
+                        checkpoint, run_identity(document, inputs, world.size, seed, None),
                         fields=("dlm_sha256", "base_model", "inputs_sha256", "world_size", "seed"),
                     )  # fmt: skip
                 lock = begin_lock(
@@ -397,9 +255,9 @@ def _train(
                 assert rows is not None and preferences is not None  # materialized
                 phases = plan_phases(
                     phase, settings.preference, path=str(document.path),
-                    sft_rows=len(rows) + (1 if inputs else 0), preference_rows=len(preferences),
+                    sft_rows=len(rows), sft_datasets=len(inputs), preference_rows=len(preferences),
                 )  # fmt: skip
-                parent = _starting_adapter(store, document) if phases.needs_prior_adapter else None
+                parent = starting_adapter(store, document) if phases.needs_prior_adapter else None
                 prepared = _Prepared(
                     run_id=run_id, store_path=str(store.path), rows=rows, preferences=preferences, phases=phases,
                     parent=parent, inputs=inputs, resume=checkpoint, resumed_from=resumed_from,
@@ -408,15 +266,13 @@ def _train(
                 share(world, error=exc)
                 raise
             share(world, prepared)
-            t0 = time.perf_counter()
             fits, staged, plan, model_load, accounting = _train_phases(
                 store, prepared, document, ref, tokenizer, precision, hardware, world,
                 epochs=epochs, max_steps=max_steps, seed=seed,
             )  # fmt: skip
-            marks["dataset"] = 0.0
             marks["model_load"] = model_load
-            _write_rank_samples(store.path, run_id, world, accounting)
-            uses = _record_usage(store, run_id, inputs, share_accounting(world, accounting))
+            write_rank_samples(store.path, run_id, world, accounting)
+            uses = record_usage(store, run_id, inputs, gather_accounting(world, accounting))
             t0 = time.perf_counter()
             adapters = _commit(
                 store, staged, lock, settings.preference if phases.preference else None, run_id=run_id
@@ -481,132 +337,6 @@ def _train(
     return summary
 
 
-def _identity(document: Any, inputs: Sequence[Any], world: Any, seed: int, plan: Any) -> Any:
-    """What this run's checkpoints are valid for (the batch fields once the plan is known)."""
-    from dlmstore.train.checkpoints import CheckpointIdentity
-    from dlmstore.train.inputs import inputs_sha256
-
-    return CheckpointIdentity(
-        dlm_sha256=document.sha256,
-        base_model=document.base_model,
-        inputs_sha256=inputs_sha256(inputs),
-        world_size=world.size,
-        micro_batch_size=0 if plan is None else plan.micro_batch_size,
-        grad_accum=0 if plan is None else plan.grad_accum,
-        seed=seed,
-    )
-
-
-def share_accounting(world: Any, accounting: dict[str, Any] | None) -> list[dict[str, Any] | None]:
-    """Every rank's SFT accounting (positions trained, per-source counts), on every rank."""
-    from dlmstore.train.distributed import gather
-
-    summary = None if accounting is None else {k: v for k, v in accounting.items() if k != "samples"}
-    if summary is not None and accounting is not None:
-        summary["count"] = len(accounting["samples"])
-    return gather(world, summary)
-
-
-SAMPLES_DIR = "runs"
-
-
-def _write_rank_samples(store_path: Path, run_id: int, world: Any, accounting: dict[str, Any] | None) -> None:
-    """This rank's trained positions, as ``runs/<run>/sft-rank<r>.samples.npy`` (each rank its own file)."""
-    if accounting is None:
-        return
-    import numpy as np
-
-    from dlmstore.datasets.writers import npy_bytes
-    from dlmstore.store.atomic import write_bytes_atomic
-
-    folder = store_path / SAMPLES_DIR / str(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(
-        folder / f"sft-rank{world.rank}.samples.npy",
-        npy_bytes(np.asarray(accounting["samples"], dtype=np.int64)),
-    )
-
-
-def _record_usage(
-    store: Any, run_id: int, inputs: Sequence[Any], per_rank: list[dict[str, Any] | None]
-) -> list[DatasetUse]:
-    """Register what each rank trained (``run_ranks``) and each dataset's share (``run_datasets``)."""
-    ranks = [(rank, counts) for rank, counts in enumerate(per_rank) if counts is not None]
-    if not ranks:
-        return []
-    offset = len(ranks[0][1]["source_samples"]) - len(inputs)  # the document's rows are source 0 when present
-    uses = []
-    for position, item in enumerate(inputs):
-        source = position + offset
-        uses.append(
-            DatasetUse(
-                path=item.path,
-                kind=item.kind,
-                name=item.name,
-                split=item.split,
-                weight=item.weight,
-                meta_sha256=item.meta_sha256,
-                samples=sum(c["source_samples"][source] for _, c in ranks),
-                tokens=sum(c["source_tokens"][source] for _, c in ranks),
-            )  # fmt: skip
-        )
-    with store.write() as conn:
-        conn.executemany(
-            "INSERT OR REPLACE INTO run_ranks (run_id, phase, rank, samples, tokens, samples_path) "
-            "VALUES (?, 'sft', ?, ?, ?, ?)",
-            [
-                (run_id, rank, c["count"], sum(c["source_tokens"]),
-                 f"{SAMPLES_DIR}/{run_id}/sft-rank{rank}.samples.npy")
-                for rank, c in ranks
-            ],
-        )  # fmt: skip
-        conn.executemany(
-            "INSERT OR REPLACE INTO run_datasets (run_id, position, path, kind, name, split, weight, meta_sha256, "
-            "tokenizer_sha256, tokens_available, samples_used, tokens_used) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (run_id, position, item.path, item.kind, item.name, item.split, item.weight, item.meta_sha256,
-                 item.tokenizer_sha256, item.tokens, use.samples, use.tokens)
-                for position, (item, use) in enumerate(zip(inputs, uses, strict=True))
-            ],
-        )  # fmt: skip
-    return uses
-
-
-def _starting_adapter(store: Any, document: Any) -> Any:
-    """The newest SFT adapter, where a run without an SFT phase starts its preference phase."""
-    from dlmstore.train.adapters import latest
-
-    parent = latest(store, phase="sft")
-    if parent is None:
-        raise TrainingError(
-            f"{document.path}: the preference phase starts from an SFT adapter, and this store has none",
-            hint="train SFT first: `dlm train DOC --phase sft` (the document needs prose, instruction or source rows)",
-        )
-    if parent.base_model != document.base_model:
-        raise TrainingError(
-            f"{document.path}: the newest SFT adapter (v{parent.version:04d}) was trained on base_model "
-            f"{parent.base_model!r}, the document now names {document.base_model!r}",
-            hint="train SFT on the new base first: `dlm train DOC --phase sft`",
-        )
-    return parent
-
-
-def _preference_dataset(preferences: Any, tokenizer: Any, method: str, sequence_len: int) -> Any:
-    """The checked, pre-tokenized preference dataset for ``method``."""
-    from dlmstore.train.preference_data import check_preferences, dpo_dataset, orpo_dataset
-
-    check_preferences(preferences, sequence_len=sequence_len)
-    if method == "dpo":
-        return dpo_dataset(preferences)
-    return orpo_dataset(
-        preferences,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        max_length=sequence_len,
-    )
-
-
 def _train_phases(
     store: Any,
     prepared: _Prepared,
@@ -628,10 +358,11 @@ def _train_phases(
     staged folders are removed. Returns the fits, the staged adapters, the
     plan, the model-load seconds and this rank's SFT accounting.
     """
-    from dlmstore.train.checkpoints import check_identity, run_folder
+    from dlmstore.train.checkpoints import check_identity, run_folder, run_identity
     from dlmstore.train.examples import training_examples
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.preference import fit_preference, load_policy
+    from dlmstore.train.preference_data import training_preferences
     from dlmstore.train.supervised import fit_sft
 
     settings = document.frontmatter.training
@@ -652,7 +383,7 @@ def _train_phases(
             settings, hardware, base_params=base_params,
             auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
-        identity = _identity(document, prepared.inputs, world, seed, plan)
+        identity = run_identity(document, prepared.inputs, world.size, seed, plan)
         if checkpoint is not None:
             check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
         if phases.sft:
@@ -677,7 +408,7 @@ def _train_phases(
             plan = fit.plan
         if phases.preference:
             t0 = time.perf_counter()
-            preference_dataset = _preference_dataset(
+            preference_dataset = training_preferences(
                 prepared.preferences, tokenizer, settings.preference.method, settings.sequence_len
             )
             dataset_seconds = time.perf_counter() - t0

@@ -1,0 +1,126 @@
+"""What ``dlm train`` returns: the run summary ``dlm train --json`` prints, and its parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.train.plan import TrainingPlan
+from dlmstore.train.usage import DatasetUse
+
+
+@dataclass(frozen=True)
+class TrainTimings:
+    """Seconds spent in each phase of a run (what ``bench/bench_train.py`` prints).
+
+    ``trainer_setup``, ``first_step``, ``train`` and ``save`` add up both
+    training phases when a run has two.
+
+    Attributes:
+        startup: Parsing, resolving the base, opening the store, the lock check.
+        framework_import: Importing torch, transformers, trl, peft and datasets.
+        tokenize: Loading the tokenizer and the tokenize pass.
+        dataset: Building the training examples (SFT) and the preference columns from the token arrays.
+        model_load: Loading the base (and the SFT adapter for ``--phase preference``).
+        trainer_setup: LoRA wrapping and TRL's own preparation.
+        first_step: The first optimizer step.
+        train: All steps, the first included.
+        save: Writing the adapter.
+        restore: Loading the checkpoint a resumed run continues from (adapter, optimizer, scheduler, RNG); 0 otherwise.
+    """
+
+    startup: float  # parse, resolve, store, lock (ours)
+    framework_import: float  # torch, transformers, trl, peft, datasets
+    tokenize: float  # tokenizer load + the tokenize pass (ours)
+    dataset: float  # training examples and preference columns from the token arrays (ours)
+    model_load: float  # from_pretrained of the base (and the SFT adapter for --phase preference)
+    trainer_setup: float  # LoRA wrapping and TRL's own preparation
+    first_step: float
+    train: float  # all steps, the first included
+    save: float
+    restore: float = 0.0
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """One training phase of a run: what it trained and the adapter it produced.
+
+    ``metrics`` holds the last values TRL logged besides the loss (for the
+    preference phase: ``rewards/chosen``, ``rewards/rejected``,
+    ``rewards/margins``, ``rewards/accuracies``, ...).
+
+    Attributes:
+        phase: ``sft`` or ``preference``.
+        method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
+        rows: Rows (SFT) or triples (preference) trained on.
+        steps: Optimizer steps.
+        final_loss: Loss at the last logged step; null when none was logged.
+        adapter_version: The adapter version it wrote.
+        adapter_sha256: sha256 of that adapter's ``adapter_model.safetensors``.
+        parent_version: The adapter the preference phase started from; null for SFT.
+        metrics: The last values TRL logged besides the loss.
+    """
+
+    phase: str  # sft | preference
+    method: str | None  # dpo | orpo for the preference phase
+    rows: int
+    steps: int
+    final_loss: float | None
+    adapter_version: int
+    adapter_sha256: str
+    parent_version: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """The JSON shape of ``dlm train --json``.
+
+    The top-level adapter, steps and loss are those of the run's last
+    phase (the adapter ``dlm prompt`` uses); ``phases`` has each phase.
+
+    Attributes:
+        run_id: The run recorded (see ``dlm metrics``).
+        dlm_id: The document id.
+        adapter_version: The last phase's adapter version (what ``dlm prompt`` uses).
+        adapter_path: Its folder.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        steps: The last phase's optimizer steps.
+        final_loss: The last phase's final loss; null when none was logged.
+        rows_trained: Rows SFT trained on (0 without an SFT phase).
+        tokens: Tokens of those rows.
+        preference_rows: Preference rows in the document.
+        phases: Each phase the run trained, in order.
+        tokenization: The run's tokenize pass.
+        lock_decision: What happened to ``dlm.lock``: ``written``, ``updated`` or ``ignored``.
+        lock_warnings: Differences from the previous lock that were allowed with a warning.
+        plan: Every training setting, resolved.
+        timings: Seconds spent in each stage of the run.
+        datasets: The token datasets mixed in (``training.datasets``, ``--dataset``) and how much of each was used.
+        world_size: Processes the run trained on (``--nproc``).
+        resumed_from: The interrupted run this one continued (``--resume``); null otherwise.
+        resumed_at_step: The step of the checkpoint it continued from; null otherwise.
+        warnings: Other warnings (also printed on stderr).
+    """
+
+    run_id: int
+    dlm_id: str
+    adapter_version: int
+    adapter_path: str
+    adapter_sha256: str
+    steps: int
+    final_loss: float | None
+    rows_trained: int
+    tokens: int
+    preference_rows: int
+    phases: list[PhaseSummary]
+    tokenization: TokenizationEvent
+    lock_decision: str
+    lock_warnings: list[str]
+    plan: TrainingPlan
+    timings: TrainTimings
+    datasets: list[DatasetUse] = field(default_factory=list)
+    world_size: int = 1
+    resumed_from: int | None = None
+    resumed_at_step: int | None = None
+    warnings: list[str] = field(default_factory=list)
