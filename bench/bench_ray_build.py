@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
-from benchlib import STDLIB
+from benchlib import stdlib_lines
 
 TARGET = 0.85
 CHARS_PER_TOKEN = 3.6  # SmolLM2 on English prose and code, measured on this corpus
@@ -49,14 +49,7 @@ def parse_size(text: str) -> int:
 
 def write_corpus(path: Path, tokens: int) -> int:
     """A JSONL corpus of about ``tokens`` tokens: documents of 20-200 stdlib source lines."""
-    lines: list[str] = []
-    for source in sorted(STDLIB.rglob("*.py")):
-        try:
-            lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(lines) > 400_000:
-            break
+    lines = stdlib_lines(400_001)
     want = int(tokens * CHARS_PER_TOKEN)
     written = docs = 0
     start = 0

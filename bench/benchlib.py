@@ -1,7 +1,8 @@
 """Helpers shared by the bench scripts: paths, generated corpora, one measured process.
 
-Imported by ``bench/bench_tokenize.py``, ``bench/bench_hostile_io.py`` and
-``bench/bench_preference.py`` (run
+Imported by ``bench/bench_tokenize.py``, ``bench/bench_hostile_io.py``,
+``bench/bench_preference.py``, ``bench/bench_ray_build.py`` and
+``bench/bench_train_inputs.py`` (run
 as scripts from the repository root, so ``bench/`` is on ``sys.path``).
 """
 
@@ -20,20 +21,26 @@ DLM = str(Path(sys.executable).with_name("dlm"))
 REPO = Path(__file__).resolve().parent.parent
 
 
-def make_tiny_tree(tree: Path, count: int) -> Path:
-    """``count`` files of a few stdlib source lines each, written once."""
-    if tree.is_dir() and sum(1 for _ in tree.iterdir()) == count:
-        return tree
-    shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
+def stdlib_lines(at_least: int) -> list[str]:
+    """The non-blank lines of the stdlib's modules, in path order, stopping once there are ``at_least``."""
     lines: list[str] = []
     for source in sorted(STDLIB.rglob("*.py")):
         try:
             lines.extend(line for line in source.read_text(encoding="utf-8").splitlines() if line.strip())
         except (UnicodeDecodeError, OSError):
             continue
-        if len(lines) >= count * 3:
+        if len(lines) >= at_least:
             break
+    return lines
+
+
+def make_tiny_tree(tree: Path, count: int) -> Path:
+    """``count`` files of a few stdlib source lines each, written once."""
+    if tree.is_dir() and sum(1 for _ in tree.iterdir()) == count:
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    lines = stdlib_lines(count * 3)
     for index in range(count):
         start = (index * 3) % max(len(lines) - 3, 1)
         (tree / f"f{index:06d}.txt").write_text("\n".join(lines[start : start + 3]) + "\n", encoding="utf-8")
