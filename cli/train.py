@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .lock import lock_mode_options
 from .params import SEED
 from .render import emit_json, human_bytes, json_option, plural, warn
+
+if TYPE_CHECKING:
+    from dlmstore.train.summary import TrainSummary
 
 
 @click.command("train")
@@ -77,14 +82,22 @@ def train_command(
 
     from .progress import progress_shown
 
-    main_rank = current_world().is_main
-    with progress_shown(as_json=as_json or not main_rank):  # only rank 0 reports
+    world = current_world()
+    with progress_shown(as_json=as_json or not world.is_main):  # only rank 0 reports
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
             lock_mode=lock_mode, datasets=datasets, resume=resume,
         )  # fmt: skip
-    if not main_rank:
-        return
+    if world.is_main:
+        _print_summary(summary, as_json)
+    if world.distributed:
+        from dlmstore.train.distributed import exit_rank
+
+        exit_rank()
+
+
+def _print_summary(summary: TrainSummary, as_json: bool) -> None:
+    """What rank 0 prints when the run is done: the summary as JSON, or as lines."""
     for message in [*summary.warnings, *summary.lock_warnings]:
         warn(message)
     if as_json:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from dlmstore.errors import DlmError, TrainingError
 
@@ -117,9 +117,41 @@ def barrier(world: World) -> None:
 
 
 def leave(world: World) -> None:
-    """Leave the process group at the end of a run."""
+    """Leave the process group at the end of a run, all ranks together.
+
+    The barrier keeps a rank from tearing down its connections while a peer
+    still reads from them (rank 0 finishes last: it writes the adapter); the
+    collection afterwards frees the group the trainer still referenced while
+    its threads can still be joined.
+    """
     if world.distributed:
+        import gc
+
         import torch.distributed as dist
 
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.barrier()
+            finally:
+                dist.destroy_process_group()
+                gc.collect()
+
+
+def exit_rank(code: int = 0) -> NoReturn:
+    """End a rank's process once its run is over: flush, then exit without interpreter teardown.
+
+    Torch's gloo and store objects that outlive the process group (held by
+    DDP, accelerate's state) are destroyed during interpreter teardown, and a
+    C++ thread still joinable there aborts the process (``terminate called
+    without an active exception``, SIGABRT) after a run that succeeded: it
+    happened once in CI under ``torchrun``. Everything a rank writes is
+    committed and closed by then, so skipping the teardown loses nothing.
+    """
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
