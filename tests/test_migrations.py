@@ -91,6 +91,12 @@ SEEDS: dict[str, list[str]] = {
         "micro_batch_size, grad_accum, seed, created_at) VALUES (3, 'sft', 2, 'checkpoints/run3/checkpoint-2', "
         "'ab', 'smollm2-135m', 'sha256:i', 2, 1, 1, 42, 'x')",
     ],
+    # Run 3's pass used entry 1 (one packed id); the stat record of a.py knows its row's key.
+    "0009": [
+        "INSERT INTO cache_uses (run_id, used_at, entries, entry_ids) "
+        "VALUES (3, '2026-01-09T00:00:00.000Z', 1, X'0100000000000000')",
+        "UPDATE source_stats SET row_key = 'sha256:k' WHERE relpath = 'a.py'",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -116,6 +122,10 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT r.world_size, r.resumed_from, d.tokens_used, k.samples, c.step "
         "FROM runs r, run_datasets d, run_ranks k, checkpoints c WHERE r.id = 3",
         [(2, 1, 64, 2, 2)],
+    ),
+    "0009": (
+        "SELECT u.run_id, u.entries, length(u.entry_ids), s.row_key FROM cache_uses u, source_stats s",
+        [(3, 1, 8, "sha256:k")],
     ),
 }
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from dlmstore.cache.entries import drop_dead_packs, unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
+from dlmstore.cache.uses import fold
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
 from dlmstore.store.database import DB_NAME, Store, read_only
@@ -135,6 +136,7 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
     """Drop entries not used within ``older_than`` and reclaim their disk space."""
     cutoff = iso_before(older_than)
     with store.write() as conn:
+        fold(conn)  # uses still in the log count as uses
         removed, removed_bytes = conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries WHERE last_access_at < ?",
             (cutoff,),
@@ -302,6 +304,7 @@ def clear(store: Store) -> ClearResult:
     with store.write() as conn:
         count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
         conn.execute("DELETE FROM cache_entries")
+        conn.execute("DELETE FROM cache_uses")
         conn.execute("DELETE FROM token_packs")
     files = 0
     directory = store.path / PACK_DIR

@@ -26,6 +26,9 @@ is O(1)) under ``max_bytes`` by deleting least-recently-used entries in
 between accesses in the same millisecond), skipping entries the current run
 touched: a cold cache never evicts what the run it is filling just wrote.
 Its cost is proportional to the entries evicted, not to the cache size.
+A lookup does not rewrite those marks: it logs the entries it used
+(``dlmstore.cache.uses``), and eviction folds the log into the marks first,
+only when the cache is over its limit.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
+from dlmstore.cache.uses import fold, log_use
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
 from dlmstore.store.database import Store, first_value
@@ -85,7 +89,7 @@ class TokenCache:
         self._reader = PackReader(store.path)
 
     def lookup(self, row_keys: Sequence[str], *, run_id: int, verify: bool = True) -> Lookup:
-        """Find every cached key and mark it used by ``run_id``.
+        """Find every cached key and log it as used by ``run_id`` (``dlmstore.cache.uses``).
 
         With ``verify`` (tokens about to be used: training, ``tokenize_document``)
         each entry's bytes are read and checked against its CRC-32 and returned
@@ -98,16 +102,19 @@ class TokenCache:
         """
         if not row_keys:
             return Lookup({})
+        # Plain tuples, unpacked in SELECT order: a warm run looks up every
+        # row of the corpus here, and building a sqlite3.Row per row and
+        # reading it by name is a measurable share of the lookup
+        # (bench/bench_tokenize.py times the warm pass). Counting needs no
+        # offsets or checksums, only where each entry ends in its pack.
+        columns = (
+            "e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count"
+            if verify
+            else "e.id, e.row_key, p.path, e.byte_offset + e.bytes, e.token_count"
+        )
         with self.store.read() as conn:
-            # Plain tuples, unpacked below in SELECT order: a warm run looks up
-            # every row of the corpus here, and building a sqlite3.Row per row
-            # and reading it by name is a measurable share of the lookup
-            # (bench/bench_tokenize.py times the warm pass).
             cursor = conn.cursor()
             cursor.row_factory = None
-            columns = (
-                "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count "
-            )
             entries = int(first_value(conn, "SELECT entry_count FROM cache_totals WHERE id = 1") or 0)
             if 2 * len(row_keys) >= entries:
                 # Asking for most of the cache (a warm pass): one scan of this
@@ -117,7 +124,7 @@ class TokenCache:
                 rows = [
                     row
                     for row in cursor.execute(
-                        columns + "FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id "
+                        f"SELECT {columns} FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id "
                         "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
                         (self.tokenizer_sha256, self.sequence_len),
                     )
@@ -125,7 +132,7 @@ class TokenCache:
                 ]
             else:
                 rows = cursor.execute(
-                    columns + "FROM json_each(?) AS k "
+                    f"SELECT {columns} FROM json_each(?) AS k "
                     "JOIN cache_entries AS e ON e.row_key = k.value "
                     "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? "
                     "JOIN token_packs AS p ON p.id = e.pack_id",
@@ -136,32 +143,36 @@ class TokenCache:
         good: list[int] = []
         bad: list[int] = []
         damaged: list[str] = []
-        read = self._reader.read
-        size = self._reader.size
-        for entry_id, row_key, relpath, offset, nbytes, dtype, expected, count in rows:
-            if verify:
+        if verify:
+            read = self._reader.read
+            for entry_id, row_key, relpath, offset, nbytes, dtype, expected, _ in rows:
                 data = read(relpath, offset, nbytes, expected)
-                whole = data is not None
-                if data is not None:
-                    tokens[row_key] = (data, dtype)
-                    count = nbytes // (2 if dtype == "uint16" else 4)  # what was read, not what a row says
-            else:
-                extent = size(relpath)
-                whole = extent is not None and offset + nbytes <= extent
-            if whole:
-                counts[row_key] = count
+                if data is None:
+                    bad.append(entry_id)
+                    damaged.append(row_key)
+                    continue
+                tokens[row_key] = (data, dtype)
+                counts[row_key] = nbytes // (
+                    2 if dtype == "uint16" else 4
+                )  # what was read, not what a row says
                 good.append(entry_id)
-            else:
-                bad.append(entry_id)
-                damaged.append(row_key)
+        else:
+            size = self._reader.size
+            extents: dict[str, int] = {}
+            for entry_id, row_key, relpath, end, count in rows:
+                extent = extents.get(relpath)
+                if extent is None:
+                    found = size(relpath)
+                    extent = extents[relpath] = -1 if found is None else found  # missing: all short
+                if end <= extent:
+                    counts[row_key] = count
+                    good.append(entry_id)
+                else:
+                    bad.append(entry_id)
+                    damaged.append(row_key)
         if good or bad:
             with self.store.write() as conn:
-                if good:
-                    conn.execute(
-                        "UPDATE cache_entries SET last_access_at = ?, last_run_id = ? "
-                        "WHERE id IN (SELECT value FROM json_each(?))",
-                        (utc_now(), run_id, json.dumps(good)),
-                    )
+                log_use(conn, good, run_id=run_id, used_at=utc_now())
                 if bad:
                     conn.execute(
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
@@ -232,6 +243,8 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
     removed = removed_bytes = 0
     with store.write() as conn:
         total = int(first_value(conn, "SELECT bytes FROM cache_totals WHERE id = 1") or 0)
+        if total > max_bytes:
+            fold(conn)  # the LRU order needs every logged use in the marks
         while total > max_bytes:
             batch = conn.execute(
                 "SELECT id, bytes FROM cache_entries "

@@ -27,11 +27,13 @@ outside the database: the page describes what the store recorded.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from dlmstore.cache.uses import entries_used_by
 from dlmstore.clock import utc_now
 from dlmstore.document.rows import text_row_key
 from dlmstore.errors import LockError
@@ -339,19 +341,28 @@ def _source_tokens(conn: sqlite3.Connection, document_dir: str | None) -> Source
     ).fetchone()
     if counted is None:
         return SourceTokens(None, [], 0, 0)
-    # The pass's entries: every row it read or wrote has its run as last_run_id.
+    # The pass's entries: those it wrote or whose logged use is folded have
+    # its run as last_run_id; the rest are in its rows of the use log.
     tokens: dict[str, int] = dict(
         conn.execute(
             "SELECT row_key, token_count FROM cache_entries "
-            "WHERE tokenizer_sha256 = ? AND sequence_len = ? AND last_run_id = ?",
-            (counted["tokenizer_sha256"], counted["sequence_len"], counted["run_id"]),
+            "WHERE tokenizer_sha256 = ? AND sequence_len = ? "
+            "AND (last_run_id = ? OR id IN (SELECT value FROM json_each(?)))",
+            (
+                counted["tokenizer_sha256"],
+                counted["sequence_len"],
+                counted["run_id"],
+                json.dumps(entries_used_by(conn, counted["run_id"])),
+            ),
         ).fetchall()
     )
     folders: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # folder -> [files, tokens]
     seen: set[str] = set()
     uncounted = 0
-    for path, digest in conn.execute("SELECT path, digest FROM source_stats WHERE status = 'ok'"):
-        key = text_row_key(digest) if digest else None
+    for path, digest, known in conn.execute(
+        "SELECT path, digest, row_key FROM source_stats WHERE status = 'ok'"
+    ):
+        key = known or (text_row_key(digest) if digest else None)
         if key is None or key not in tokens:
             uncounted += 1
             continue

@@ -27,6 +27,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -164,6 +165,22 @@ cache_totals = Table(
     comment="Running totals of the cache, kept by triggers so size checks never scan entries.",
 )
 
+cache_uses = Table(
+    "cache_uses",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Log row id (log order)."),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, comment="The run whose pass used them."),
+    Column("used_at", Text, nullable=False, comment="When (the last_access_at the entries get)."),
+    Column("entries", Integer, nullable=False, comment="How many entries it used."),
+    Column(
+        "entry_ids",
+        LargeBinary,
+        nullable=False,
+        comment="Their cache_entries ids, as little-endian 64-bit integers.",
+    ),
+    comment="Cache entries each pass used, not yet folded into their LRU marks (dlmstore.cache.uses).",
+)
+
 tokenization_events = Table(
     "tokenization_events",
     metadata,
@@ -261,6 +278,7 @@ source_stats = Table(
         nullable=False,
         comment="When it was read (ns since the epoch), for the racy check.",
     ),
+    Column("row_key", Text, comment="Key of its text row (sha256:...) when status is ok; NULL in old records."),
     PrimaryKeyConstraint("path", "relpath", name="source_stats_pk"),
     CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
     comment="What each source file looked like when last read, so unchanged files are not read again.",
