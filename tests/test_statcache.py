@@ -75,10 +75,10 @@ def test_an_edit_that_restores_the_old_mtime_is_still_seen(tmp_path: Path) -> No
 
 def test_a_file_read_in_the_same_moment_it_was_written_is_racily_clean_and_read_again() -> None:
     st = os.stat(__file__)
-    cache = StatCache({("/f", "f"): FileStamp(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
+    cache = StatCache({("/f", "f"): FileStamp("/f", "f", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
                                               st.st_mtime_ns + RACY_NS - 1)})  # fmt: skip
     assert cache.lookup("/f", "f", st) is None
-    safe = StatCache({("/f", "f"): FileStamp(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
+    safe = StatCache({("/f", "f"): FileStamp("/f", "f", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
                                              st.st_mtime_ns + RACY_NS)})  # fmt: skip
     assert safe.lookup("/f", "f", st) is not None
 

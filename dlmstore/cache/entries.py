@@ -106,12 +106,14 @@ class TokenCache:
         # row of the corpus here, and building a sqlite3.Row per row and
         # reading it by name is a measurable share of the lookup
         # (bench/bench_tokenize.py times the warm pass). Counting needs no
-        # offsets or checksums, only where each entry ends in its pack.
-        columns = (
-            "e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count"
-            if verify
-            else "e.id, e.row_key, p.path, e.byte_offset + e.bytes, e.token_count"
-        )
+        # offsets, checksums or pack paths, only where each entry ends in
+        # which pack.
+        if verify:
+            columns = "e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count"
+            packs = " JOIN token_packs AS p ON p.id = e.pack_id"
+        else:
+            columns, packs = "e.id, e.row_key, e.pack_id, e.byte_offset + e.bytes, e.token_count", ""
+        extents: dict[int, int] = {}
         with self.store.read() as conn:
             cursor = conn.cursor()
             cursor.row_factory = None
@@ -121,23 +123,25 @@ class TokenCache:
                 # tokenizer's entries, kept by a set test, is about 3x cheaper
                 # than one index search per key through json_each.
                 wanted = set(row_keys)
-                rows = [
-                    row
-                    for row in cursor.execute(
-                        f"SELECT {columns} FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id "
-                        "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
-                        (self.tokenizer_sha256, self.sequence_len),
-                    )
-                    if row[1] in wanted
-                ]
+                cursor.execute(
+                    f"SELECT {columns} FROM cache_entries AS e{packs} "
+                    "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
+                    (self.tokenizer_sha256, self.sequence_len),
+                )
+                rows = [row for row in cursor.fetchall() if row[1] in wanted]
             else:
                 rows = cursor.execute(
                     f"SELECT {columns} FROM json_each(?) AS k "
                     "JOIN cache_entries AS e ON e.row_key = k.value "
-                    "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? "
-                    "JOIN token_packs AS p ON p.id = e.pack_id",
+                    f"AND e.tokenizer_sha256 = ? AND e.sequence_len = ?{packs}",
                     (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
                 ).fetchall()
+            if not verify:
+                # Where each pack ends on disk (-1: missing or not a regular
+                # file): one ``open``/``fstat`` per pack, none per entry.
+                size = self._reader.size
+                for pack_id, relpath in cursor.execute("SELECT id, path FROM token_packs"):
+                    extents[pack_id] = -1 if (found := size(relpath)) is None else found
         tokens: dict[str, tuple[memoryview, str]] = {}
         counts: dict[str, int] = {}
         good: list[int] = []
@@ -152,19 +156,11 @@ class TokenCache:
                     damaged.append(row_key)
                     continue
                 tokens[row_key] = (data, dtype)
-                counts[row_key] = nbytes // (
-                    2 if dtype == "uint16" else 4
-                )  # what was read, not what a row says
+                counts[row_key] = nbytes // (2 if dtype == "uint16" else 4)  # what was read, not the row
                 good.append(entry_id)
         else:
-            size = self._reader.size
-            extents: dict[str, int] = {}
-            for entry_id, row_key, relpath, end, count in rows:
-                extent = extents.get(relpath)
-                if extent is None:
-                    found = size(relpath)
-                    extent = extents[relpath] = -1 if found is None else found  # missing: all short
-                if end <= extent:
+            for entry_id, row_key, pack_id, end, count in rows:
+                if end <= extents.get(pack_id, -1):
                     counts[row_key] = count
                     good.append(entry_id)
                 else:

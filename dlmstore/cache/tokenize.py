@@ -502,6 +502,7 @@ def tokenize_document(
     """
     from dlmstore.bases import load_tokenizer, resolve_base
     from dlmstore.cache.fingerprint import tokenizer_sha256
+    from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.sources.statcache import StatCache
@@ -515,7 +516,7 @@ def tokenize_document(
     settings = document.frontmatter.training
     enabled = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
-    with open_store(document.dlm_id) as store:
+    with open_store(document.dlm_id) as store, paused():  # one object per file, none in a cycle
         stats = StatCache.load(store) if enabled else None
         corpus = load_corpus(document, stat_cache=stats)
         with recorded_run(

@@ -76,6 +76,9 @@ class Row:
     A ``text`` row made from a lazily loaded section (a source file a stat
     check proved unchanged) builds ``data`` only when asked, so a pass whose
     rows all hit the cache never reads those files.
+
+    Immutable by convention, like :class:`~dlmstore.document.sections.Section`
+    (and for the same reason: one row per source file on every pass).
     """
 
     __slots__ = ("row_key", "section_id", "index", "kind", "_data", "_section")
@@ -99,14 +102,12 @@ class Row:
     ) -> None:
         if data is None and section is None:
             raise ValueError("a row needs its data or the section that holds its text")
-        # One call per field, unrolled: a corpus builds one Row per file.
-        set_ = object.__setattr__
-        set_(self, "row_key", row_key)
-        set_(self, "section_id", section_id)
-        set_(self, "index", index)
-        set_(self, "kind", kind)
-        set_(self, "_data", data)
-        set_(self, "_section", section)
+        self.row_key = row_key
+        self.section_id = section_id
+        self.index = index
+        self.kind = kind
+        self._data = data
+        self._section = section
 
     @property
     def data(self) -> dict[str, Any]:
@@ -114,9 +115,6 @@ class Row:
             return self._data
         assert self._section is not None  # guaranteed by __init__
         return {"text": self._section.content.strip()}
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Row is immutable (cannot set {name!r})")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Row):
@@ -163,6 +161,13 @@ def text_row_key(digest: str, occurrence: int = 0) -> str:
     return _key(digest, "text", 0, occurrence, "")
 
 
+def _text_key(section: Section, occurrence: int) -> str:
+    """The key of a prose section's one row: the one its record kept when it is the first of its digest."""
+    if not occurrence and section.text_key:
+        return section.text_key
+    return _key(section.digest, "text", 0, occurrence, "")
+
+
 def _key(digest: str, kind: str, index: int, occurrence: int, payload: str) -> str:
     material = f"{ROW_KEY_SCHEME}\n{digest}\n{kind}\n{index}\n{occurrence}\n{payload}"
     return "sha256:" + sha256(material.encode("utf-8")).hexdigest()
@@ -186,9 +191,7 @@ def section_rows(section: Section, *, occurrence: int = 0) -> list[Row]:
     datas: list[dict[str, Any]]
     if section.type == "prose":
         # The digest covers the text, so the key needs no content: keep it lazy.
-        empty: dict[str, Any] = {}
-        key = row_key(section, "text", 0, occurrence, empty)
-        return [Row(key, section.section_id, 0, "text", section=section)]
+        return [Row(_text_key(section, occurrence), section.section_id, 0, "text", section=section)]
     elif section.type == "instruction":
         kind = "messages"
         datas = [
@@ -245,8 +248,14 @@ def document_rows(sections: Iterable[Section]) -> list[Row]:
     """
     seen: dict[str, int] = {}
     rows: list[Row] = []
+    append = rows.append
     for section in sections:
-        occurrence = seen.get(section.digest, 0)
-        seen[section.digest] = occurrence + 1
-        rows.extend(section_rows(section, occurrence=occurrence))
+        digest = section.digest
+        occurrence = seen.get(digest, 0)
+        seen[digest] = occurrence + 1
+        if section.type == "prose":  # section_rows' prose case, inline: one per source file
+            key = (not occurrence and section.text_key) or _key(digest, "text", 0, occurrence, "")
+            append(Row(key, digest[:16], 0, "text", section=section))
+        else:
+            rows.extend(section_rows(section, occurrence=occurrence))
     return rows

@@ -49,15 +49,25 @@ class Section:
     see ``dlmstore.sources.read``) is built with ``digest`` and a ``load``
     callable instead of ``content``: its text is read only if something
     asks for it (a cache miss), and ``load`` must verify that what it reads
-    still has that digest.
+    still has that digest. Such a section may also carry ``text_key``, the
+    key of its text row as first of its digest in a document
+    (``dlmstore.document.rows.text_row_key(digest)``), read from the same
+    record instead of hashed again.
+
+    Immutable by convention: nothing assigns to a section after
+    construction (the lazily loaded text is cached once). There is no
+    ``__setattr__`` guard: a corpus builds one section per source file on
+    every pass, and a guarded constructor (``object.__setattr__`` per field)
+    cost twice as much.
     """
 
-    __slots__ = ("type", "line", "source", "digest", "_content", "_load")
+    __slots__ = ("type", "line", "source", "digest", "text_key", "_content", "_load")
 
     type: str
     line: int | None
     source: str | None
     digest: str
+    text_key: str | None
     _content: str | None
     _load: Callable[[], str] | None
 
@@ -70,16 +80,17 @@ class Section:
         digest: str = "",
         *,
         load: Callable[[], str] | None = None,
+        text_key: str | None = None,
     ) -> None:
         if content is None and (load is None or not digest):
             raise ValueError("a section needs its content, or a digest and a loader")
-        set_ = object.__setattr__
-        set_(self, "type", type)
-        set_(self, "line", line)
-        set_(self, "source", source)
-        set_(self, "_content", content)
-        set_(self, "_load", load)
-        set_(self, "digest", digest or section_digest(type, content or ""))
+        self.type = type
+        self.line = line
+        self.source = source
+        self._content = content
+        self._load = load
+        self.digest = digest or section_digest(type, content or "")
+        self.text_key = text_key
 
     @property
     def content(self) -> str:
@@ -87,17 +98,13 @@ class Section:
         content = self._content
         if content is None:
             assert self._load is not None  # guaranteed by __init__
-            content = self._load()
-            object.__setattr__(self, "_content", content)
+            content = self._content = self._load()
         return content
 
     @property
     def section_id(self) -> str:
         """The 16-hex-digit id of this section."""
         return self.digest[:16]
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Section is immutable (cannot set {name!r})")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Section):

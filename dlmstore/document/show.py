@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
+from dlmstore.collector import paused
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.frontmatter import unused_keys
 from dlmstore.document.parser import Document, parse_document, preference_triples
@@ -132,7 +133,8 @@ def summarize(path: str | Path) -> DocumentSummary:
     # The stat records the last `dlm tokenize` kept, read-only: files they prove
     # unchanged are not read (their rows need only the recorded digest), so
     # `dlm show` on a tokenized tree costs a walk and a stat per file.
-    corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
+    with paused():  # one object per source file, none in a cycle (dlmstore.collector)
+        corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
     try:
         ref = resolve_base(document.base_model, relative_to=document.directory)
         base = BaseModelInfo(ref.name, ref.kind, ref.location)

@@ -42,7 +42,7 @@ from hashlib import sha256
 
 from dlmstore.document.sections import Section, normalise_newlines, section_digest
 from dlmstore.errors import SourceError
-from dlmstore.sources.statcache import StatCache
+from dlmstore.sources.statcache import RACY_NS, StatCache
 from dlmstore.sources.walk import ChosenFile
 from dlmstore.store.regular_files import ReplacedFileError, open_regular, read_regular
 
@@ -114,31 +114,49 @@ def read_files(
     nbytes = examined = binary = encoding = too_large = 0
     stats = stat_cache
     known = stats.stamps if stats is not None else {}
-    lookup = stats.lookup if stats is not None else StatCache().lookup
+    seen = stats.seen if stats is not None else set()
+    keyed = (stats or StatCache()).keyed
     stat = os.stat
+    partial = functools.partial
     checked_ns = time.time_ns()  # before any read: records compare mtimes against it
     for rel, path in files:
         if max_files is not None and len(sections) >= max_files:
             break
         examined += 1
         # A recorded file's name was encoded when it was read, so the stat
-        # check comes first and a trusted file costs one ``stat`` and no more.
-        if stats is not None and (path, rel) in known:
+        # check comes first and a trusted file costs one ``stat`` and no
+        # more: no open, no read, no hash, and its row key comes from the
+        # record. This loop runs once per source file on every pass, so the
+        # check is spelled out inline (``statcache.proves_unchanged``).
+        key = (path, rel)
+        stamp = known.get(key)
+        if stamp is not None:
+            seen.add(key)
             try:
                 st = stat(path)
             except OSError as exc:
                 warnings.append(f"{label}: skipping {rel}: {exc.strerror}")
                 continue
-            stamp = lookup(path, rel, st)
-            if stamp is not None and not (max_bytes is not None and st.st_size > max_bytes):
-                if stamp.status == "binary":
+            size = st.st_size
+            if (  # FileStamp's fields by position: size, mtime, ctime, inode, checked
+                stamp[2] == size
+                and stamp[3] == st.st_mtime_ns
+                and stamp[4] == st.st_ctime_ns
+                and stamp[5] == st.st_ino
+                and stamp[8] - stamp[3] >= RACY_NS
+                and (max_bytes is None or size <= max_bytes)
+            ):
+                status = stamp[6]
+                if status == "ok":
+                    digest = stamp[7] or ""
+                    text_key = stamp[9] or keyed(key, stamp)
+                    loader = partial(_load_checked, label, path, rel, digest)
+                    append(Section("prose", None, None, rel, digest, load=loader, text_key=text_key))
+                    nbytes += size
+                elif status == "binary":
                     binary += 1
-                elif stamp.status == "encoding":
-                    encoding += 1
                 else:
-                    loader = functools.partial(_load_checked, label, path, rel, stamp.digest)
-                    append(Section("prose", None, None, rel, stamp.digest or "", load=loader))
-                    nbytes += st.st_size
+                    encoding += 1
                 continue
         try:
             head = _HEAD + (rel + "\n\n").encode()

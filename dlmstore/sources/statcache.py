@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
+from dlmstore.document.rows import text_row_key
+
 if TYPE_CHECKING:
     import sqlite3
     from pathlib import Path
@@ -32,14 +34,19 @@ RACY_NS = 2_000_000_000
 
 
 class FileStamp(NamedTuple):
-    """One file as it was when last read.
+    """One file as it was when last read: a ``source_stats`` row, in column order.
 
-    A named tuple rather than a frozen dataclass: a run loads one per source
-    file, and a tuple is built in one step where a frozen dataclass sets
-    each field through ``object.__setattr__`` (on 100,000 files that was a
-    quarter of a second).
+    A named tuple rather than a frozen dataclass, and loaded as the plain
+    tuples SQLite returns (same fields, same order; :meth:`StatCache.from_connection`):
+    a run loads one per source file, and building an object per row was
+    most of the load's time on 100,000 files. ``row_key`` is the key of the
+    file's text row (``dlmstore.document.rows.text_row_key`` of ``digest``),
+    kept so that an unchanged file's key is read, not hashed again; ``None``
+    for a skipped file, and in records written before it was kept.
     """
 
+    path: str
+    relpath: str
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -47,32 +54,48 @@ class FileStamp(NamedTuple):
     status: str  # ok | binary | encoding
     digest: str | None
     checked_ns: int
+    row_key: str | None = None
+
+
+#: A record as loaded: a plain tuple laid out as :class:`FileStamp`.
+Stamp = tuple[str, str, int, int, int, int, str, "str | None", int, "str | None"]
+
+
+def proves_unchanged(stamp: Stamp, st: os.stat_result) -> bool:
+    """Whether ``st`` (a fresh ``stat``) proves the file is as ``stamp`` recorded it.
+
+    Every stat field must match, and the record must not be racily clean
+    (read within :data:`RACY_NS` of the file's mtime).
+    """
+    return (
+        stamp[2] == st.st_size
+        and stamp[3] == st.st_mtime_ns
+        and stamp[4] == st.st_ctime_ns
+        and stamp[5] == st.st_ino
+        and stamp[8] - stamp[3] >= RACY_NS
+    )
 
 
 class StatCache:
-    """The stamps of one store's source files, loaded once per run."""
+    """The stamps of one store's source files, loaded once per run.
 
-    def __init__(self, stamps: dict[tuple[str, str], FileStamp] | None = None) -> None:
+    ``stamps`` maps ``(path, relpath)`` to the record; a reader looks a file
+    up there, checks it with :func:`proves_unchanged`, and adds the key to
+    ``seen`` (records of files no run saw are dropped on :meth:`save`).
+    """
+
+    def __init__(self, stamps: dict[tuple[str, str], Stamp] | None = None) -> None:
         self.stamps = stamps or {}
-        self.changed: dict[tuple[str, str], FileStamp] = {}
+        self.changed: dict[tuple[str, str], Stamp] = {}
         self.seen: set[tuple[str, str]] = set()
-        self.trusted = 0
 
-    def lookup(self, path: str, relpath: str, st: os.stat_result) -> FileStamp | None:
+    def lookup(self, path: str, relpath: str, st: os.stat_result) -> Stamp | None:
         """The record of ``path`` if ``st`` proves the file unchanged since, else ``None``."""
         key = (path, relpath)
         self.seen.add(key)
         stamp = self.stamps.get(key)
-        if (
-            stamp is None
-            or stamp.size != st.st_size
-            or stamp.mtime_ns != st.st_mtime_ns
-            or stamp.ctime_ns != st.st_ctime_ns
-            or stamp.inode != st.st_ino
-            or stamp.checked_ns - stamp.mtime_ns < RACY_NS
-        ):
+        if stamp is None or not proves_unchanged(stamp, st):
             return None
-        self.trusted += 1
         return stamp
 
     def record(
@@ -81,9 +104,19 @@ class StatCache:
         """Remember what reading ``path`` found (saved by :meth:`save`)."""
         key = (path, relpath)
         self.seen.add(key)
-        stamp = FileStamp(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, status, digest, checked_ns)
+        row_key = text_row_key(digest) if digest is not None else None
+        stamp = FileStamp(
+            path, relpath, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, status, digest, checked_ns,
+            row_key,
+        )  # fmt: skip
         if self.stamps.get(key) != stamp:
             self.changed[key] = stamp
+
+    def keyed(self, key: tuple[str, str], stamp: Stamp) -> str:
+        """The row key of a trusted record written before keys were kept; saved with it."""
+        row_key = text_row_key(stamp[7] or "")
+        self.changed[key] = FileStamp._make(stamp)._replace(row_key=row_key)
+        return row_key
 
     @classmethod
     def load(cls, store: Store) -> StatCache:
@@ -115,34 +148,27 @@ class StatCache:
     @classmethod
     def from_connection(cls, conn: sqlite3.Connection) -> StatCache:
         """All records readable through ``conn`` (one query)."""
-        # Plain tuples, the stamp columns in FileStamp's field order: this
+        # The rows as SQLite returns them, in FileStamp's field order: this
         # reads one row per source file on every run, and building a
-        # sqlite3.Row per row and reading it by name is a measurable share
-        # of this load (bench/bench_tokenize.py times the warm pass).
+        # sqlite3.Row or a FileStamp per row (or a slice) is a measurable
+        # share of this load (bench/bench_tokenize.py times the warm pass).
         cursor = conn.cursor()
         cursor.row_factory = None
-        rows = cursor.execute(
-            "SELECT path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, checked_ns "
-            "FROM source_stats"
-        ).fetchall()
-        make = FileStamp._make
-        return cls({(row[0], row[1]): make(row[2:]) for row in rows})
+        rows = cursor.execute(f"SELECT {', '.join(FileStamp._fields)} FROM source_stats")
+        return cls({(row[0], row[1]): row for row in rows})
 
     def save(self, store: Store) -> None:
         """Write new and changed records; drop records of files no run saw this time."""
-        gone = [key for key in self.stamps if key not in self.seen]
+        gone = self.stamps.keys() - self.seen
         if not self.changed and not gone:
             return
         with store.write() as conn:
             conn.executemany(
                 "INSERT INTO source_stats (path, relpath, size, mtime_ns, ctime_ns, inode, status, digest, "
-                "checked_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path, relpath) DO UPDATE SET "
-                "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
-                "inode = excluded.inode, status = excluded.status, digest = excluded.digest, "
-                "checked_ns = excluded.checked_ns",
-                [
-                    (path, rel, s.size, s.mtime_ns, s.ctime_ns, s.inode, s.status, s.digest, s.checked_ns)
-                    for (path, rel), s in self.changed.items()
-                ],
+                "checked_ns, row_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path, relpath) "
+                "DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, "
+                "ctime_ns = excluded.ctime_ns, inode = excluded.inode, status = excluded.status, "
+                "digest = excluded.digest, checked_ns = excluded.checked_ns, row_key = excluded.row_key",
+                list(self.changed.values()),
             )
             conn.executemany("DELETE FROM source_stats WHERE path = ? AND relpath = ?", gone)

@@ -278,7 +278,9 @@ source_stats = Table(
         nullable=False,
         comment="When it was read (ns since the epoch), for the racy check.",
     ),
-    Column("row_key", Text, comment="Key of its text row (sha256:...) when status is ok; NULL in old records."),
+    Column(
+        "row_key", Text, comment="Key of its text row (sha256:...) when status is ok; NULL in old records."
+    ),
     PrimaryKeyConstraint("path", "relpath", name="source_stats_pk"),
     CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
     comment="What each source file looked like when last read, so unchanged files are not read again.",

@@ -156,6 +156,7 @@ def _train(
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
     from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.tokenize import tokenize_pass
+    from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.document.show import document_warnings
@@ -233,13 +234,14 @@ def _train(
                 )  # fmt: skip
                 marks["startup"] = time.perf_counter() - started - marks["framework_import"]
                 t0 = time.perf_counter()
-                stats = StatCache.load(store) if use_cache else None
-                corpus = load_corpus(document, stat_cache=stats)
-                result = tokenize_pass(
-                    store, corpus, run_id=run_id, tokenizer_sha256=fingerprint,
-                    load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
-                    max_bytes=settings.cache.max_bytes,
-                )  # fmt: skip
+                with paused():  # one object per source file, none in a cycle (dlmstore.collector)
+                    stats = StatCache.load(store) if use_cache else None
+                    corpus = load_corpus(document, stat_cache=stats)
+                    result = tokenize_pass(
+                        store, corpus, run_id=run_id, tokenizer_sha256=fingerprint,
+                        load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
+                        max_bytes=settings.cache.max_bytes,
+                    )  # fmt: skip
                 record_tokenization_event(
                     store,
                     run_id,
