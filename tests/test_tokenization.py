@@ -207,3 +207,49 @@ def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(
         assert rows.input_ids(i).tolist() == list(expected)
     warm, _ = tokenize_document(str(doc))
     assert warm.prefix_cache is None  # all hits: no tokenizer, no prefix cache
+
+
+def test_a_text_only_pass_uses_the_kept_rust_tokenizer_and_still_gives_trls_ids(
+    tmp_path: Path,
+    smollm2_tokenizer,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from trl.data_utils import _tokenize
+
+    import dlmstore.bases
+    from dlmstore.cache.rust_tokenizer import load_snapshot, snapshot_path
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("Plain text with <|im_end|> inside and ünïcode.\n")
+    (src / "b.md").write_text("Ends with the EOS already<|im_end|>")
+    doc = write_doc(
+        tmp_path / "doc.dlm", body="Prose.\n", frontmatter="training:\n  sources:\n    - path: src\n"
+    )
+    first, _ = tokenize_document(str(doc))  # loads through transformers, keeps the backend
+    kept = snapshot_path(first.tokenizer_sha256)
+    assert kept.is_file()
+    text = load_snapshot(first.tokenizer_sha256)
+    assert text is not None and len(text) == len(smollm2_tokenizer)
+    assert text._tokenizer.to_str() == smollm2_tokenizer._tokenizer.to_str()
+
+    (src / "c.md").write_text("A new file: one miss, a text row.\n")
+    loader = dlmstore.bases.load_tokenizer
+    monkeypatch.setattr(dlmstore.bases, "load_tokenizer", _refuse)
+    second, rows = tokenize_document(str(doc))  # never reaches transformers
+    assert second.tokenization.cache_misses == 1
+    eos = smollm2_tokenizer.eos_token
+    for index, row in enumerate(load_corpus(parse_document(doc)).rows()):
+        expected = row.data["text"] if row.data["text"].endswith(eos) else row.data["text"] + eos
+        assert rows.input_ids(index).tolist() == list(_tokenize(smollm2_tokenizer, expected)["input_ids"])
+
+    kept.write_text("{not json")  # a damaged file is ignored: the tokenizer loads the usual way
+    monkeypatch.setattr(dlmstore.bases, "load_tokenizer", loader)
+    (src / "d.md").write_text("Another new file.\n")
+    third, _ = tokenize_document(str(doc))
+    assert third.tokenization.cache_misses == 1
+    assert load_snapshot(first.tokenizer_sha256) is not None  # and is written again
+
+
+def _refuse(*_: object) -> None:
+    raise AssertionError("the tokenizer was loaded through transformers")

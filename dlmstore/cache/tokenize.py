@@ -184,7 +184,10 @@ def encode_rows(
         else:
             ids = encode_texts(tokenizer, texts, add_special_tokens=special)
         for position, row_ids in zip(positions, ids, strict=True):
-            encoded[position] = np.array(row_ids, dtype=dtype)
+            # fromiter with a count: one pass, no size guessing (a sixth
+            # faster than np.array on lists of ids; both refuse an id the
+            # dtype cannot hold)
+            encoded[position] = np.fromiter(row_ids, dtype=dtype, count=len(row_ids))
     return [encoded[i] for i in order]
 
 
@@ -203,18 +206,27 @@ def encode_texts(tokenizer: Any, texts: list[str], *, add_special_tokens: bool) 
     parity tests (``tests/test_tokenization.py``) compare the cached path,
     which takes this one, with TRL's.
     """
-    backend: Any = getattr(tokenizer, "_tokenizer", None)
-    fast = getattr(backend, "encode_batch_fast", None)
-    if (
-        fast is not None
-        and getattr(tokenizer, "is_fast", False)
-        and backend.truncation is None
-        and backend.padding is None
-        and backend.encode_special_tokens == bool(getattr(tokenizer, "split_special_tokens", False))
-    ):
+    if backend_encodes_alone(tokenizer):
+        fast = tokenizer._tokenizer.encode_batch_fast
         return [encoding.ids for encoding in fast(texts, add_special_tokens=add_special_tokens)]
     ids: list[list[int]] = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
     return ids
+
+
+def backend_encodes_alone(tokenizer: Any) -> bool:
+    """Whether ``tokenizer(texts)`` is exactly its Rust backend's ``encode_batch`` (see :func:`encode_texts`).
+
+    A fast tokenizer whose backend has no truncation or padding set and
+    splits special tokens as the wrapper says.
+    """
+    backend: Any = getattr(tokenizer, "_tokenizer", None)
+    return (
+        getattr(backend, "encode_batch_fast", None) is not None
+        and bool(getattr(tokenizer, "is_fast", False))
+        and backend.truncation is None
+        and backend.padding is None
+        and backend.encode_special_tokens == bool(getattr(tokenizer, "split_special_tokens", False))
+    )
 
 
 def tokenize_pass(
@@ -228,6 +240,7 @@ def tokenize_pass(
     cache_mode: str,
     max_bytes: int,
     materialize: bool = True,
+    load_text_tokenizer: Callable[[], Any | None] | None = None,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
 
@@ -247,6 +260,9 @@ def tokenize_pass(
         materialize: build the concatenated token arrays (for training);
             without it a warm pass only verifies and counts, and never
             imports numpy.
+        load_text_tokenizer: when every miss is a text row, tried before
+            ``load_tokenizer``: a tokenizer that encodes text rows only
+            (``dlmstore.cache.rust_tokenizer``), or ``None`` when there is none.
 
     Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
     (the summary counts the tokens, split as SFT and preference tokens).
@@ -285,7 +301,15 @@ def tokenize_pass(
     task.update(hits)
     prefix = None
     if missing or missing_preferences:
-        tokenizer = load_tokenizer()
+        tokenizer = None
+        if (
+            load_text_tokenizer is not None
+            and not missing_preferences
+            and all(r.kind == "text" for r in missing)
+        ):
+            tokenizer = load_text_tokenizer()
+        if tokenizer is None:
+            tokenizer = load_tokenizer()
         pack_dtype = token_dtype(len(tokenizer))
         if any(row.kind == "messages" for row in missing):
             from dlmstore.prefix import PrefixCachedTokenizer
@@ -500,8 +524,9 @@ def tokenize_document(
         BaseModelError: the base model cannot be resolved or loaded.
         StoreError: the store cannot be created or written.
     """
-    from dlmstore.bases import load_tokenizer, resolve_base
+    from dlmstore.bases import resolve_base
     from dlmstore.cache.fingerprint import tokenizer_sha256
+    from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
@@ -527,7 +552,8 @@ def tokenize_document(
                 corpus,
                 run_id=run_id,
                 tokenizer_sha256=fingerprint,
-                load_tokenizer=lambda: load_tokenizer(ref),
+                load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
+                load_text_tokenizer=lambda: load_snapshot(fingerprint),
                 use_cache=enabled,
                 cache_mode=mode,
                 max_bytes=settings.cache.max_bytes,
@@ -555,3 +581,13 @@ def tokenize_document(
         prefix_cache=result.prefix_cache,
     )
     return summary, result.rows
+
+
+def _loaded_and_kept(ref: Any, fingerprint: str) -> Any:
+    """The tokenizer of ``ref`` through transformers, its backend kept for text-only passes."""
+    from dlmstore.bases import load_tokenizer
+    from dlmstore.cache.rust_tokenizer import save_snapshot
+
+    tokenizer = load_tokenizer(ref)
+    save_snapshot(tokenizer, fingerprint)
+    return tokenizer
