@@ -174,19 +174,15 @@ def test_show_reads_a_racily_clean_file_again(tmp_path: Path, monkeypatch: pytes
     assert opened == ["new.md"]
 
 
-def test_records_keep_their_rows_keys_and_join_the_entries_of_the_passs_tokenizer(tmp_path: Path) -> None:
-    from dlmstore.cache.warm import load_with_entries
+def test_records_keep_their_rows_keys_and_a_row_whose_entry_is_gone_misses_again(tmp_path: Path) -> None:
     from dlmstore.document.rows import text_row_key
 
     doc = _corpus(tmp_path)
-    first, _ = tokenize_document(str(doc))
+    tokenize_document(str(doc))
     with open_store(VALID_ID) as store:
-        stats, entries = load_with_entries(store, tokenizer_sha256=first.tokenizer_sha256, sequence_len=2048)
-        _, other = load_with_entries(store, tokenizer_sha256=first.tokenizer_sha256, sequence_len=64)
-        keys = [stamp[9] for stamp in stats.stamps.values() if stamp[6] == "ok"]
-        assert keys == [text_row_key(stamp[7]) for stamp in stats.stamps.values() if stamp[6] == "ok"]
-        assert len(keys) == 2 and sorted(entries) == sorted(keys)
-        assert other == {}  # another sequence length's entries are other entries
+        stamps = [stamp for stamp in StatCache.load(store).stamps.values() if stamp[6] == "ok"]
+        keys = [stamp[9] for stamp in stamps]
+        assert len(keys) == 2 and keys == [text_row_key(stamp[7]) for stamp in stamps]
         with store.write() as conn:  # one file's entry goes: its row is a miss again, the other a hit
             conn.execute("DELETE FROM cache_entries WHERE row_key = ?", (keys[0],))
     second, _ = tokenize_document(str(doc))

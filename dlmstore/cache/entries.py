@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.cache.uses import fold, log_use
@@ -47,8 +47,6 @@ from dlmstore.store.database import Store, first_value
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from dlmstore.cache.warm import KnownEntry
 
 EVICT_BATCH = 512
 
@@ -90,14 +88,7 @@ class TokenCache:
         self.sequence_len = sequence_len
         self._reader = PackReader(store.path)
 
-    def lookup(
-        self,
-        row_keys: Sequence[str],
-        *,
-        run_id: int,
-        verify: bool = True,
-        known: Mapping[str, KnownEntry] | None = None,
-    ) -> Lookup:
+    def lookup(self, row_keys: Sequence[str], *, run_id: int, verify: bool = True) -> Lookup:
         """Find every cached key and log it as used by ``run_id`` (``dlmstore.cache.uses``).
 
         With ``verify`` (tokens about to be used: training, ``tokenize_document``)
@@ -108,23 +99,9 @@ class TokenCache:
         so a missing, replaced or truncated pack is still a miss. A flipped bit
         inside a pack is then found by the next pass that uses the tokens (it
         checks the CRC before anything is served) or by ``dlm cache verify``.
-
-        ``known`` (counting only) gives entries already found for some keys,
-        by the join of ``dlmstore.cache.warm``: only the other keys are
-        looked up, and every entry's pack is checked all the same.
         """
         if not row_keys:
             return Lookup({})
-        rows: list[Any] = []
-        if known and not verify:
-            rest: list[str] = []
-            for key in row_keys:
-                entry = known.get(key)
-                if entry is None:
-                    rest.append(key)
-                else:
-                    rows.append((entry[0], key, entry[1], entry[2], entry[3]))
-            row_keys = rest
         # Plain tuples, unpacked in SELECT order: a warm run looks up every
         # row of the corpus here, and building a sqlite3.Row per row and
         # reading it by name is a measurable share of the lookup
@@ -141,9 +118,7 @@ class TokenCache:
             cursor = conn.cursor()
             cursor.row_factory = None
             entries = int(first_value(conn, "SELECT entry_count FROM cache_totals WHERE id = 1") or 0)
-            if not row_keys:
-                pass  # all known
-            elif 2 * len(row_keys) >= entries:
+            if 2 * len(row_keys) >= entries:
                 # Asking for most of the cache (a warm pass): one scan of this
                 # tokenizer's entries, kept by a set test, is about 3x cheaper
                 # than one index search per key through json_each.
@@ -153,9 +128,9 @@ class TokenCache:
                     "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
                     (self.tokenizer_sha256, self.sequence_len),
                 )
-                rows += [row for row in cursor.fetchall() if row[1] in wanted]
+                rows = [row for row in cursor.fetchall() if row[1] in wanted]
             else:
-                rows += cursor.execute(
+                rows = cursor.execute(
                     f"SELECT {columns} FROM json_each(?) AS k "
                     "JOIN cache_entries AS e ON e.row_key = k.value "
                     f"AND e.tokenizer_sha256 = ? AND e.sequence_len = ?{packs}",

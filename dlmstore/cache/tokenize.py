@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +56,6 @@ from dlmstore.store.metrics import TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from dlmstore.cache.warm import KnownEntry
 
 _log = logging.getLogger(__name__)
 
@@ -243,7 +241,6 @@ def tokenize_pass(
     max_bytes: int,
     materialize: bool = True,
     load_text_tokenizer: Callable[[], Any | None] | None = None,
-    known_entries: Mapping[str, KnownEntry] | None = None,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
 
@@ -266,8 +263,6 @@ def tokenize_pass(
         load_text_tokenizer: when every miss is a text row, tried before
             ``load_tokenizer``: a tokenizer that encodes text rows only
             (``dlmstore.cache.rust_tokenizer``), or ``None`` when there is none.
-        known_entries: cache entries already found for some row keys
-            (``dlmstore.cache.warm``); a pass that only counts looks up the rest.
 
     Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
     (the summary counts the tokens, split as SFT and preference tokens).
@@ -290,7 +285,6 @@ def tokenize_pass(
             [row.row_key for row in rows] + [k for keys in parts.values() for k in keys],
             run_id=run_id,
             verify=materialize,
-            known=known_entries,
         )
         damaged = found.damaged
         lengths.update(found.counts)
@@ -533,10 +527,10 @@ def tokenize_document(
     from dlmstore.bases import resolve_base
     from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.rust_tokenizer import load_snapshot
-    from dlmstore.cache.warm import load_with_entries
     from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
+    from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
     from dlmstore.store.metrics import record_tokenization_event
     from dlmstore.store.runs import recorded_run
@@ -548,11 +542,7 @@ def tokenize_document(
     enabled = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
     with open_store(document.dlm_id) as store, paused():  # one object per file, none in a cycle
-        stats, known = (
-            load_with_entries(store, tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len)
-            if enabled
-            else (None, None)
-        )
+        stats = StatCache.load(store) if enabled else None
         corpus = load_corpus(document, stat_cache=stats)
         with recorded_run(
             store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
@@ -564,7 +554,6 @@ def tokenize_document(
                 tokenizer_sha256=fingerprint,
                 load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
                 load_text_tokenizer=lambda: load_snapshot(fingerprint),
-                known_entries=known,
                 use_cache=enabled,
                 cache_mode=mode,
                 max_bytes=settings.cache.max_bytes,

@@ -19,7 +19,7 @@ during a run is an error, never wrong tokens.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dlmstore.document.rows import text_row_key
 
@@ -57,9 +57,8 @@ class FileStamp(NamedTuple):
     row_key: str | None = None
 
 
-#: A record as loaded: a plain tuple laid out as :class:`FileStamp` (a loader
-#: may append further columns after those ten, ``dlmstore.cache.warm``).
-Stamp = tuple[Any, ...]
+#: A record as loaded: a plain tuple laid out as :class:`FileStamp`.
+Stamp = tuple[str, str, int, int, int, int, str, "str | None", int, "str | None"]
 
 
 def proves_unchanged(stamp: Stamp, st: os.stat_result) -> bool:
@@ -68,7 +67,7 @@ def proves_unchanged(stamp: Stamp, st: os.stat_result) -> bool:
     Every stat field must match, and the record must not be racily clean
     (read within :data:`RACY_NS` of the file's mtime).
     """
-    return bool(
+    return (
         stamp[2] == st.st_size
         and stamp[3] == st.st_mtime_ns
         and stamp[4] == st.st_ctime_ns
@@ -110,14 +109,13 @@ class StatCache:
             path, relpath, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, status, digest, checked_ns,
             row_key,
         )  # fmt: skip
-        old = self.stamps.get(key)
-        if old is None or old[:10] != stamp:  # a loaded row may carry more columns (dlmstore.cache.warm)
+        if self.stamps.get(key) != stamp:
             self.changed[key] = stamp
 
     def keyed(self, key: tuple[str, str], stamp: Stamp) -> str:
         """The row key of a trusted record written before keys were kept; saved with it."""
         row_key = text_row_key(stamp[7] or "")
-        self.changed[key] = FileStamp._make(stamp[:9] + (row_key,))
+        self.changed[key] = FileStamp._make(stamp)._replace(row_key=row_key)
         return row_key
 
     @classmethod
