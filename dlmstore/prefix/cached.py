@@ -61,7 +61,7 @@ from typing import Any
 from dlmstore.cache.fingerprint import fingerprint_tokenizer
 from dlmstore.prefix.lru import SampledLRU, entry_bytes
 from dlmstore.prefix.seams import SeamPlan, plan_seams
-from dlmstore.prefix.stats import PrefixCacheStats
+from dlmstore.prefix.stats import PrefixCacheStats as PrefixCacheStats  # also re-exported (tokenize.py)
 
 _log = logging.getLogger(__name__)
 
