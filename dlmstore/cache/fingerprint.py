@@ -15,6 +15,17 @@ The fingerprint is computed from files, so :func:`tokenizer_sha256` never
 imports transformers: a warm ``dlm tokenize`` that hits the cache for every
 row does not load the tokenizer at all. The scheme prefix (``tok-v1``) is
 part of the hashed material, so a change of recipe changes every value.
+
+Speed: every ``dlm tokenize`` fingerprints its tokenizer, warm or not, so
+this is part of each run's fixed cost: about 3 ms to hash SmolLM2's 2 MB
+``tokenizer.json`` and 1 ms to find the two libraries' metadata. Their
+versions are read from the ``Version`` header directly (:func:`_version`):
+``importlib.metadata``'s own reader runs the whole file through
+``email.parser``, which cost about 8 ms more per run for the same answer.
+The hash is not cached: a stat record could prove the files unchanged, as
+``dlmstore.sources.statcache`` does for source files, but it would save
+only the 3 ms of hashing and need a racy-clean record kept outside the
+store (the fingerprint is computed before the store is opened).
 """
 
 from __future__ import annotations
