@@ -69,6 +69,10 @@ def test_a_tokenizers_library_upgrade_changes_the_fingerprint(
         pytest.param("METADATA", "Name: x\nVersion: 1.0\n  .post1\n", id="folded"),
         pytest.param("METADATA", "Name: x\nSummary: s\n", id="none"),
         pytest.param("PKG-INFO", "Metadata-Version: 1.0\nName: x\nVersion: 2.0\n", id="PKG-INFO"),
+        pytest.param("METADATA", "Name: x\nnot a header\nVersion: 3.0\n", id="headers end at a non-header"),
+        pytest.param("METADATA", "Name: x\r\nVersion: 4.0\r\n\r\n", id="CRLF"),
+        pytest.param("METADATA", "Name: x\x0cy\nVersion: 5.0\n", id="a form feed is no line break"),
+        pytest.param("METADATA", " indented\nVersion: 6.0\n", id="a continuation first"),
     ],
 )
 def test_a_librarys_version_is_the_one_importlib_metadata_reads(tmp_path: Path, name: str, text: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -54,23 +55,32 @@ def _library_versions() -> str:
     return "\n".join(parts)
 
 
+#: A header line as ``email.feedparser`` sees one (a name of printable ASCII but ``:``).
+_HEADER = re.compile(r"[\041-\071\073-\176]*:")
+
+
 def _version(dist: metadata.Distribution) -> str:
-    """``dist.version``, read without the email parser when the header is plain.
+    """``dist.version``, read without the email parser when the headers are plain.
 
     ``Distribution.version`` parses the whole metadata file with
     ``email.parser``, whose import and run cost about 8 ms of every ``dlm``
-    command that fingerprints a tokenizer. The headers end at the first
-    empty line; a ``Version`` header there is read as the parser reads it
-    (leading blanks cut). Anything unusual (no such header, a folded one)
-    goes to the parser, so the answer is always the one it gives.
+    command that fingerprints a tokenizer. The file's lines are cut where
+    the parser cuts them; its headers end at the first line that is not a
+    header (an empty one, normally), and a ``Version`` header among them is
+    read as the parser reads it (blanks after the colon cut). Anything
+    unusual (no such header, a folded one, a line the parser would not take
+    as a header before it) goes to the parser, so the answer is always the
+    one it gives.
     """
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
-    lines = text.splitlines()
+    lines = re.split(r"\r\n|\r|\n", text)
     for index, line in enumerate(lines):
-        if not line:
+        if line[:1] in (" ", "\t"):  # a continuation of the header before
+            continue
+        if not _HEADER.match(line):
             break
-        name, colon, value = line.partition(":")
-        if colon and name.lower() == "version":
+        name, _, value = line.partition(":")
+        if name.lower() == "version":
             folded = index + 1 < len(lines) and lines[index + 1][:1] in (" ", "\t")
             if not folded:
                 return value.lstrip(" \t")
