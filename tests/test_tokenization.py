@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +209,22 @@ def test_chats_go_through_the_prefix_cache_and_its_stats_are_reported(
         assert rows.input_ids(i).tolist() == list(expected)
     warm, _ = tokenize_document(str(doc))
     assert warm.prefix_cache is None  # all hits: no tokenizer, no prefix cache
+
+
+#: Modules a warm ``dlm tokenize`` (every row cached) must not import: the
+#: heavy libraries, which only a miss needs.
+NOT_ON_THE_WARM_PATH = ("numpy", "torch", "transformers")
+
+
+def test_a_warm_tokenize_imports_none_of_what_only_a_miss_needs(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", BODY)
+    code = (
+        "import sys; from dlmstore.cli.main import cli\n"
+        f"try:\n    cli(['tokenize', {str(doc)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
+        f"print('imported:', [m for m in {NOT_ON_THE_WARM_PATH!r} if m in sys.modules], file=sys.stderr)"
+    )
+    cold = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"cache_misses": 0' not in cold.stdout
+    warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"cache_misses": 0' in warm.stdout
+    assert warm.stderr.strip().splitlines()[-1] == "imported: []"
