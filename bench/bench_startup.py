@@ -5,12 +5,21 @@ Target: `dlm --help` under 0.1 s, whole process, on an idle 2-core machine
 --repeat runs and the overhead over bare `python -c pass` (the floor no CLI
 can beat) and over `python -c "import click"` (the floor for a click CLI).
 
-    python bench/bench_startup.py [--repeat 15]
+    python bench/bench_startup.py [--repeat 15] [--no-compile]
+
+Before timing, dlmstore's bytecode is compiled (``compileall``, into the
+git-ignored ``__pycache__`` folders), as an installed package has it: with
+``PYTHONDONTWRITEBYTECODE=1`` in the environment and no bytecode on disk,
+every run compiles every module it imports, about 0.1 s for ``dlm
+tokenize`` (390M more instructions under callgrind, +34%), which is the
+machine's cost, not the command's. ``--no-compile`` measures what such a
+checkout really pays.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -35,7 +44,16 @@ def median_seconds(argv: list[str], repeat: int, env: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--no-compile", action="store_true", help="time without compiling dlmstore's bytecode first"
+    )
     args = parser.parse_args()
+    if not args.no_compile:
+        import dlmstore
+
+        package = Path(dlmstore.__file__).resolve().parent
+        for folder in (package, (package / "cli").resolve(), (package / "migrations").resolve()):
+            compileall.compile_dir(folder, quiet=1)  # compile_dir skips symlinked folders: name each one
 
     dlm = str(Path(sys.executable).with_name("dlm"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,7 +37,6 @@ conversion or by ``dlm cache verify --repair`` (:func:`stale_conversions`).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import importlib.util
@@ -192,6 +191,8 @@ def resolve_base(name: str, *, relative_to: Path | None = None) -> BaseModelRef:
         return BaseModelRef(name, "local", str(candidate.resolve()))
     if _HUB_ID.match(name):
         return BaseModelRef(name, "hub", name)
+    import difflib  # an error path
+
     close = difflib.get_close_matches(name, known_names(), n=1)
     guess = f"did you mean {close[0]!r}? Otherwise use " if close else "use "
     raise BaseModelError(f"unknown base model {name!r}", hint=guess + accepted_names())

@@ -49,14 +49,50 @@ def test_every_file_that_shapes_the_tokens_changes_the_fingerprint(tokenizer_cop
 
 
 def test_a_tokenizers_library_upgrade_changes_the_fingerprint(
-    tokenizer_copy: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    before = files_sha256(tokenizer_copy)
+    upgraded = tmp_path / "site" / "tokenizers-99.0.dist-info"
+    upgraded.mkdir(parents=True)
+    (upgraded / "METADATA").write_text("Metadata-Version: 2.1\nName: tokenizers\nVersion: 99.0\n")
+    monkeypatch.syspath_prepend(str(upgraded.parent))  # found before the installed one
+    assert files_sha256(tokenizer_copy) != before
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        pytest.param(
+            "METADATA", "Metadata-Version: 2.1\nName: x\nVersion: 1.2.3\n\nVersion: 9\n", id="plain"
+        ),
+        pytest.param("METADATA", "Name: x\nversion:\t 1.0 \nSummary: s\n", id="lower case, blanks"),
+        pytest.param("METADATA", "Name: x\nVersion: 1.0\n  .post1\n", id="folded"),
+        pytest.param("METADATA", "Name: x\nSummary: s\n", id="none"),
+        pytest.param("PKG-INFO", "Metadata-Version: 1.0\nName: x\nVersion: 2.0\n", id="PKG-INFO"),
+        pytest.param("METADATA", "Name: x\nnot a header\nVersion: 3.0\n", id="headers end at a non-header"),
+        pytest.param("METADATA", "Name: x\r\nVersion: 4.0\r\n\r\n", id="CRLF"),
+        pytest.param("METADATA", "Name: x\x0cy\nVersion: 5.0\n", id="a form feed is no line break"),
+        pytest.param("METADATA", " indented\nVersion: 6.0\n", id="a continuation first"),
+    ],
+)
+def test_a_librarys_version_is_the_one_importlib_metadata_reads(tmp_path: Path, name: str, text: str) -> None:
     from importlib import metadata
 
-    before = files_sha256(tokenizer_copy)
-    real = metadata.version
-    monkeypatch.setattr(metadata, "version", lambda name: "99.0" if name == "tokenizers" else real(name))
-    assert files_sha256(tokenizer_copy) != before
+    from dlmstore.cache.fingerprint import _version
+
+    (tmp_path / name).write_text(text)
+    dist = metadata.PathDistribution(tmp_path)
+    assert _version(dist) == dist.version
+
+
+def test_every_installed_librarys_version_is_the_one_importlib_metadata_reads() -> None:
+    from importlib import metadata
+
+    from dlmstore.cache.fingerprint import _version
+
+    dists = list(metadata.distributions())
+    assert dists
+    assert [_version(dist) for dist in dists] == [dist.version for dist in dists]
 
 
 def test_a_folder_without_tokenizer_files_has_no_fingerprint(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import random
+import subprocess
 import sys
 import threading
 import tracemalloc
@@ -493,3 +494,14 @@ def test_a_text_with_many_cuts_keeps_its_longest_prefixes_within_the_cap(smollm2
     other = docs + "another tail"
     assert cached.encode(other) == reference(smollm2_tokenizer, other)
     assert cached.stats().tokens_reused == len(reference(smollm2_tokenizer, docs))
+
+
+def test_the_prefix_cache_counters_load_without_the_cache_itself() -> None:
+    code = (
+        "import sys; import dlmstore.prefix; from dlmstore.prefix.stats import PrefixCacheStats\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dlmstore.prefix.')))\n"
+        "from dlmstore.prefix import DEFAULT_MAX_BYTES, PrefixCachedTokenizer\n"
+        "print(PrefixCachedTokenizer.__module__, DEFAULT_MAX_BYTES)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["['dlmstore.prefix.stats']", f"dlmstore.prefix.cached {50 * 2**20}"]

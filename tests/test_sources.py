@@ -387,6 +387,19 @@ def test_a_file_that_grows_while_being_read_is_read_to_the_end(
     assert section.digest == section_digest("prose", section.content)
 
 
+def test_a_folder_with_no_subfolder_to_walk_gives_its_files_and_followed_links_in_name_order(
+    doc_dir: Path,
+) -> None:
+    # Its only subfolder is skipped unlisted (__pycache__), so the folder's
+    # sorted items go out in one piece, a followed link where its name sorts.
+    make_tree(doc_dir / "src", {"c.txt": "c", "a.txt": "a", "__pycache__/m.pyc": "x", "B.txt": "b"})
+    (doc_dir / "src" / "b-link.txt").symlink_to(doc_dir / "src" / "c.txt")
+    expansion = expand(doc_dir)
+    assert rels(expansion) == ["B.txt", "a.txt", "b-link.txt", "c.txt"]
+    (provenance,) = expansion.provenance
+    assert (provenance.excluded, provenance.excluded_dirs) == (0, 1)
+
+
 # -- paths, symlinks and policies ----------------------------------------------------------
 
 

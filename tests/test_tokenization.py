@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +255,22 @@ def test_a_text_only_pass_uses_the_kept_rust_tokenizer_and_still_gives_trls_ids(
 
 def _refuse(*_: object) -> None:
     raise AssertionError("the tokenizer was loaded through transformers")
+
+
+#: Modules a warm ``dlm tokenize`` (every row cached) must not import: the
+#: heavy libraries, which only a miss needs.
+NOT_ON_THE_WARM_PATH = ("numpy", "torch", "transformers", "dlmstore.prefix.cached", "dlmstore.store.metrics")
+
+
+def test_a_warm_tokenize_imports_none_of_what_only_a_miss_needs(tmp_path: Path) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", BODY)
+    code = (
+        "import sys; from dlmstore.cli.main import cli\n"
+        f"try:\n    cli(['tokenize', {str(doc)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
+        f"print('imported:', [m for m in {NOT_ON_THE_WARM_PATH!r} if m in sys.modules], file=sys.stderr)"
+    )
+    cold = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"cache_misses": 0' not in cold.stdout
+    warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"cache_misses": 0' in warm.stdout
+    assert warm.stderr.strip().splitlines()[-1] == "imported: []"

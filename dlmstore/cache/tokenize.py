@@ -49,10 +49,10 @@ from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_prefe
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
 from dlmstore.plural import plural
-from dlmstore.prefix.cached import PrefixCacheStats
+from dlmstore.prefix.stats import PrefixCacheStats
 from dlmstore.progress import Task
 from dlmstore.store.database import Store
-from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.store.events import TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -532,7 +532,7 @@ def tokenize_document(
     from dlmstore.document.parser import parse_document
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
-    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.events import record_tokenization_event
     from dlmstore.store.runs import recorded_run
 
     document = parse_document(path)

@@ -28,7 +28,6 @@ them as DLM does.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -113,7 +112,11 @@ def read_fence(line: str) -> Fence | None:
 
 def _fence_like(name: str) -> bool:
     base = re.split(r"[#\s]", name, maxsplit=1)[0].lower()
-    return base in FENCE_TYPES or bool(difflib.get_close_matches(base, FENCE_TYPES, n=1, cutoff=0.75))
+    if base in FENCE_TYPES:
+        return True
+    import difflib  # only for a line that looks like a fence: most documents have none
+
+    return bool(difflib.get_close_matches(base, FENCE_TYPES, n=1, cutoff=0.75))
 
 
 def _bare_type(name: str) -> str:
@@ -144,6 +147,8 @@ def _bare_type(name: str) -> str:
 def _fence_hint(base: str) -> str:
     if base.lower() in FENCE_TYPES:
         return f"fence names are lower case: write `::{base.lower()}::`"
+    import difflib  # an error path
+
     close = difflib.get_close_matches(base.lower(), FENCE_TYPES, n=1, cutoff=0.6)
     known = ", ".join(f"::{t}::" for t in TRAINED_TYPES)
     if close:

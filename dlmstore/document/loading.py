@@ -30,7 +30,6 @@ How lines are kept:
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 import types
@@ -477,6 +476,8 @@ def _unknown_key(path: KeyPath, line: int, shown: str) -> DocumentError:
         allowed = list(model.model_fields)
         where = f"in '{_dotted(path[:-1])}'" if path[:-1] else "at the top level"
         hint = f"allowed keys {where}: {', '.join(allowed)}"
+        import difflib  # an error path
+
         close = difflib.get_close_matches(str(path[-1]), allowed, n=1)
         if close:
             hint = f"did you mean '{close[0]}'? {hint}"

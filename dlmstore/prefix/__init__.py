@@ -20,12 +20,29 @@ with ``prepend_scheme="first"``). Both levels share one memory cap with
 sampled-LRU eviction (``lru.py``). See ``docs/prefix-cache.md`` for the
 design, the guarantees and the benchmark (``bench/bench_prefix.py``).
 
-Modules: ``cached.py`` (the wrapper and its stats), ``seams.py`` (when a
-cut is safe), ``lru.py`` (the memory-capped store).
+Modules: ``cached.py`` (the wrapper), ``stats.py`` (its counters),
+``seams.py`` (when a cut is safe), ``lru.py`` (the memory-capped store).
+The wrapper is imported on first use: code that only carries the counters
+(the ``dlm tokenize`` summary) loads ``stats.py`` alone.
 """
 
 from __future__ import annotations
 
-from dlmstore.prefix.cached import DEFAULT_MAX_BYTES, PrefixCachedTokenizer, PrefixCacheStats
+from typing import TYPE_CHECKING, Any
+
+from dlmstore.prefix.stats import PrefixCacheStats
+
+if TYPE_CHECKING:
+    from dlmstore.prefix.cached import DEFAULT_MAX_BYTES, PrefixCachedTokenizer
 
 __all__ = ["DEFAULT_MAX_BYTES", "PrefixCacheStats", "PrefixCachedTokenizer"]
+
+_LAZY = ("DEFAULT_MAX_BYTES", "PrefixCachedTokenizer")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from dlmstore.prefix import cached
+
+        return getattr(cached, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -64,7 +64,7 @@ def _not_negative(value: float) -> float:
 class _TrainingYaml(BaseModel):
     """DLM's ``DlmTrainingConfig``, field for field."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     dlm_training_version: Literal[1] = 1
     include: tuple[str, ...] = ()

@@ -1,7 +1,8 @@
 """Run metrics: tokenization events per run, and the ``dlm metrics`` listing.
 
 Each ``dlm tokenize`` and ``dlm train`` run records one row in
-``tokenization_events``; :func:`run_metrics` joins runs with their events in
+``tokenization_events`` (``dlmstore.store.events``); :func:`run_metrics`
+joins runs with their events in
 one query, newest first, so ``dlm metrics doc.dlm --json | jq
 '.runs[0].tokenization'`` shows the last pass's hits and misses. The same
 join is the ``run_hit_rates`` view for people using ``sqlite3``.
@@ -17,45 +18,16 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 
-from dlmstore.clock import iso_before, utc_now
+from dlmstore.clock import iso_before
 from dlmstore.errors import DurationError
 from dlmstore.store.database import Store
+from dlmstore.store.events import TokenizationEvent
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-@dataclass(frozen=True)
-class TokenizationEvent:
-    """One pass's numbers, as recorded in ``tokenization_events``.
-
-    Attributes:
-        total_sections: Sections in the document, sources included.
-        total_rows: Rows tokenized or served from the cache.
-        cache_hits: Rows served from the cache.
-        cache_misses: Rows that went through the tokenizer.
-        total_tokenize_seconds: Wall time of the pass, in seconds.
-        cache_bytes_after: Bytes of token data in the cache when the pass ended.
-        cache_mode: ``on``, ``off`` (``training.cache.enabled: false``) or ``bypassed`` (``--no-
-            cache``).
-        hit_rate: ``cache_hits / total_rows`` (0 to 1); null when there were no rows.
-    """
-
-    total_sections: int
-    total_rows: int
-    cache_hits: int
-    cache_misses: int
-    total_tokenize_seconds: float
-    cache_bytes_after: int
-    cache_mode: str
-    hit_rate: float | None
-
-    @staticmethod
-    def rate(hits: int, misses: int) -> float | None:
-        return round(hits / (hits + misses), 4) if hits + misses else None
 
 
 def parse_duration(text: str) -> timedelta:
@@ -70,24 +42,6 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: use a number and a unit d, h, m or s, e.g. 30d, 12h, 45m or 10s"
         )
     return timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-
-
-def record_tokenization_event(store: Store, run_id: int, event: TokenizationEvent, *,
-                              tokenizer_sha256: str, sequence_len: int) -> None:  # fmt: skip
-    """Insert the tokenization event of ``run_id``."""
-    fields = asdict(event)
-    fields.pop("hit_rate")
-    with store.write() as conn:
-        conn.execute(
-            "INSERT INTO tokenization_events (run_id, total_sections, total_rows, cache_hits, "
-            "cache_misses, total_tokenize_seconds, cache_bytes_after, cache_mode, tokenizer_sha256, "
-            "sequence_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id, fields["total_sections"], fields["total_rows"], fields["cache_hits"],
-                fields["cache_misses"], fields["total_tokenize_seconds"], fields["cache_bytes_after"],
-                fields["cache_mode"], tokenizer_sha256, sequence_len, utc_now(),
-            ),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)

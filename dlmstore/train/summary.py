@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlmstore.store.metrics import TokenizationEvent
+from dlmstore.store.events import TokenizationEvent
 from dlmstore.train.plan import TrainingPlan
 from dlmstore.train.usage import DatasetUse
 

@@ -164,7 +164,7 @@ def _train(
     from dlmstore.lock import begin_lock
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
-    from dlmstore.store.metrics import record_tokenization_event
+    from dlmstore.store.events import record_tokenization_event
     from dlmstore.store.runs import recorded_run, set_resumed_from
     from dlmstore.train.adapters import sweep_debris
     from dlmstore.train.checkpoints import check_identity, resumable, run_identity, sweep_unregistered
