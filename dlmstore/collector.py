@@ -13,7 +13,9 @@ paused: 0.6 s instead of 1.2 s, ``bench/bench_tokenize.py``).
 :func:`paused` turns it off for a block and back on after (if it was on),
 so a long command (``dlm train``) is collected normally once its corpus is
 built; nothing is collected at the end of the block, since what the block
-built is either still in use or already freed.
+built is either still in use or already freed, and what it built is moved
+to the collector's oldest generation so the next collection does not walk
+it (see :func:`paused`).
 """
 
 from __future__ import annotations
@@ -31,5 +33,13 @@ def paused() -> Iterator[None]:
     try:
         yield
     finally:
+        # Everything the block allocated is still in the youngest generation,
+        # which the collector empties on its next run: turned back on as is,
+        # it would traverse all of it at the next allocation (0.1-0.2 s on a
+        # 100,000-file corpus). Freezing and unfreezing moves every tracked
+        # object to the oldest generation at once (a list splice, no
+        # traversal), where only a full collection looks at it again.
+        gc.freeze()
+        gc.unfreeze()
         if was_enabled:
             gc.enable()
