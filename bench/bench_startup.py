@@ -19,7 +19,6 @@ checkout really pays.
 from __future__ import annotations
 
 import argparse
-import compileall
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import compile_bytecode
 
 TARGET_HELP_S = 0.1
 
@@ -49,11 +50,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.no_compile:
-        import dlmstore
-
-        package = Path(dlmstore.__file__).resolve().parent
-        for folder in (package, (package / "cli").resolve(), (package / "migrations").resolve()):
-            compileall.compile_dir(folder, quiet=1)  # compile_dir skips symlinked folders: name each one
+        compile_bytecode()
 
     dlm = str(Path(sys.executable).with_name("dlm"))
     with tempfile.TemporaryDirectory() as tmp:
