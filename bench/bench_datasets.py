@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import os
 import shutil
 import statistics
@@ -37,7 +36,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +45,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import numpy as np
 import torch
+from benchlib import median_seconds
 
 from dlmstore.datasets.formats import MIB, doc_index_name, shard_name
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
 from dlmstore.datasets.writers import StreamingFile, write_npy
 
 TARGETS = {"build": 0.10, "read": 0.80, "pack": 50.0, "rss_mib": 500.0}
-
-
-def median_of(run: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def synthetic_dataset(root: Path, shards: int, shard_tokens: int, vocab: int = 49152, eos: int = 2) -> Path:
@@ -165,8 +154,8 @@ def bench_build(repeat: int, max_docs: int) -> float:
         baseline()
         base_times, our_times = [], []
         for _ in range(repeat):  # interleaved, so drift on a shared machine hits both
-            base_times.append(median_of(baseline, 1))
-            our_times.append(median_of(ours, 1))
+            base_times.append(median_seconds(baseline, 1))
+            our_times.append(median_seconds(ours, 1))
     base, mine = statistics.median(base_times), statistics.median(our_times)
     overhead = mine / base - 1
     print(f"build: {len(texts)} docs, {tokens:,} tokens, batches of {batch}, median of {repeat}")
@@ -215,7 +204,10 @@ def bench_read(tmp: Path, repeat: int, batches: int) -> float:
 
     ours()
     baseline()
-    rounds = [(median_of(baseline, 1), median_of(plain, 1), median_of(ours, 1)) for _ in range(repeat)]
+    rounds = [
+        (median_seconds(baseline, 1), median_seconds(plain, 1), median_seconds(ours, 1))
+        for _ in range(repeat)
+    ]
     base, strict, mine = (statistics.median(r[k] for r in rounds) for k in range(3))
     ratio = base / mine
     print(f"read: B={B} T={T}, 8 shards x 32 MiB, {batches} batches, median of {repeat}, warm cache")
@@ -281,7 +273,12 @@ def bench_pack(tmp: Path, repeat: int) -> float:
     rounds: list[tuple[float, ...]] = []
     for _ in range(repeat):  # interleaved rounds: machine load hits all alike
         rounds.append(
-            (median_of(loop, 1), median_of(functions, 1), median_of(items, 1), median_of(searched_items, 1))
+            (
+                median_seconds(loop, 1),
+                median_seconds(functions, 1),
+                median_seconds(items, 1),
+                median_seconds(searched_items, 1),
+            )
         )
     loop_s, functions_s, items_s, searched_s = (statistics.median(r[k] for r in rounds) for k in range(4))
     print(f"pack: {windows * seq:,} tokens ({windows} windows of {seq}), median of {repeat}")

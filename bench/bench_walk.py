@@ -16,32 +16,17 @@ dentry caches warm) of each, and the walk's ratio to the baseline.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import sys
 import sysconfig
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchlib import make_tiny_tree
+from benchlib import make_tiny_tree, median_seconds
 
 from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.sources.walk import SourceWalk, walk_directive
-
-
-def median_seconds(run: Callable[[], object], repeat: int) -> float:
-    run()
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def list_folders(root: str, folders: list[str]) -> None:
@@ -67,8 +52,8 @@ def bench(name: str, root: str, include: list[str], repeat: int) -> None:
         ]
 
     folders = listed_folders(root)
-    walk_s = median_seconds(walk, repeat)
-    floor_s = median_seconds(lambda: list_folders(root, folders), repeat)
+    walk_s = median_seconds(walk, repeat, warm_up=True)
+    floor_s = median_seconds(lambda: list_folders(root, folders), repeat, warm_up=True)
     found = result[0]
     print(
         f"{name}: {len(found.files):,} files chosen, {found.excluded:,} excluded, "

@@ -1,20 +1,23 @@
 """Helpers shared by the bench scripts: paths, generated corpora, one measured process.
 
-Imported by ``bench/bench_startup.py``, ``bench/bench_tokenize.py``, ``bench/bench_hostile_io.py``,
-``bench/bench_preference.py``, ``bench/bench_ray_build.py`` and
-``bench/bench_train_inputs.py`` (run
-as scripts from the repository root, so ``bench/`` is on ``sys.path``).
+Imported by the bench scripts (``bench_datasets``, ``bench_hostile_io``,
+``bench_preference``, ``bench_ray_build``, ``bench_startup``,
+``bench_tokenize``, ``bench_train_inputs``, ``bench_walk``), which run
+as scripts from the repository root, so ``bench/`` is on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import compileall
+import gc
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 STDLIB = Path(os.__file__).parent
@@ -34,6 +37,19 @@ def compile_bytecode() -> None:
         compileall.compile_dir(
             folder, quiet=1
         )  # dlmstore/cli and dlmstore/migrations may be symlinks: each by name
+
+
+def median_seconds(run: Callable[[], object], repeat: int, *, warm_up: bool = False) -> float:
+    """The median wall time of ``repeat`` calls of ``run`` in this process (a collection before each)."""
+    if warm_up:
+        run()
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def stdlib_lines(at_least: int) -> list[str]:
