@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,28 +81,35 @@ def render_schema() -> str:
     return "".join(out)
 
 
-def render_cli_reference() -> str:
-    """Markdown with the ``--help`` of ``dlm`` and every subcommand."""
+def _commands(cli: Any) -> Iterator[tuple[list[str], Any, Any]]:
+    """``(path, command, ctx)`` for ``dlm`` and every visible subcommand, depth first, in name order.
+
+    Contexts are chained like a real invocation, so subcommands inherit the
+    group's settings (``-h`` as a help option, the ``DLM`` envvar prefix).
+    """
     import click
 
-    from dlmstore.cli.main import cli
-
-    out = [HEADER.format(source="`dlm ... --help`"), "# dlm command reference\n"]
-
-    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
-        # Contexts are chained like a real invocation so subcommands inherit
-        # the group's settings (e.g. `-h` as a help option).
+    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> Iterator[Any]:
         ctx = click.Context(
             command, info_name=path[-1], parent=parent, terminal_width=88, **command.context_settings
         )
-        out.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx).rstrip()}\n```\n")
+        yield path, command, ctx
         if isinstance(command, click.Group):
             for name in sorted(command.list_commands(ctx)):
                 sub = command.get_command(ctx, name)
                 if sub is not None and not sub.hidden:
-                    walk(sub, [*path, name], ctx)
+                    yield from walk(sub, [*path, name], ctx)
 
-    walk(cli, ["dlm"], None)
+    return walk(cli, ["dlm"], None)
+
+
+def render_cli_reference() -> str:
+    """Markdown with the ``--help`` of ``dlm`` and every subcommand."""
+    from dlmstore.cli.main import cli
+
+    out = [HEADER.format(source="`dlm ... --help`"), "# dlm command reference\n"]
+    for path, command, ctx in _commands(cli):
+        out.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx).rstrip()}\n```\n")
     out.append(_environment_section(cli))
     out.append(_exit_codes_section())
     return "".join(out)
@@ -112,9 +120,7 @@ def _environment_section(cli: Any) -> str:
     import click
 
     rows: list[tuple[str, str, str]] = []
-
-    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
-        ctx = click.Context(command, info_name=path[-1], parent=parent, **command.context_settings)
+    for path, command, ctx in _commands(cli):
         for param in command.params:
             if not isinstance(param, click.Option) or not param.expose_value or param.name is None:
                 continue
@@ -123,13 +129,6 @@ def _environment_section(cli: Any) -> str:
                 names.append(f"{ctx.auto_envvar_prefix}_{param.name.upper()}")
             flag = max(param.opts, key=len)
             rows.extend((f"`{name}`", f"`{' '.join(path)}`", f"`{flag}`") for name in names)
-        if isinstance(command, click.Group):
-            for name in sorted(command.list_commands(ctx)):
-                sub = command.get_command(ctx, name)
-                if sub is not None and not sub.hidden:
-                    walk(sub, [*path, name], ctx)
-
-    walk(cli, ["dlm"], None)
     table = "".join(f"| {name} | {command} | {flag} |\n" for name, command, flag in rows)
     return (
         "\n## Environment variables\n\n"
