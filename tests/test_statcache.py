@@ -14,7 +14,7 @@ from dlmstore.document.parser import parse_document
 from dlmstore.document.sections import section_digest
 from dlmstore.errors import SourceError
 from dlmstore.sources.read import _load_checked
-from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache
+from dlmstore.sources.statcache import RACY_NS, FileStamp, StatCache, proves_unchanged
 from dlmstore.store.database import open_store
 
 from .helpers import VALID_ID, write_doc
@@ -75,12 +75,11 @@ def test_an_edit_that_restores_the_old_mtime_is_still_seen(tmp_path: Path) -> No
 
 def test_a_file_read_in_the_same_moment_it_was_written_is_racily_clean_and_read_again() -> None:
     st = os.stat(__file__)
-    cache = StatCache({("/f", "f"): FileStamp("/f", "f", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
-                                              st.st_mtime_ns + RACY_NS - 1)})  # fmt: skip
-    assert cache.lookup("/f", "f", st) is None
-    safe = StatCache({("/f", "f"): FileStamp("/f", "f", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
-                                             st.st_mtime_ns + RACY_NS)})  # fmt: skip
-    assert safe.lookup("/f", "f", st) is not None
+    racy = FileStamp("/f", "f", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "ok", "d",
+                     st.st_mtime_ns + RACY_NS - 1)  # fmt: skip
+    assert not proves_unchanged(racy, st)
+    safe = racy._replace(checked_ns=st.st_mtime_ns + RACY_NS)
+    assert proves_unchanged(safe, st)
 
 
 def test_a_freshly_written_file_is_read_again_until_its_mtime_is_safely_old(tmp_path: Path) -> None:

@@ -67,9 +67,11 @@ def save_snapshot(tokenizer: Any, fingerprint: str) -> bool:
     """Keep the backend of ``tokenizer`` (just loaded through transformers) for later passes.
 
     Only a tokenizer whose text rows the backend encodes alone (the
-    conditions of ``encode_texts``' fast path) is kept. Returns whether a
-    file was written; a write that fails (a read-only home, a full disk)
-    is skipped: the file only saves time.
+    conditions of ``encode_texts``' fast path) is kept, and the file is
+    written only when its bytes would change (it is there already after the
+    first load; a damaged one is replaced). Returns whether a file was
+    written; a write that fails (a read-only home, a full disk) is skipped:
+    the file only saves time.
     """
     from dlmstore.cache.tokenize import backend_encodes_alone
     from dlmstore.store.atomic import write_bytes_atomic
@@ -85,9 +87,15 @@ def save_snapshot(tokenizer: Any, fingerprint: str) -> bool:
         "backend": tokenizer._tokenizer.to_str(),
     }
     path = snapshot_path(fingerprint)
+    data = json.dumps(payload).encode("utf-8")
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass  # not there yet, or unreadable: write it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, json.dumps(payload).encode("utf-8"))
+        write_bytes_atomic(path, data)
     except OSError:
         return False
     return True

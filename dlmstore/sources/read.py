@@ -42,7 +42,7 @@ from hashlib import sha256
 
 from dlmstore.document.sections import Section, normalise_newlines, section_digest
 from dlmstore.errors import SourceError
-from dlmstore.sources.statcache import RACY_NS, StatCache
+from dlmstore.sources.statcache import StatCache, proves_unchanged
 from dlmstore.sources.walk import ChosenFile
 from dlmstore.store.regular_files import ReplacedFileError, open_regular, read_regular
 
@@ -126,8 +126,7 @@ def read_files(
         # A recorded file's name was encoded when it was read, so the stat
         # check comes first and a trusted file costs one ``stat`` and no
         # more: no open, no read, no hash, and its row key comes from the
-        # record. This loop runs once per source file on every pass, so the
-        # check is spelled out inline (``statcache.proves_unchanged``).
+        # record.
         key = (path, rel)
         stamp = known.get(key)
         if stamp is not None:
@@ -138,15 +137,8 @@ def read_files(
                 warnings.append(f"{label}: skipping {rel}: {exc.strerror}")
                 continue
             size = st.st_size
-            if (  # FileStamp's fields by position: size, mtime, ctime, inode, checked
-                stamp[2] == size
-                and stamp[3] == st.st_mtime_ns
-                and stamp[4] == st.st_ctime_ns
-                and stamp[5] == st.st_ino
-                and stamp[8] - stamp[3] >= RACY_NS
-                and (max_bytes is None or size <= max_bytes)
-            ):
-                status = stamp[6]
+            if proves_unchanged(stamp, st) and (max_bytes is None or size <= max_bytes):
+                status = stamp[6]  # FileStamp's fields by position: status, digest, row_key
                 if status == "ok":
                     digest = stamp[7] or ""
                     text_key = stamp[9] or keyed(key, stamp)

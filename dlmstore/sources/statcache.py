@@ -79,24 +79,16 @@ def proves_unchanged(stamp: Stamp, st: os.stat_result) -> bool:
 class StatCache:
     """The stamps of one store's source files, loaded once per run.
 
-    ``stamps`` maps ``(path, relpath)`` to the record; a reader looks a file
-    up there, checks it with :func:`proves_unchanged`, and adds the key to
-    ``seen`` (records of files no run saw are dropped on :meth:`save`).
+    ``stamps`` maps ``(path, relpath)`` to the record; a reader
+    (``dlmstore.sources.read``) looks a file up there, checks it with
+    :func:`proves_unchanged`, and adds the key to ``seen`` (records of files
+    no run saw are dropped on :meth:`save`).
     """
 
     def __init__(self, stamps: dict[tuple[str, str], Stamp] | None = None) -> None:
         self.stamps = stamps or {}
         self.changed: dict[tuple[str, str], Stamp] = {}
         self.seen: set[tuple[str, str]] = set()
-
-    def lookup(self, path: str, relpath: str, st: os.stat_result) -> Stamp | None:
-        """The record of ``path`` if ``st`` proves the file unchanged since, else ``None``."""
-        key = (path, relpath)
-        self.seen.add(key)
-        stamp = self.stamps.get(key)
-        if stamp is None or not proves_unchanged(stamp, st):
-            return None
-        return stamp
 
     def record(
         self, path: str, relpath: str, st: os.stat_result, status: str, digest: str | None, checked_ns: int
