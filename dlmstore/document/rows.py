@@ -254,8 +254,7 @@ def document_rows(sections: Iterable[Section]) -> list[Row]:
         occurrence = seen.get(digest, 0)
         seen[digest] = occurrence + 1
         if section.type == "prose":  # section_rows' prose case, inline: one per source file
-            key = (not occurrence and section.text_key) or _key(digest, "text", 0, occurrence, "")
-            append(Row(key, digest[:16], 0, "text", section=section))
+            append(Row(_text_key(section, occurrence), digest[:16], 0, "text", section=section))
         else:
             rows.extend(section_rows(section, occurrence=occurrence))
     return rows
