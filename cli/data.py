@@ -314,12 +314,15 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
     from dlmstore.datasets.validate import check_dataset
     from dlmstore.errors import DatasetError
 
+    from .progress import progress_shown
+
     expected = None
     if base is not None:
         from dlmstore.bases import resolve_base
         from dlmstore.cache.fingerprint import tokenizer_sha256
 
-        expected = tokenizer_sha256(resolve_base(base))
+        with progress_shown(as_json=as_json):  # a built-in base is converted from GGUF on first use
+            expected = tokenizer_sha256(resolve_base(base))
     report = check_dataset(path, tokenizer_sha256=expected, deep=not quick)
     if as_json:
         emit_json(report)
@@ -341,7 +344,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
             click.echo(f"problem: {problem}")
     if not report.ok:
         raise DatasetError(
-            f"{report.path}: {len(report.problems)} problem(s)",
+            f"{report.path}: {plural(len(report.problems), 'problem')}",
             hint="rebuild the dataset (`dlm data build ...`); files must match its meta.json",
         )
 

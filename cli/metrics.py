@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .params import DURATION, RUN_ID
-from .render import emit_json, human_bytes, json_option, note
+from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
     from dlmstore.store.metrics import MetricsReport, TrainingInfo
@@ -104,7 +104,7 @@ def _training(run_id: int, train: TrainingInfo) -> None:
         )
         loss = "n/a" if adapter.final_loss is None else f"{adapter.final_loss:.4f}"
         click.echo(
-            f"run {run_id}: adapter v{adapter.version:04d} ({origin}), {adapter.steps} steps, "
+            f"run {run_id}: adapter v{adapter.version:04d} ({origin}), {plural(adapter.steps, 'step')}, "
             f"final loss {loss}, {adapter.sha256}"
         )
     for phase, steps in groupby(train.steps or [], key=lambda step: step.phase):

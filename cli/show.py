@@ -25,17 +25,22 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     {"messages": [...]} or {"prompt", "chosen", "rejected"}, each with its
     row_key.
     """
+    from .progress import progress_shown
+
     if as_rows:
         import json
 
         from dlmstore.document.show import document_rows
 
-        for row in document_rows(path):
+        with progress_shown():  # the source walk, on stderr: the rows on stdout stay clean
+            training_rows = document_rows(path)
+        for row in training_rows:
             click.echo(json.dumps({**row.data, "row_key": row.row_key}, ensure_ascii=False))
         return
     from dlmstore.document.show import summarize
 
-    summary = summarize(path)
+    with progress_shown(as_json=as_json):
+        summary = summarize(path)
     for message in summary.warnings:
         warn(message)
     if as_json:

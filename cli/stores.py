@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .render import emit_json, human_bytes, json_option, printable
+from .render import emit_json, human_bytes, json_option, plural, printable
 
 if TYPE_CHECKING:
     from dlmstore.store.stores import StoreListing
@@ -41,8 +41,7 @@ def stores_group(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"{'id':26}  {'size':>9}  {'cache':>8}  {'last run':{width}}  document")
     for store, run in zip(report.stores, runs, strict=True):
         click.echo(_line(store, run, width))
-    count = len(report.stores)
-    click.echo(f"{count} store{'' if count == 1 else 's'}, {human_bytes(report.bytes)}, under {report.home}")
+    click.echo(f"{plural(len(report.stores), 'store')}, {human_bytes(report.bytes)}, under {report.home}")
 
 
 @stores_group.command("gc")
@@ -63,7 +62,7 @@ def gc_command(force: bool, as_json: bool) -> None:
     doomed = garbage(list_stores())
     if doomed and not force:
         size = human_bytes(sum(store.bytes for store in doomed))
-        what = f"{len(doomed)} store{'' if len(doomed) == 1 else 's'} ({size})"
+        what = f"{plural(len(doomed), 'store')} ({size})"
         if not sys.stdin.isatty():
             raise DlmError(
                 f"refusing to remove {what} without confirmation",
@@ -84,8 +83,7 @@ def gc_command(force: bool, as_json: bool) -> None:
         )
     for kept in result.kept:
         click.echo(f"kept {kept.dlm_id}: {_KEPT[kept.reason]}")
-    count = len(result.removed)
-    click.echo(f"removed {count} store{'' if count == 1 else 's'} ({human_bytes(result.bytes_removed)})")
+    click.echo(f"removed {plural(len(result.removed), 'store')} ({human_bytes(result.bytes_removed)})")
 
 
 _KEPT = {

@@ -180,7 +180,7 @@ def test_validate_refuses_a_meta_json_that_is_a_fifo_without_hanging(dataset: Pa
     result = validate_in_subprocess(dataset)
     assert result.returncode == 1
     assert result.stdout == f"problem: cannot read {meta}: a FIFO, not a regular file\n"
-    assert result.stderr.startswith(f"error: {dataset}: 1 problem(s)\n")
+    assert result.stderr.startswith(f"error: {dataset}: 1 problem\n")
 
 
 @pytest.mark.parametrize("name", ["shard_00000.bin", "shard_00000.docs.npy"])

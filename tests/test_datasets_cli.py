@@ -169,7 +169,7 @@ def test_validate_lists_each_problem_and_exits_1(runner: CliRunner, inputs: Path
         f"problem: {shard} has {shard.stat().st_size} bytes, not a multiple of 2 (uint16): "
         "the file is cut mid-token" in result.output
     )
-    assert f"error: {out}: 1 problem(s)" in result.output
+    assert f"error: {out}: 1 problem" in result.output
 
 
 def test_build_all_offline_fails_an_unreachable_source_in_one_line_and_builds_the_others(

@@ -142,4 +142,4 @@ def test_an_sft_mask_that_trains_nothing_for_an_example_is_reported(tmp_path: Pa
     mask = tmp_path / "sft" / "train_mask.bin"
     mask.write_bytes(b"\0" * mask.stat().st_size)
     problems = check_dataset(tmp_path / "sft").problems
-    assert f"{mask}: 3 example(s) train no token" in problems
+    assert f"{mask}: no token trained in 3 examples" in problems

@@ -136,7 +136,7 @@ def test_a_meta_json_that_is_a_fifo_is_one_error(runner: CliRunner, dataset: Pat
     (dataset / "meta.json").unlink()
     os.mkfifo(dataset / "meta.json")
     result = runner.invoke(cli, ["data", "validate", str(dataset)])
-    assert one_error(result) == f"error: {dataset}: 1 problem(s)"
+    assert one_error(result) == f"error: {dataset}: 1 problem"
     assert result.stdout == f"problem: cannot read {dataset / 'meta.json'}: a FIFO, not a regular file\n"
 
 

@@ -171,6 +171,35 @@ def test_piped_tokenize_reports_its_steps_on_stderr_and_only_its_summary_on_stdo
     assert stderr[1].startswith("tokenizing: 2 rows in ")
 
 
+@pytest.mark.parametrize("args", [[], ["--rows"]])
+def test_show_reports_its_source_walk_on_stderr_and_keeps_stdout_for_its_data(
+    tiny_doc: Path, args: list[str]
+) -> None:
+    result = CliRunner().invoke(cli, ["show", str(tiny_doc), *args])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0].startswith("walking notes: 1 file in ")
+    assert len(result.stderr.splitlines()) == 1
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("document: ") if not args else first.startswith('{"text": ')
+
+
+@pytest.mark.slow  # converts the SmolLM2 tokenizer from GGUF afresh
+def test_a_first_conversion_from_gguf_reports_its_progress_in_data_validate(
+    tmp_path: Path, dlm_home: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("A note worth a dataset.\n")
+    out = tmp_path / "ds"
+    built = CliRunner().invoke(cli, ["data", "build", "pretrain", "--from", str(notes), "--out", str(out)])
+    assert built.exit_code == 0, built.output
+    (dlm_home / "bases").unlink()  # a new home: the built-in base is not converted yet
+    result = CliRunner().invoke(cli, ["data", "validate", str(out), "--base", "smollm2-135m"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1].startswith("converting smollm2-135m tokenizer from GGUF: done in ")
+    assert result.stdout.startswith(f"ok: {out} (pretrain ds, ")
+
+
 def test_quiet_turns_progress_off(tiny_doc: Path) -> None:
     result = CliRunner().invoke(cli, ["-q", "tokenize", str(tiny_doc)])
     assert (result.exit_code, result.stderr) == (0, "")

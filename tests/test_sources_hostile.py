@@ -313,7 +313,7 @@ def test_show_and_tokenize_print_the_default_cap_count_with_the_way_to_raise_it(
         "warning: training.sources 'src': skipped 1 file over 4 MiB, the default max_bytes_per_file; "
         "set max_bytes_per_file on the directive to read larger files"
     )
-    show = CliRunner().invoke(cli, ["show", str(doc)])
+    show = CliRunner().invoke(cli, ["-q", "show", str(doc)])  # -q: warnings only
     assert show.exit_code == 0, show.output
     assert show.stderr.startswith(warning)
     assert "source:   src: 1 file, 5 B (skipped 1 too_large)" in show.stdout

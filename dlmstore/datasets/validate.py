@@ -39,6 +39,7 @@ from dlmstore.datasets.formats import (
 )
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
 from dlmstore.errors import DatasetError
+from dlmstore.plural import plural
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.regular_files import file_kind
 
@@ -268,7 +269,9 @@ def _check_sft(
             elif len(starts):
                 trained = np.add.reduceat(mask.array.astype(np.int64), starts)
                 if np.any(trained == 0):
-                    problems.append(f"{mask.path}: {int(np.sum(trained == 0))} example(s) train no token")
+                    problems.append(
+                        f"{mask.path}: no token trained in {plural(int(np.sum(trained == 0)), 'example')}"
+                    )
             tokens.release()
             mask.release()
 

@@ -21,6 +21,7 @@ from html import escape
 from pathlib import Path
 
 from dlmstore.errors import ReportError
+from dlmstore.plural import plural
 from dlmstore.report.contents import LockEntry, StoreReport, TrainingRun
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
@@ -120,7 +121,10 @@ def _summary(report: StoreReport) -> str:
         ("document id", f"<code>{escape(report.dlm_id)}</code>"),
         ("store", f"<code>{escape(report.store_path)}</code>"),
         ("runs", f"{report.run_count:,}"),
-        ("cache", f"{report.cache_entries:,} entries, {escape(human_bytes(report.cache_bytes))}"),
+        (
+            "cache",
+            f"{plural(report.cache_entries, 'entry', 'entries')}, {escape(human_bytes(report.cache_bytes))}",
+        ),
         ("adapters", f"{len(report.adapters):,}"),
         ("generated", escape(report.generated_at)),
     ]
