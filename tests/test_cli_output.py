@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from dlmstore.cli import cache as cache_commands
 from dlmstore.cli.logs import configure_logging
-from dlmstore.cli.main import cli
+from dlmstore.cli.main import EXIT_CODES, cli
 from dlmstore.errors import DocumentError
 from dlmstore.plural import plural
 from dlmstore.store.database import open_store
@@ -97,6 +97,28 @@ def test_traceback_or_dlm_debug_raises_the_error_with_the_cause_it_hid(
     assert isinstance(error.__context__, FileNotFoundError) and not error.__suppress_context__
     shown = "".join(traceback.format_exception(error))
     assert "FileNotFoundError" in shown and "DocumentError" in shown
+
+
+def test_dlm_exits_with_each_status_the_table_in_docs_cli_md_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    runner = CliRunner()
+    statuses = {
+        "success": runner.invoke(cli, ["show", str(doc)]).exit_code,
+        "error": runner.invoke(cli, ["show", str(tmp_path / "missing.dlm")]).exit_code,
+        "usage": runner.invoke(cli, ["show", "--bogus", str(doc)]).exit_code,
+    }
+
+    def ctrl_c(path: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dlmstore.document.show.summarize", ctrl_c)
+    interrupted = runner.invoke(cli, ["show", str(doc)])
+    assert interrupted.stderr == "error: interrupted\n"
+    statuses["interrupted"] = interrupted.exit_code
+    assert statuses == {"success": 0, "error": 1, "usage": 2, "interrupted": 130}
+    assert sorted(statuses.values()) == [status for status, _ in EXIT_CODES]
 
 
 def test_dlm_debug_set_to_zero_keeps_the_one_line_error(tmp_path: Path) -> None:

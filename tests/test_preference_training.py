@@ -220,6 +220,9 @@ def test_dlm_train_and_metrics_show_the_preference_phase(doc: Path) -> None:
         "-> v0002"
     )
     assert "reward margin" in lines[1]
+    # Each phase reports its steps on stderr: on a pipe, a final line with the count and the loss.
+    (dpo,) = [line for line in result.stderr.splitlines() if line.startswith("training preference: ")]
+    assert dpo.startswith("training preference: 2 steps in ") and ", loss " in dpo
     metrics = runner.invoke(cli, ["metrics", str(doc), "--run-id", "1"])
     assert metrics.exit_code == 0, metrics.output
     assert "margin" in metrics.stdout and "accuracy" in metrics.stdout

@@ -303,6 +303,11 @@ def test_the_report_of_a_trained_store_draws_every_chart_in_chromium(
     assert run.screenshot.startswith(b"\x89PNG\r\n\x1a\n") and len(run.screenshot) > 20_000
     text = page.read_text(encoding="utf-8")
     assert 'class="sev sev-ALLOW">ALLOW' in text and "dlm_sha256" in text
+    adapters = store_dir(VALID_ID) / "adapter" / "versions"
+    registered = sqlite3.connect(store_dir(VALID_ID) / "store.db").execute("SELECT sha256 FROM adapters")
+    shas = [sha for (sha,) in registered]
+    assert len(shas) == len(list(adapters.iterdir())) == 4  # two runs, sft and preference each
+    assert all(f"<code>{sha}</code>" in text for sha in shas)
 
 
 @pytest.mark.slow
