@@ -146,6 +146,25 @@ def test_dataset_builds_report_each_source_as_a_task() -> None:
     ]
 
 
+def test_the_gguf_converters_own_bar_counts_the_tensors_into_the_conversion_task() -> None:
+    """transformers converts a GGUF model's tensors under a tqdm bar of its own; dlm counts them instead."""
+    import importlib
+
+    from dlmstore.bases import _quiet_transformers
+
+    gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    their_bar = gguf_utils.tqdm
+    seen: list[ProgressUpdate] = []
+    with reporting(seen.append), Task("converting smollm2-135m model from GGUF", unit="tensors") as task:
+        with _quiet_transformers(tensors=task):
+            # as modeling_gguf_pytorch_utils calls it: for tensor in tqdm(reader.tensors, desc=...)
+            converted = list(gguf_utils.tqdm(["a", "b", "c"], desc="Converting GGUF tensors..."))
+    assert converted == ["a", "b", "c"] and gguf_utils.tqdm is their_bar
+    assert [(u.done, u.total, u.finished) for u in seen] == [
+        (0, None, False), (0, 3, False), (1, 3, False), (2, 3, False), (3, 3, False), (3, 3, True),
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def tiny_doc(tmp_path: Path, tiny_base: Path) -> Path:
     notes = tmp_path / "notes"
