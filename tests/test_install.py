@@ -75,3 +75,41 @@ def test_every_package_in_the_tree_is_listed_for_installation() -> None:
         found.add(".".join(("dlmstore", *init.parent.relative_to(REPO / "dlmstore").parts)).rstrip("."))
     found |= {"dlmstore.cli", "dlmstore.migrations", "dlmstore.migrations.versions"}
     assert found == listed
+
+
+def test_every_package_dlmstore_imports_is_a_declared_dependency() -> None:
+    """A package that only arrives with another (tqdm with transformers) is declared all the same."""
+    import ast
+    import importlib.metadata
+    import re
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = [
+        *project["dependencies"],
+        *(d for extra in project["optional-dependencies"].values() for d in extra),
+    ]
+    declared = {re.split(r"[<>=!~\[; ]", spec)[0].lower().replace("_", "-") for spec in wanted}
+    imported: set[str] = set()
+    for path in [*(REPO / "dlmstore").rglob("*.py"), *(REPO / "cli").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+            elif (  # importlib.import_module("transformers.utils.logging")
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                imported.add(node.args[0].value.split(".")[0])
+    third_party = sorted(imported - set(sys.stdlib_module_names) - {"dlmstore", "__future__"})
+    providers = importlib.metadata.packages_distributions()
+    undeclared = [
+        module
+        for module in third_party
+        if not any(dist.lower().replace("_", "-") in declared for dist in providers.get(module, [module]))
+    ]
+    assert "tqdm" in third_party and undeclared == []
