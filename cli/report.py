@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, json_option
+from .render import emit_json, human_bytes, is_quiet, json_option
 
 
 @click.command("report")
@@ -54,4 +54,5 @@ def report_command(path: str, output: str, train_runs: int, as_json: bool) -> No
         click.echo(render_page(report), nl=False)
         return
     size = write_page(report, Path(output))
-    click.echo(f"wrote {output} ({human_bytes(size)})", err=True)
+    if not is_quiet():  # what was written is a note, not data: stdout stays empty, -q drops it
+        click.echo(f"wrote {output} ({human_bytes(size)})", err=True)

@@ -192,6 +192,8 @@ def test_dlm_report_writes_the_page_and_json_prints_its_data(tmp_path: Path, tin
     assert re.fullmatch(rf"wrote {re.escape(str(out))} \(\d+\.\d KB\)\n", result.stderr)
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and 'data-chart="cache-hits"' in page
+    quiet = CliRunner().invoke(cli, ["-q", "report", str(doc), "-o", str(out)])
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
     data = json.loads(CliRunner().invoke(cli, ["report", str(doc), "--json"]).stdout)
     assert list(data) == [
         "dlm_id", "store_path", "document_path", "generated_at", "run_count", "cache_entries", "cache_bytes",
