@@ -95,10 +95,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
-    import ray
-
     from dlmstore.datasets.engines import RayEngine
     from dlmstore.datasets.meta import sha256_file
+    from dlmstore.datasets.ray_build import ray_session
     from dlmstore.datasets.recipes import encoder_for_base
 
     encoder = encoder_for_base("smollm2-135m")
@@ -110,15 +109,14 @@ def main() -> int:
         read_s = driver_read(root / "corpus.jsonl", args.block_docs)
         text_mb = (root / "corpus.jsonl").stat().st_size / 1e6
 
+        # Ray started as `dlm data build --engine ray --workers N` starts it (N CPUs, one
+        # tokenizer thread per task); both builds below run on it.
+        engine = RayEngine(workers=args.workers, block_docs=args.block_docs)
         start = time.perf_counter()
-        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
-        init_s = time.perf_counter() - start
-        try:
-            engine = RayEngine(workers=args.workers, block_docs=args.block_docs)
+        with ray_session(engine):
+            init_s = time.perf_counter() - start
             ray_s, _ = build(root / "corpus.jsonl", root / "ray", engine, encoder)
             warm_s, _ = build(root / "corpus.jsonl", root / "ray-warm", engine, encoder)
-        finally:
-            ray.shutdown()
 
         def hashes(name: str) -> dict[str, str]:
             d = root / name

@@ -32,7 +32,10 @@ _engine_options = [
         help="Ray cluster (host:port); default: $RAY_ADDRESS, else a local Ray for this command.",
     ),
     click.option(
-        "--workers", type=click.IntRange(min=1), default=None, help="Ray tasks at once (default: its CPUs)."
+        "--workers",
+        type=click.IntRange(min=1),
+        default=None,
+        help="CPUs of the local Ray; on a cluster, 2N tasks kept in flight (default: its CPUs).",
     ),
 ]
 

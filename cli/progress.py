@@ -200,7 +200,10 @@ class BuildTasks:
 
     Builders report :class:`dlmstore.datasets.build.BuildProgress` (they
     can run where no sink is installed); create this inside
-    :func:`progress_shown` so its tasks reach the renderer.
+    :func:`progress_shown` so its tasks reach the renderer. The task counts
+    documents (so the line shows docs/s) and carries the tokens and tokens
+    per second since the build started; with ``--engine ray`` both are
+    totals across every worker of the cluster.
     """
 
     def __init__(self) -> None:
@@ -210,9 +213,12 @@ class BuildTasks:
         task = self.tasks.get(progress.name)
         if task is None:
             task = self.tasks[progress.name] = Task(f"building {progress.name}", unit="docs")
-        task.update(progress.docs, tokens=progress.tokens)
-        if progress.finished:
-            task.finish()
+        rate = progress.tokens / progress.seconds if progress.seconds > 0 else None
+        details = {"tokens": progress.tokens, "tokens/s": rate}
+        if progress.finished:  # straight to the final line: a status line just before it says the same
+            task.finish(progress.docs, **details)
+        else:
+            task.update(progress.docs, **details)
 
 
 def _isatty(stream: IO[str]) -> bool:

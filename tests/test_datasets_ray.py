@@ -44,7 +44,10 @@ CHATS[9] = [{"role": "user", "content": "no answer"}]
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as env:
+        # Workers start with the tokenizer's threads on, as a cluster's may: the build turns them off.
+        env.setenv("TOKENIZERS_PARALLELISM", "true")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -72,6 +75,19 @@ class ScriptedEncoder(TextEncoder):
                 raise DatasetError("poisoned document")
         with open(self.log, "a") as log:
             log.writelines(t.split(":")[0] + "\n" for t in texts)
+        return super().encode_texts(texts)
+
+
+class ThreadsEncoder(TextEncoder):
+    """Logs ``TOKENIZERS_PARALLELISM`` as each tokenizing task sees it."""
+
+    def __init__(self, tokenizer: Any, log: Path):
+        super().__init__(tokenizer)
+        self.log = log
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        with open(self.log, "a") as log:
+            log.write(os.environ.get("TOKENIZERS_PARALLELISM", "(unset)") + "\n")
         return super().encode_texts(texts)
 
 
@@ -174,6 +190,16 @@ def test_build_all_on_ray_builds_the_same_sources_as_locally(tmp_path: Path) -> 
             {k: v for k, v in file_hashes(tmp_path / name).items() if k.startswith(("pretrain/", "sft/"))}
         )
     assert hashes[0] == hashes[1] and "sft/dolly15k/train_tokens.bin" in hashes[0]
+
+
+def test_each_tokenizing_task_uses_one_tokenizer_thread_whatever_its_workers_environment(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    enc = ThreadsEncoder(tokenizer, tmp_path / "threads.log")
+    pretrain(tmp_path / "ray", enc, RayEngine(workers=2, block_docs=10))
+    seen = (tmp_path / "threads.log").read_text().splitlines()
+    assert len(seen) > 2 and set(seen) == {"false"}  # Ray runs one task per CPU
 
 
 def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(

@@ -61,6 +61,23 @@ def test_a_ray_address_nobody_listens_on_is_one_error_and_nothing_is_written(
     assert not (out / "meta.json").exists() and not (out / "train").exists()
 
 
+@pytest.mark.parametrize("command", ["build sft", "build-all"])
+def test_sft_and_build_all_reach_the_cluster_before_creating_anything(tmp_path: Path, command: str) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    if command == "build sft":
+        args = ["data", "build", "sft", "--from", str(tmp_path), "--out", str(out)]
+    else:
+        args = ["data", "build-all", "--cache-dir", str(out), "--only", "roam", "--local", f"roam={tmp_path}"]
+    result = CliRunner().invoke(cli, [*args, "--engine", "ray", "--ray-address", "127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert (
+        result.output.splitlines()[0]
+        == "error: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused"
+    )
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_a_ray_address_that_accepts_but_never_answers_is_an_error_not_a_hang(tmp_path: Path) -> None:
     pytest.importorskip("ray")

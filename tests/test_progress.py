@@ -140,9 +140,8 @@ def test_dataset_builds_report_each_source_as_a_task() -> None:
         tasks(BuildProgress("wikitext", docs=20, tokens=900, seconds=2.0, finished=True))
     assert [(u.task, u.done, dict(u.details), u.finished) for u in seen] == [
         ("building wikitext", 0, {}, False),
-        ("building wikitext", 10, {"tokens": 500}, False),
-        ("building wikitext", 20, {"tokens": 900}, False),
-        ("building wikitext", 20, {"tokens": 900}, True),
+        ("building wikitext", 10, {"tokens": 500, "tokens/s": 500.0}, False),
+        ("building wikitext", 20, {"tokens": 900, "tokens/s": 450.0}, True),
     ]
 
 
@@ -163,6 +162,29 @@ def test_the_gguf_converters_own_bar_counts_the_tensors_into_the_conversion_task
     assert [(u.done, u.total, u.finished) for u in seen] == [
         (0, None, False), (0, 3, False), (1, 3, False), (2, 3, False), (3, 3, False), (3, 3, True),
     ]  # fmt: skip
+
+
+def test_a_build_shows_documents_and_tokens_per_second_in_a_log_and_on_a_terminal() -> None:
+    clock = FakeClock()
+    renderer, stream = _piped(clock)
+    with reporting(renderer):
+        tasks = BuildTasks()
+        for at, docs, tokens in [(0, 500, 20_000), (12, 6_000, 240_000)]:
+            clock.now = 100.0 + at
+            tasks(BuildProgress("web", docs=docs, tokens=tokens, seconds=at + 0.5))
+        clock.now = 124.0
+        tasks(BuildProgress("web", docs=9_600, tokens=384_000, seconds=24.5, finished=True))
+    assert stream.getvalue().splitlines() == [
+        "building web: 6,000 docs, 500 docs/s, tokens 240,000, tokens/s 19,200",
+        "building web: 9,600 docs in 24s (400 docs/s), tokens 384,000, tokens/s 15,673",
+    ]
+    terminal = io.StringIO()
+    with reporting(ProgressRenderer(stream=terminal, tty=True)):
+        tasks = BuildTasks()
+        tasks(BuildProgress("web", docs=500, tokens=20_000, seconds=2.0))
+        tasks(BuildProgress("web", docs=900, tokens=36_000, seconds=4.0, finished=True))
+    bar = terminal.getvalue().strip("\r\n").split("\r")[-1]
+    assert bar.startswith("building web: 900 docs [") and "docs/s, tokens 36,000, tokens/s 9,000]" in bar
 
 
 @pytest.fixture

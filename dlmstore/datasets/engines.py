@@ -24,7 +24,11 @@ class RayEngine:
         address: the cluster (``host:port`` of its head, ``ray://...`` or
             ``auto``); ``None``: the ``RAY_ADDRESS`` environment variable,
             else a local Ray started for the build and stopped after.
-        workers: tasks run at once (default: the CPUs of the cluster).
+        workers: the CPUs of the local Ray started for the build, so
+            at most that many tasks run at once; on a Ray already
+            running (a cluster), the build keeps ``2 * workers`` tasks in
+            flight and Ray runs as many as it has CPUs for (default: the
+            CPUs of the cluster).
         block_docs: documents per tokenizing task; the output does not
             depend on it.
     """

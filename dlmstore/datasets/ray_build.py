@@ -65,8 +65,6 @@ INSTALL_HINT = "pip install 'dlmstore[ray]'"
 CONNECT_TIMEOUT_S = 25.0
 PROBE_TIMEOUT_S = 5.0
 MAX_RETRIES = 3
-#: Tokenizing tasks run one tokenizer thread each: Ray runs one task per CPU.
-TASK_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
 
 _cache: dict[str, Any] = {}  # per worker process: the tokenizer, deserialised once
 
@@ -105,7 +103,6 @@ def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
             num_cpus=engine.workers or os.cpu_count() or 1,
             include_dashboard=False,
             logging_level=logging.WARNING,
-            runtime_env=TASK_ENV,
         )
     else:
         _connect(ray, address)
@@ -137,7 +134,7 @@ def _connect(ray: Any, address: str) -> None:
 
     def init() -> None:
         try:
-            ray.init(address=address, logging_level=logging.WARNING, runtime_env=TASK_ENV)
+            ray.init(address=address, logging_level=logging.WARNING)
             outcome["error"] = None
         except BaseException as exc:  # reported by the caller's thread
             outcome["error"] = exc
@@ -159,11 +156,17 @@ def _encoder(holder: list[Any]) -> Any:
     It travels inside a list so Ray passes the reference instead of
     deserialising the tokenizer for every task; the cache keeps the last
     build's only (workers outlive builds).
+
+    Ray runs one task per CPU, so each task tokenizes on one thread: the
+    Rust tokenizer reads ``TOKENIZERS_PARALLELISM`` at every batch call,
+    and it is set here, in the worker, rather than with a Ray
+    ``runtime_env``, for which Ray starts fresh workers (~3 s a build).
     """
     key = holder[0].hex()
     if key not in _cache:
         import ray
 
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         _cache.clear()
         _cache[key] = ray.get(holder[0])
     return _cache[key]

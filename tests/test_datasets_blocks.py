@@ -1,0 +1,65 @@
+"""Spill files of a parallel build: a complete one is reused, anything else is tokenized again.
+
+A rerun of an interrupted `--engine ray` build trusts only the blocks whose
+spill file loads with every member's CRC-32 intact (`dlmstore.datasets.blocks`);
+these tests call the block function a Ray task runs, without Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlmstore.datasets.blocks import block_key, encode_pretrain_block, load_spill, spill_path
+from dlmstore.datasets.encoding import TextEncoder
+
+TEXTS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 5) for i in range(40)]
+
+
+class CountingEncoder(TextEncoder):
+    """Counts the documents it tokenizes."""
+
+    encoded = 0
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        self.encoded += len(texts)
+        return super().encode_texts(texts)
+
+
+@pytest.fixture
+def counting(tokenizer: Any) -> CountingEncoder:
+    return CountingEncoder(tokenizer)
+
+
+def spill(tmp_path: Path) -> Path:
+    return spill_path(tmp_path, block_key({"kind": "pretrain", "dtype": "uint16"}, TEXTS))
+
+
+def test_a_complete_spill_file_is_loaded_instead_of_tokenizing_the_block_again(
+    tmp_path: Path, counting: CountingEncoder
+) -> None:
+    path = spill(tmp_path)
+    first = encode_pretrain_block(counting, TEXTS, path, "uint16")
+    again = encode_pretrain_block(counting, TEXTS, path, "uint16")
+    assert counting.encoded == len(TEXTS) and np.array_equal(first, again)
+
+
+@pytest.mark.parametrize("damage", ["cut short", "one byte changed"])
+def test_a_damaged_spill_file_is_tokenized_again_into_the_same_bytes(
+    tmp_path: Path, counting: CountingEncoder, damage: str
+) -> None:
+    path = spill(tmp_path)
+    encode_pretrain_block(counting, TEXTS, path, "uint16")
+    good = path.read_bytes()
+    if damage == "cut short":
+        path.write_bytes(good[: len(good) // 2])
+    else:
+        data = bytearray(good)
+        data[good.index(b"tokens.npy") + 200] ^= 0xFF  # inside the tokens array, past its header
+        path.write_bytes(bytes(data))
+    assert load_spill(path) is None
+    encode_pretrain_block(counting, TEXTS, path, "uint16")
+    assert counting.encoded == 2 * len(TEXTS) and path.read_bytes() == good
