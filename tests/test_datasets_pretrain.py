@@ -210,6 +210,24 @@ def test_a_pickled_encoder_as_a_ray_worker_receives_it_still_reads_special_token
     assert copy.encode_texts(text) == encoder.encode_texts(text) and 2 not in copy.encode_texts(text)[0]
 
 
+def test_what_a_ray_pretrain_worker_receives_unpickles_without_transformers_and_encodes_the_same(
+    encoder: Any,
+) -> None:
+    import pickle
+    import subprocess
+    import sys
+
+    text = ["quoting <|im_end|> and <|endoftext|> here", "plain prose"]
+    sent = pickle.dumps(encoder.for_data())
+    script = (
+        "import pickle, sys; data = pickle.loads(sys.stdin.buffer.read()); "
+        f"print(data.encode_texts({text!r})); print('transformers' in sys.modules, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], input=sent, capture_output=True, check=True).stdout
+    ids, imported = out.decode().splitlines()
+    assert ids == str(encoder.encode_texts(text)) and imported == "False False"
+
+
 def test_a_rebuild_with_fewer_shards_removes_the_old_ones(tmp_path: Path) -> None:
     texts = [words(*range(1, 200))]
     kwargs: dict[str, Any] = {"tokenizer": WordTokenizer(), "tokenizer_sha256": WORD_SHA, "val_frac": 0.0}

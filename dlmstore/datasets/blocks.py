@@ -35,7 +35,7 @@ import numpy as np
 
 from dlmstore.datasets.build import BUILD_DIR
 from dlmstore.datasets.chat import ChatEncoding
-from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.encoding import DataEncoder, TextEncoder
 from dlmstore.datasets.formats import MASK_DTYPE, OFFSET_DTYPE, TOKEN_DTYPES, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
 from dlmstore.datasets.writers import StreamingFile, npy_bytes
@@ -79,7 +79,7 @@ def load_spill(path: Path) -> dict[str, np.ndarray[Any, Any]] | None:
 
 
 def encode_pretrain_block(
-    encoder: TextEncoder, texts: list[str], path: Path, dtype_name: str
+    encoder: TextEncoder | DataEncoder, texts: list[str], path: Path, dtype_name: str
 ) -> np.ndarray[Any, Any]:
     """Tokenize a block into its spill file (unless a complete one exists); returns token counts."""
     done = load_spill(path)

@@ -50,22 +50,15 @@ class TextEncoder:
 
     def _clone_backend(self) -> None:
         backend = getattr(self.tokenizer, "_tokenizer", None)
-        self._data_backend: Any = None
-        self._content_batch: Any = None
+        self._data: DataEncoder | None = None
+        self._contents: DataEncoder | None = None
         if backend is not None and hasattr(backend, "encode_batch") and hasattr(backend, "to_str"):
-            from tokenizers import Tokenizer
-
-            clone = Tokenizer.from_str(backend.to_str())
-            clone.encode_special_tokens = True
-            self._data_backend = clone
-            self._batch = getattr(clone, "encode_batch_fast", clone.encode_batch)
+            self._data = DataEncoder(backend.to_str())
 
     def __getstate__(self) -> dict[str, Any]:
-        # A pickled ``tokenizers.Tokenizer`` comes back without ``encode_special_tokens``
-        # (it is not part of its JSON): the copy a Ray worker unpickled would parse
-        # "<|im_end|>" in a document as the special token. Clone again on arrival instead.
+        # The Rust copies are the tokenizer's own JSON again: rebuilt on arrival, not sent twice.
         state = dict(self.__dict__)
-        for key in ("_data_backend", "_content_batch", "_batch"):
+        for key in ("_data", "_contents"):
             state.pop(key, None)
         return state
 
@@ -86,31 +79,36 @@ class TextEncoder:
         """Token ids of each text: no special tokens added, none parsed from the text."""
         if not texts:
             return []
-        if self._data_backend is not None:
-            return [encoding.ids for encoding in self._batch(texts, add_special_tokens=False)]
+        if self._data is not None:
+            return self._data.encode_texts(texts)
         try:
             out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)
         except TypeError:  # a tokenizer without split_special_tokens
             out = self.tokenizer(texts, add_special_tokens=False)
         return [list(ids) for ids in out["input_ids"]]
 
+    def for_data(self) -> TextEncoder | DataEncoder:
+        """What :meth:`encode_texts` alone needs, to send to another process.
+
+        With a Rust backend that is a :class:`DataEncoder`, which unpickles
+        without importing transformers (about a second a Ray worker saves per
+        build); otherwise, or when a subclass encodes its own way, this
+        encoder itself.
+        """
+        if self._data is None or type(self).encode_texts is not TextEncoder.encode_texts:
+            return self
+        return self._data
+
     def encode_contents(self, texts: list[str]) -> list[list[int]]:
         """Token ids of message contents: :meth:`encode_texts` without a string-start marker."""
         if not texts:
             return []
-        if self._data_backend is None:
+        if self._data is None:
             return self.encode_texts(texts)
-        if self._content_batch is None:  # built on first use: pretrain builds never need it
-            from tokenizers import Tokenizer
-
-            config = json.loads(self._data_backend.to_str())
-            if _drop_start_marker(config):
-                content = Tokenizer.from_str(json.dumps(config))
-                content.encode_special_tokens = True
-                self._content_batch = getattr(content, "encode_batch_fast", content.encode_batch)
-            else:
-                self._content_batch = self._batch
-        return [encoding.ids for encoding in self._content_batch(texts, add_special_tokens=False)]
+        if self._contents is None:  # built on first use: pretrain builds never need it
+            config = json.loads(self._data.config)
+            self._contents = DataEncoder(json.dumps(config)) if _drop_start_marker(config) else self._data
+        return self._contents.encode_texts(texts)
 
     def encode_markup(self, text: str) -> list[int]:
         """Token ids of chat markup, special tokens parsed; ``[]`` for empty text."""
@@ -146,6 +144,40 @@ class TextEncoder:
             if isinstance(value, int):
                 found[key] = value
         return found
+
+
+class DataEncoder:
+    """:meth:`TextEncoder.encode_texts` with nothing but the Rust backend (``tokenizers``).
+
+    Built from the backend's JSON, with special-token text encoded as text
+    (``encode_special_tokens``, which that JSON does not hold, so it is set
+    again whenever one is unpickled): the same ids as the
+    :class:`TextEncoder` it came from.
+    """
+
+    def __init__(self, config: str) -> None:
+        self.config = config
+        self._open()
+
+    def _open(self) -> None:
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_str(self.config)
+        backend.encode_special_tokens = True
+        self._batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self._open()
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text: no special tokens added, none parsed from the text."""
+        if not texts:
+            return []
+        return [encoding.ids for encoding in self._batch(texts, add_special_tokens=False)]
 
 
 def as_encoder(tokenizer: Any, tokenizer_sha256: str | None = None) -> TextEncoder:

@@ -279,7 +279,7 @@ def build_pretrain_on_ray(
     with ray_session(engine) as (ray, workers):
         encode = ray.remote(_encode_pretrain_task).options(num_cpus=1, max_retries=MAX_RETRIES)
         write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
-        holder = [ray.put(spec.encoder)]
+        holder = [ray.put(spec.encoder.for_data())]  # no transformers import in the workers
         key = spec.encoder.tokenizer_sha256
         header = {"kind": "pretrain", "tokenizer": key, "dtype": spec.dtype_name}
         done = {"docs": 0, "tokens": 0}
