@@ -225,8 +225,8 @@ def _train(
                 ]
                 if checkpoint is not None:
                     check_identity(
-                        checkpoint, run_identity(document, inputs, world.size, seed, None),
-                        fields=("dlm_sha256", "base_model", "inputs_sha256", "world_size", "seed"),
+                        checkpoint, run_identity(document, ref, inputs, world.size, seed, None),
+                        fields=("base_model", "dlm_sha256", "inputs_sha256", "world_size", "seed"),
                     )  # fmt: skip
                 lock = begin_lock(
                     store, document, ref, seed=seed, run_id=run_id, mode=lock_mode,
@@ -385,7 +385,7 @@ def _train_phases(
             settings, hardware, base_params=base_params,
             auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
-        identity = run_identity(document, prepared.inputs, world.size, seed, plan)
+        identity = run_identity(document, ref, prepared.inputs, world.size, seed, plan)
         if checkpoint is not None:
             check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
         if phases.sft:
