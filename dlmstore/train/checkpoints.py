@@ -70,10 +70,11 @@ def run_identity(
 ) -> CheckpointIdentity:
     """What a run's checkpoints are valid for; the batch fields are 0 until ``plan`` is known.
 
-    The base is ``<base_model>@<identity>``: the name the document gives and
-    what it resolved to (the lock's revision or sha256,
+    The base is ``<base>@<identity>``: the base's name (a local base's
+    resolved folder, so ``./m`` and ``./m/`` are one base) and what it
+    resolved to (the lock's revision or sha256,
     :func:`~dlmstore.lock.identity.base_model_identity`), so a base whose
-    weights changed under the same name is another base.
+    files changed under the same name is another base.
     """
     from dlmstore.lock.identity import base_model_identity
     from dlmstore.train.inputs import inputs_sha256
@@ -81,7 +82,7 @@ def run_identity(
     revision, sha256 = base_model_identity(ref)
     return CheckpointIdentity(
         dlm_sha256=document.sha256,
-        base_model=f"{document.base_model}@{sha256 or revision or 'unknown'}",
+        base_model=f"{ref.location if ref.kind == 'local' else ref.name}@{sha256 or revision or 'unknown'}",
         inputs_sha256=inputs_sha256(inputs),
         world_size=world_size,
         micro_batch_size=0 if plan is None else plan.micro_batch_size,
