@@ -175,7 +175,7 @@ def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path: Path, tiny_
     assert result.stderr.splitlines()[0] == "error: nothing to resume: this store has no train run"
 
 
-def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_reason(
+def test_a_checkpoint_of_another_document_version_seed_or_dataset_is_refused_with_the_reason(
     tmp_path: Path, tiny_base: Path
 ) -> None:
     doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
@@ -186,6 +186,9 @@ def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_re
         match=r"cannot resume run 1 from step 2: the seed differs from the checkpoint \(5 then, 6 now\)",
     ):
         train_document(str(doc), resume=True, seed=6)
+    other = build_pretrain(tmp_path, tiny_base, name="other-ds")
+    with pytest.raises(TrainingError, match="from step 2: the token datasets or their weights changed since"):
+        train_document(str(doc), resume=True, datasets=[str(other)])
     doc.write_text(doc.read_text() + "\nAn edit.\n")
     result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
     assert result.exit_code == 1
