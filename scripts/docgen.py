@@ -159,6 +159,7 @@ def render_frontmatter_reference() -> str:
         ("top level", fm.Frontmatter),
         ("training", fm.TrainingSettings),
         ("training.sources[]", fm.SourceDirective),
+        ("training.datasets[]", fm.DatasetInput),
         ("training.cache", fm.CacheSettings),
         ("training.preference", fm.PreferenceSettings),
         ("training.preference.hyperparams", fm.PreferenceHyperparams),

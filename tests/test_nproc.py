@@ -20,7 +20,7 @@ from tests.test_train_datasets import build_pretrain
 
 
 @pytest.mark.slow
-def test_two_ranks_train_one_run_save_the_adapter_once_see_disjoint_samples_and_torchrun_agrees(
+def test_two_ranks_train_one_run_save_the_adapter_once_see_disjoint_samples_and_launchers_agree(
     tmp_path: Path, tiny_base: Path
 ) -> None:
     dataset = build_pretrain(tmp_path, tiny_base, notes_count=80)  # ~30 windows: one epoch outlasts the run
@@ -46,17 +46,21 @@ def test_two_ranks_train_one_run_save_the_adapter_once_see_disjoint_samples_and_
     assert not set(first) & set(second)
     assert conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
 
-    # torchrun starts the same ranks: the same run, to the same adapter bytes
-    home = tmp_path / "torchrun-home"
-    env = {**os.environ, "DLM_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    # torchrun and accelerate start the same ranks: the same run, to the same adapter bytes
+    # (accelerate's --cpu starts one process; --multi_gpu goes through torchrun, gloo on a CPU)
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run([*torchrun, "-m", "dlmstore.cli.main", "-q", "train", str(doc)], env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    (other,) = home.glob("store/*/store.db")
     query = "SELECT sha256 FROM adapters"
-    assert sqlite3.connect(other).execute(query).fetchall() == conn.execute(query).fetchall()
-    assert sqlite3.connect(other).execute("SELECT world_size FROM runs").fetchall() == [(2,)]
+    for name, launcher in (("torchrun", torchrun), ("accelerate", accelerate)):
+        home = tmp_path / f"{name}-home"
+        env = {**os.environ, "DLM_HOME": str(home), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([*launcher, "-m", "dlmstore.cli.main", "-q", "train", str(doc)], env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, (name, done.stderr[-3000:])
+        (other,) = home.glob("store/*/store.db")
+        assert sqlite3.connect(other).execute(query).fetchall() == conn.execute(query).fetchall(), name
+        assert sqlite3.connect(other).execute("SELECT world_size FROM runs").fetchall() == [(2,)], name
 
 
 def test_a_rank_outside_the_world_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

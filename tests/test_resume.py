@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import importlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -111,11 +115,57 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_adapter(
 def _checkpoints_registered() -> int:
     dbs = list(Path(os.environ["DLM_HOME"]).glob("store/*/store.db"))
     try:
-        return int(
-            dbs[0] and sqlite3.connect(dbs[0]).execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
-        )
+        return int(sqlite3.connect(dbs[0]).execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0])
     except (IndexError, sqlite3.OperationalError):  # not created, or not migrated yet
         return 0
+
+
+def _full_disk_at_step_4(target: str) -> Callable[..., Any]:
+    """``target`` (``torch.save`` or our atomic writer), failing as a full disk does for checkpoint-4."""
+    module, name = target.rsplit(".", 1)
+    original = getattr(importlib.import_module(module), name)
+
+    def write(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if "checkpoint-4" not in str(args[0] if name == "save" else path):
+            return original(path, *args, **kwargs)
+        if name == "save":  # what torch's stream writer raises
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:664] . unexpected pos: file write failed"
+            )
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("dlmstore.train.checkpoints.write_bytes_atomic", "No space left on device"),
+     ("torch.save", "[enforce fail at inline_container.cc:664] . unexpected pos: file write failed")],
+)  # fmt: skip
+def test_a_full_disk_at_a_checkpoint_stops_the_run_in_one_line_and_resume_ends_with_the_uninterrupted_adapter(
+    tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch, target: str, reason: str
+) -> None:
+    doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
+    expected = uninterrupted(tmp_path, doc, monkeypatch)
+    with monkeypatch.context() as patch:
+        patch.setattr(target, _full_disk_at_step_4(target))
+        result = CliRunner().invoke(cli, ["-q", "train", str(doc)])
+    assert result.exit_code == 1
+    half = store_db().parent / "checkpoints" / "run1" / "checkpoint-4"
+    assert result.stderr.splitlines() == [
+        f"error: cannot write the checkpoint of step 4 under {half}: {reason}",
+        "hint: free some disk space, then run the same `dlm train` with --resume to continue from the last "
+        "checkpoint",
+    ]
+    conn = sqlite3.connect(store_db())
+    assert conn.execute("SELECT status FROM runs").fetchall() == [("failed",)]
+    assert conn.execute("SELECT run_id, step FROM checkpoints").fetchall() == [(1, 2)]
+    resumed = CliRunner().invoke(cli, ["train", str(doc), "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.stdout)
+    assert (summary["resumed_from"], summary["resumed_at_step"]) == (1, 2)
+    assert summary["adapter_sha256"] == expected
+    assert not half.exists()
 
 
 def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path: Path, tiny_base: Path) -> None:
@@ -125,7 +175,7 @@ def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path: Path, tiny_
     assert result.stderr.splitlines()[0] == "error: nothing to resume: this store has no train run"
 
 
-def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_reason(
+def test_a_checkpoint_of_another_document_version_seed_or_dataset_is_refused_with_the_reason(
     tmp_path: Path, tiny_base: Path
 ) -> None:
     doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
@@ -136,21 +186,46 @@ def test_a_checkpoint_of_another_document_version_or_seed_is_refused_with_the_re
         match=r"cannot resume run 1 from step 2: the seed differs from the checkpoint \(5 then, 6 now\)",
     ):
         train_document(str(doc), resume=True, seed=6)
+    other = build_pretrain(tmp_path, tiny_base, name="other-ds")
+    with pytest.raises(TrainingError, match="from step 2: the token datasets or their weights changed since"):
+        train_document(str(doc), resume=True, datasets=[str(other)])
     doc.write_text(doc.read_text() + "\nAn edit.\n")
     result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
     assert result.exit_code == 1
     assert "cannot resume run 1 from step 2: the document changed since the checkpoint" in result.stderr
 
 
+def test_a_checkpoint_of_a_base_whose_files_changed_under_the_same_name_is_refused(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base, base)
+    doc = resume_doc(tmp_path, base, build_pretrain(tmp_path, base))
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(3):
+        train_document(str(doc))
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-6}))
+    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    assert result.exit_code == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        f"error: cannot resume run 1 from step 2: base_model differs from the checkpoint ({base}@sha256:"
+    )
+    assert f" then, {base}@sha256:" in first and first.endswith(" now)")
+
+
 @pytest.mark.parametrize(
     ("field", "words"),
-    [("world_size", "the number of processes differs from the checkpoint (2 then, 1 now)"),
+    [("base_model", "base_model differs from the checkpoint (base@r1 then, base@r2 now)"),
+     ("world_size", "the number of processes differs from the checkpoint (2 then, 1 now)"),
      ("micro_batch_size", "the micro-batch size differs from the checkpoint (2 then, 1 now)"),
      ("inputs_sha256", "the token datasets or their weights changed since the checkpoint")],
 )  # fmt: skip
-def test_a_checkpoint_of_another_world_size_batch_size_or_dataset_is_refused(field: str, words: str) -> None:
-    taken = CheckpointIdentity("sha256:d", "base", "sha256:i", 2, 2, 1, 5)
-    now = {"world_size": 1, "micro_batch_size": 1, "inputs_sha256": "sha256:j"}
+def test_a_checkpoint_of_another_base_world_size_batch_size_or_dataset_is_refused(
+    field: str, words: str
+) -> None:
+    taken = CheckpointIdentity("sha256:d", "base@r1", "sha256:i", 2, 2, 1, 5)
+    now = {"base_model": "base@r2", "world_size": 1, "micro_batch_size": 1, "inputs_sha256": "sha256:j"}
     current = CheckpointIdentity(**{**taken.__dict__, field: now[field]})
     checkpoint = Checkpoint(run_id=3, phase="sft", step=8, path=Path("/x"), identity=taken)
     with pytest.raises(TrainingError, match=words.replace("(", r"\(").replace(")", r"\)")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from dlmstore.cli.main import cli
 from dlmstore.errors import TrainingError
 from dlmstore.lock.policy import compare
+from dlmstore.store.digests import file_sha256
 from dlmstore.train.inputs import DatasetSpec, check_dataset_input, parse_dataset_option
 from tests.helpers import make_lock, write_doc
 
@@ -68,9 +70,13 @@ def test_a_pretrain_dataset_trains_beside_the_document_and_the_run_records_what_
     assert use["samples"] > 0 and use["tokens"] == use["samples"] * 64
     (db,) = _dbs()
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT path, weight, samples_used, tokens_used FROM run_datasets").fetchall() == [
-        (str(pretrain), 3.0, use["samples"], use["tokens"])
-    ]
+    meta = json.loads((pretrain / "meta.json").read_text())
+    assert conn.execute(
+        "SELECT path, weight, meta_sha256, tokenizer_sha256, samples_used, tokens_used FROM run_datasets"
+    ).fetchall() == [
+        (str(pretrain), 3.0, file_sha256(pretrain / "meta.json"), meta["tokenizer_sha256"], use["samples"],
+         use["tokens"])
+    ]  # fmt: skip
     ((samples, path),) = conn.execute("SELECT samples, samples_path FROM run_ranks").fetchall()
     positions = np.load(db.parent / path)
     assert samples == len(positions) >= use["samples"]  # the document's rows and the dataset's windows
@@ -94,6 +100,58 @@ def test_the_dataset_flag_adds_a_dataset_with_its_weight_and_a_run_on_datasets_a
     (db,) = _dbs()
     ((samples,),) = sqlite3.connect(db).execute("SELECT samples FROM run_ranks").fetchall()
     assert use["weight"] == 0.5 and use["samples"] == samples > 0  # every item from the dataset: no rows
+
+
+def build_sft(tmp_path: Path, base: Path) -> Path:
+    chats = tmp_path / "chats.jsonl"
+    with open(chats, "w") as out:
+        for i in range(8):
+            messages = [{"role": "user", "content": f"Ping {i}?"}, {"role": "assistant", "content": "Pong."}]
+            out.write(json.dumps({"messages": messages}) + "\n")
+    out_dir = tmp_path / "chats-ds"
+    result = CliRunner().invoke(
+        cli, ["data", "build", "sft", "--from", str(chats), "--out", str(out_dir), "--base", str(base)]
+    )
+    assert result.exit_code == 0, result.output
+    return out_dir
+
+
+def test_an_sft_dataset_trains_its_assistant_tokens_only_mixed_with_a_pretrain_dataset_and_the_rows(
+    tmp_path: Path, tiny_base: Path, pretrain: Path, tokenizer: Any
+) -> None:
+    from dlmstore.train.examples import SftExamples
+
+    chats = build_sft(tmp_path, tiny_base)
+    doc = dataset_doc(tmp_path, tiny_base).read_text().replace("max_steps: 3", "max_steps: 8")
+    (tmp_path / "doc.dlm").write_text(doc)
+    args = [
+        "train",
+        str(tmp_path / "doc.dlm"),
+        "--dataset",
+        f"{pretrain}:2",
+        "--dataset",
+        str(chats),
+        "--json",
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    uses = json.loads(result.stdout)["datasets"]
+    assert [(u["path"], u["kind"], u["weight"]) for u in uses] == [
+        (str(pretrain), "pretrain", 2.0), (str(chats), "sft", 1.0)
+    ]  # fmt: skip
+    assert all(u["samples"] > 0 for u in uses)
+    (db,) = _dbs()
+    ((samples,),) = sqlite3.connect(db).execute("SELECT samples FROM run_ranks").fetchall()
+    assert samples > sum(u["samples"] for u in uses)  # the rest are the document's rows
+    meta = json.loads((chats / "meta.json").read_text())
+    examples = SftExamples(chats, "train", 64, meta["token_dtype"])
+    for index in range(len(examples)):
+        item = examples[index]
+        trained = item["labels"] != -100
+        assert np.array_equal(item["labels"][trained], item["input_ids"][trained])
+        assert tokenizer.decode(item["input_ids"][trained]).startswith("Pong.")
+        prompt = tokenizer.decode(item["input_ids"][~trained])
+        assert "<|im_start|>user\nPing " in prompt and "Pong" not in prompt
 
 
 def load_model_is_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,6 +191,23 @@ def _edit_meta(dataset: Path, **changes: Any) -> None:
     meta = json.loads((dataset / "meta.json").read_text())
     meta.update(changes)
     (dataset / "meta.json").write_text(json.dumps(meta))
+
+
+def test_windows_longer_than_the_models_context_are_refused_before_the_model_loads(
+    tmp_path: Path, tiny_base: Path, pretrain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "short-base"
+    shutil.copytree(tiny_base, base)
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32}))
+    load_model_is_never_called(monkeypatch)
+    result = CliRunner().invoke(cli, ["train", str(dataset_doc(tmp_path, base)), "--dataset", str(pretrain)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: --dataset {pretrain}: windows of sequence_len 64 tokens are longer than the base model's "
+        "context of 32 tokens",
+        "hint: set training.sequence_len to 32 or less",
+    ]
 
 
 def test_windows_longer_than_the_models_context_are_refused(
@@ -201,6 +276,24 @@ def test_a_dataset_whose_bytes_changed_is_a_warn_lock_difference_and_a_new_weigh
     assert found == {"datasets./d#train.meta_sha256": "WARN", "datasets./d#train.weight": "ALLOW"}
     added = {m.field: m.severity for m in compare(make_lock(), new)}
     assert added == {"datasets./d#train": "ALLOW"}
+
+
+def test_a_dataset_rebuilt_under_the_same_path_warns_against_the_lock_and_strict_lock_refuses_it(
+    tmp_path: Path, tiny_base: Path, pretrain: Path
+) -> None:
+    doc = dataset_doc(tmp_path, tiny_base, f"  datasets:\n    - path: {pretrain.name}\n")
+    first = CliRunner().invoke(cli, ["-q", "train", str(doc)])
+    assert first.exit_code == 0, first.output
+    shutil.rmtree(pretrain)
+    shutil.rmtree(tmp_path / "notes-ds-inputs")
+    build_pretrain(tmp_path, tiny_base, words="stones")
+    strict = CliRunner().invoke(cli, ["-q", "train", str(doc), "--strict-lock"])
+    assert strict.exit_code == 1
+    assert f"datasets.{pretrain}#train.meta_sha256" in strict.stderr
+    again = CliRunner().invoke(cli, ["-q", "train", str(doc)])
+    assert again.exit_code == 0, again.output
+    (warning,) = [line for line in again.stderr.splitlines() if line.startswith("warning:")]
+    assert f"datasets.{pretrain}#train.meta_sha256" in warning
 
 
 def test_packed_windows_do_not_train_across_documents_and_keep_the_models_label_alignment(

@@ -413,7 +413,12 @@ checkpoints = Table(
     Column("step", Integer, nullable=False, comment="Optimizer steps done when it was written."),
     Column("path", Text, nullable=False, unique=True, comment="Folder relative to the store."),
     Column("dlm_sha256", Text, nullable=False, comment="sha256 of the document it was trained from."),
-    Column("base_model", Text, nullable=False, comment="The document's base_model."),
+    Column(
+        "base_model",
+        Text,
+        nullable=False,
+        comment="The base model: its name (a local base's folder) @ its revision or sha256.",
+    ),
     Column(
         "inputs_sha256",
         Text,

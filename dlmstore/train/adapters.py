@@ -172,7 +172,7 @@ def stage_version(
             sha256 = file_sha256(weights)
             size = weights.stat().st_size
         except Exception as exc:
-            if not _is_write_failure(exc):
+            if not is_write_failure(exc):
                 raise  # a DlmError (a check of the weights) or a bug: not the disk's fault
             raise _write_error(versions, exc) from None
     except BaseException:
@@ -306,20 +306,29 @@ def save_version(
     return adapter
 
 
-def _is_write_failure(exc: Exception) -> bool:
+def is_write_failure(exc: Exception) -> bool:
     """Whether ``exc`` is how a library reports a failed write (disk full, read-only, missing folder).
 
-    OSError from Python and torch; the Rust libraries raise their own: the
+    OSError from Python; the Rust and C++ libraries raise their own: the
     tokenizers library a bare ``Exception`` ("No space left on device (os
-    error 28)"), safetensors a ``SafetensorError``.
+    error 28)"), safetensors a ``SafetensorError``, ``torch.save`` (the
+    optimizer state of a checkpoint) a ``RuntimeError`` from its stream
+    writer ("... file write failed").
     """
     from safetensors import SafetensorError
 
+    if isinstance(exc, RuntimeError) and "file write failed" in str(exc):
+        return True
     return isinstance(exc, OSError | SafetensorError) or type(exc) is Exception
 
 
+def write_failure_reason(exc: BaseException) -> str:
+    """What a failed write says, short: ``No space left on device`` rather than the errno and path."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
+
+
 def _write_error(versions: Path, exc: BaseException) -> StoreError:
-    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
+    reason = write_failure_reason(exc)
     return StoreError(
         f"cannot write the adapter under {versions}: {reason}",
         hint="free some disk space (earlier adapter versions are untouched) and run again",

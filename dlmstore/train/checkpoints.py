@@ -13,7 +13,7 @@ two newest checkpoints of a run are kept (the older one still counts while
 the newer one is written).
 
 A checkpoint records what it is only valid for: the document's sha256, its
-base model, the identity of the token datasets and their weights, the world
+base model (by name and by what the name resolved to), the identity of the token datasets and their weights, the world
 size, the micro-batch size, the gradient accumulation and the seed. Resuming
 under any other value is refused with the reason, since "step 120" would
 then name other samples or another model. A run that completes removes the
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ import numpy as np
 
 from dlmstore.clock import utc_now
 from dlmstore.datasets.writers import npy_bytes
-from dlmstore.errors import TrainingError
+from dlmstore.errors import StoreError, TrainingError
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -65,14 +66,23 @@ class CheckpointIdentity:
 
 
 def run_identity(
-    document: Any, inputs: Sequence[Any], world_size: int, seed: int, plan: Any
+    document: Any, ref: Any, inputs: Sequence[Any], world_size: int, seed: int, plan: Any
 ) -> CheckpointIdentity:
-    """What a run's checkpoints are valid for; the batch fields are 0 until ``plan`` is known."""
+    """What a run's checkpoints are valid for; the batch fields are 0 until ``plan`` is known.
+
+    The base is ``<base>@<identity>``: the base's name (a local base's
+    resolved folder, so ``./m`` and ``./m/`` are one base) and what it
+    resolved to (the lock's revision or sha256,
+    :func:`~dlmstore.lock.identity.base_model_identity`), so a base whose
+    files changed under the same name is another base.
+    """
+    from dlmstore.lock.identity import base_model_identity
     from dlmstore.train.inputs import inputs_sha256
 
+    revision, sha256 = base_model_identity(ref)
     return CheckpointIdentity(
         dlm_sha256=document.sha256,
-        base_model=document.base_model,
+        base_model=f"{ref.location if ref.kind == 'local' else ref.name}@{sha256 or revision or 'unknown'}",
         inputs_sha256=inputs_sha256(inputs),
         world_size=world_size,
         micro_batch_size=0 if plan is None else plan.micro_batch_size,
@@ -121,6 +131,31 @@ def read_rank_state(folder: Path, rank: int) -> dict[str, Any]:
             hint="start the run again without --resume",
         ) from None
     return {"samples": samples.tolist(), **counts}
+
+
+@contextmanager
+def checkpoint_writes(folder: Path, step: int) -> Iterator[None]:
+    """Turn a failed write of checkpoint ``folder`` (a full disk) into one error that says how to go on.
+
+    The run stops there; the folder has no row, so ``--resume`` continues
+    from the checkpoint before it and the next run sweeps the folder.
+
+    Raises:
+        StoreError: a write failed (:func:`~dlmstore.train.adapters.is_write_failure`);
+            any other exception propagates as it is.
+    """
+    from dlmstore.train.adapters import is_write_failure, write_failure_reason
+
+    try:
+        yield
+    except Exception as exc:
+        if not is_write_failure(exc):
+            raise
+        raise StoreError(
+            f"cannot write the checkpoint of step {step} under {folder}: {write_failure_reason(exc)}",
+            hint="free some disk space, then run the same `dlm train` with --resume to continue "
+            "from the last checkpoint",
+        ) from None
 
 
 def register(

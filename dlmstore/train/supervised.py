@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Sampler
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from dlmstore.datasets.sampler import RankPartitionSampler
-from dlmstore.train.checkpoints import CheckpointIdentity, register, write_rank_state
+from dlmstore.train.checkpoints import CheckpointIdentity, checkpoint_writes, register, write_rank_state
 from dlmstore.train.distributed import World, barrier
 
 
@@ -88,6 +88,11 @@ class SftTrainer(Trainer):
         self._tokens = 0
         self._correct = 0
         self._targets = 0
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        step = self.state.global_step
+        with checkpoint_writes(Path(self._get_output_dir(trial=trial)) / f"checkpoint-{step}", step):
+            super()._save_checkpoint(model, trial)
 
     def _load_from_checkpoint(self, *args: Any, **kwargs: Any) -> None:
         t0 = time.perf_counter()
@@ -166,10 +171,12 @@ class CheckpointRecorder(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        write_rank_state(folder, self.world.rank, self.collator.state())
+        with checkpoint_writes(folder, int(state.global_step)):
+            write_rank_state(folder, self.world.rank, self.collator.state())
         barrier(self.world)
         if self.store is not None:
-            register(self.store, self.run_id, "sft", int(state.global_step), folder, self.identity)
+            with checkpoint_writes(folder, int(state.global_step)):  # its fsync
+                register(self.store, self.run_id, "sft", int(state.global_step), folder, self.identity)
         barrier(self.world)
 
 

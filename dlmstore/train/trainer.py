@@ -15,15 +15,19 @@ from the adapter SFT produced. The pipeline, each step timed (the split
 2. **tokenize** - the same pass as ``dlm tokenize`` (through the cache unless
    ``--no-cache``), recorded as this run's tokenization event; preference
    rows are tokenized there too;
-3. **dataset** - Arrow tables built from the token arrays (no per-token
-   Python objects); TRL sees token ids and skips its own tokenization. The
-   phases are decided here, and a preference row that cannot train (a
-   prompt longer than ``sequence_len``, chosen equal to rejected) is an
-   error, all before the model loads;
+3. **dataset** - the SFT phase's examples are views of the token arrays
+   and of the token datasets' memory maps (``dlmstore.train.examples``: no
+   per-token Python objects, no Arrow copy); the preference phase's columns
+   are computed from the cached token arrays (``dlmstore.train.preference_data``),
+   so TRL tokenizes nothing. The phases are decided here, and a preference
+   row that cannot train (a prompt longer than ``sequence_len``, chosen
+   equal to rejected) or a token dataset that cannot
+   (``dlmstore.train.inputs``) is an error, all before the model loads;
 4. **model load** - the base model from its converted folder, in the
    plan's precision, once for both phases; the rest of the plan (the
    automatic micro-batch needs the parameter count) is resolved;
-5. **train** - TRL's ``SFTTrainer`` (LoRA or DoRA applied through peft),
+5. **train** - transformers' ``Trainer`` with our loader and checkpoints
+   (``dlmstore.train.supervised``; LoRA or DoRA applied through peft),
    then TRL's ``DPOTrainer`` or ORPO trainer on the same model; every
    logged step goes to ``train_steps`` with its phase, and the other
    values TRL logs (the preference rewards) to ``train_step_metrics``;
@@ -225,8 +229,8 @@ def _train(
                 ]
                 if checkpoint is not None:
                     check_identity(
-                        checkpoint, run_identity(document, inputs, world.size, seed, None),
-                        fields=("dlm_sha256", "base_model", "inputs_sha256", "world_size", "seed"),
+                        checkpoint, run_identity(document, ref, inputs, world.size, seed, None),
+                        fields=("base_model", "dlm_sha256", "inputs_sha256", "world_size", "seed"),
                     )  # fmt: skip
                 lock = begin_lock(
                     store, document, ref, seed=seed, run_id=run_id, mode=lock_mode,
@@ -385,7 +389,7 @@ def _train_phases(
             settings, hardware, base_params=base_params,
             auto_target_modules=dlm_target_modules(ref), epochs=epochs, max_steps=max_steps, seed=seed,
         )  # fmt: skip
-        identity = run_identity(document, prepared.inputs, world.size, seed, plan)
+        identity = run_identity(document, ref, prepared.inputs, world.size, seed, plan)
         if checkpoint is not None:
             check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
         if phases.sft:
