@@ -79,7 +79,7 @@ class ScriptedEncoder(TextEncoder):
 
 
 class ThreadsEncoder(TextEncoder):
-    """Logs ``TOKENIZERS_PARALLELISM`` as each tokenizing task sees it."""
+    """Logs ``RAYON_NUM_THREADS`` and ``TOKENIZERS_PARALLELISM`` as each tokenizing task sees them."""
 
     def __init__(self, tokenizer: Any, log: Path):
         super().__init__(tokenizer)
@@ -87,7 +87,10 @@ class ThreadsEncoder(TextEncoder):
 
     def encode_texts(self, texts: list[str]) -> list[list[int]]:
         with open(self.log, "a") as log:
-            log.write(os.environ.get("TOKENIZERS_PARALLELISM", "(unset)") + "\n")
+            threads = [
+                os.environ.get(name, "(unset)") for name in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+            ]
+            log.write(" ".join(threads) + "\n")
         return super().encode_texts(texts)
 
 
@@ -199,7 +202,7 @@ def test_each_tokenizing_task_uses_one_tokenizer_thread_whatever_its_workers_env
     enc = ThreadsEncoder(tokenizer, tmp_path / "threads.log")
     pretrain(tmp_path / "ray", enc, RayEngine(workers=2, block_docs=10))
     seen = (tmp_path / "threads.log").read_text().splitlines()
-    assert len(seen) > 2 and set(seen) == {"false"}  # Ray runs one task per CPU
+    assert len(seen) > 2 and set(seen) == {"1 true"}  # Ray runs one task per CPU: a pool of one thread
 
 
 def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(
