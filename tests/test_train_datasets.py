@@ -312,3 +312,28 @@ def test_packed_windows_do_not_train_across_documents_and_keep_the_models_label_
     eos = meta["eos_token_id"]
     starts = np.flatnonzero(raw[:-1] == eos) + 1  # the first token of each next document
     assert (item["labels"][starts] == -100).all()
+
+
+def test_a_window_of_several_documents_attends_within_each_document_only(
+    pretrain: Path, tiny_base: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dlmstore.train.examples import Collator, PackedWindows, Tagged
+
+    windows = Tagged(PackedWindows(pretrain, "train", 64))
+    item = next(windows[i] for i in range(len(windows)) if "position_ids" in windows[i])
+    batch = Collator(pad_token_id=0, sources=1)([item])
+    assert "attention_mask" not in batch
+    starts = (batch["position_ids"][0] == 0).nonzero().flatten().tolist()
+    assert len(starts) > 1 and starts == np.flatnonzero(item["labels"] == -100).tolist()
+    last = starts[-1]
+    model = AutoModelForCausalLM.from_pretrained(tiny_base).eval()
+    model.config.use_cache = False  # as training runs it (transformers ignores the positions beside a cache)
+    with torch.no_grad():
+        packed = model(**batch).logits[0]
+        alone = model(input_ids=batch["input_ids"][:, last:]).logits[0]
+        spanning = model(input_ids=batch["input_ids"]).logits[0]
+    torch.testing.assert_close(packed[last:], alone, rtol=1e-4, atol=1e-4)  # the earlier documents unseen
+    assert not torch.allclose(spanning[last:], alone, atol=1e-3)  # what the positions prevent

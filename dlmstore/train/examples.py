@@ -11,7 +11,10 @@ with the inputs; the model shifts them; ``-100`` is not trained):
   ``sequence_len`` tokens over its memory-mapped shards
   (:class:`~dlmstore.datasets.MemoryMappedDataset` with packing): the
   first token of each document inside a window is not a target, so no
-  loss crosses a document boundary;
+  loss crosses a document boundary, and a window holding more than one
+  document carries ``position_ids`` that start again at 0 with each
+  document (the packing's ``doc_ids``, as positions), so no attention
+  crosses one either (see :class:`Collator`);
 * :class:`SftExamples` - an SFT dataset's conversations, cut to
   ``sequence_len``, with the stored assistant-only loss mask.
 
@@ -39,6 +42,10 @@ from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
 from dlmstore.datasets.packing import IGNORE_INDEX
 
 Item = dict[str, Any]
+
+#: The batch key holding its count of real (unpadded) tokens, which the
+#: trainer takes off before the model sees the batch.
+TOKENS_KEY = "dlm_tokens"
 
 
 class RowExamples(Dataset[Item]):
@@ -72,7 +79,12 @@ class PackedWindows(Dataset[Item]):
         last = np.int64(self.windows.window(index)[-1])
         ids = np.append(item["input_ids"].numpy(), last)
         labels = np.concatenate(([IGNORE_INDEX], item["labels"].numpy()))
-        return {"input_ids": ids, "labels": labels}
+        starts = np.flatnonzero(labels == IGNORE_INDEX)  # 0 and each document's first token
+        if len(starts) == 1:  # one document: the model's own positions
+            return {"input_ids": ids, "labels": labels}
+        spans = np.diff(np.append(starts, len(ids)))
+        positions = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, spans)
+        return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
 class SftExamples(Dataset[Item]):
@@ -160,7 +172,18 @@ class Collator:
     """Pads a batch (TRL's language-model collator) after taking off and counting the tags.
 
     ``samples`` lists the positions this process trained on, in order;
-    ``source_samples`` / ``source_tokens`` count items and tokens per source.
+    ``source_samples`` / ``source_tokens`` count items and tokens per source;
+    each batch carries its count of real tokens under :data:`TOKENS_KEY`.
+
+    A batch holding a packed window of several documents is given
+    ``position_ids`` (the items' own, ``0, 1, ...`` for the others,
+    padding continuing its row's count) and no ``attention_mask``:
+    transformers then reads each restart of the positions as a new
+    sequence and masks attention block by block (its packed-sequence
+    mask; the model must run without a KV cache, as training does). Right
+    padding needs no mask in a causal model: no real token attends to a
+    later one, and padding is never a target. Other batches keep TRL's
+    padding and mask.
     """
 
     def __init__(self, pad_token_id: int, sources: int) -> None:
@@ -180,6 +203,17 @@ class Collator:
             self.source_tokens[source] += len(item["input_ids"])
             plain.append({"input_ids": item["input_ids"], "labels": item["labels"]})
         batch: dict[str, torch.Tensor] = self.pad(plain)
+        batch[TOKENS_KEY] = torch.tensor(sum(len(item["input_ids"]) for item in plain))
+        if any("position_ids" in item for item in items):
+            width = batch["input_ids"].shape[1]
+            positions = torch.arange(width, dtype=torch.int64).repeat(len(items), 1)
+            for row, item in enumerate(items):
+                if "position_ids" in item:
+                    own = torch.from_numpy(item["position_ids"])
+                    positions[row, : len(own)] = own
+                    positions[row, len(own) :] += own[-1] + 1 - len(own)
+            del batch["attention_mask"]
+            batch["position_ids"] = positions
         return batch
 
     def state(self) -> dict[str, Any]:

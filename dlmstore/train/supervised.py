@@ -34,6 +34,7 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 from dlmstore.datasets.sampler import RankPartitionSampler
 from dlmstore.train.checkpoints import CheckpointIdentity, checkpoint_writes, register, write_rank_state
 from dlmstore.train.distributed import World, barrier
+from dlmstore.train.examples import TOKENS_KEY, Collator
 
 
 class EpochBatches(Sampler[list[int]]):
@@ -114,6 +115,7 @@ class SftTrainer(Trainer):
     ) -> Any:
         import torch
 
+        tokens = int(inputs.pop(TOKENS_KEY))  # the collator's count; not a model input
         loss, outputs = super().compute_loss(
             model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
         )
@@ -124,7 +126,7 @@ class SftTrainer(Trainer):
                 guesses = outputs.logits[:, :-1].argmax(dim=-1)
                 self._correct += int((guesses[trained] == labels[trained]).sum())
                 self._targets += int(trained.sum())
-                self._tokens += int(inputs["attention_mask"].sum())
+                self._tokens += tokens
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -206,7 +208,6 @@ def fit_sft(
 
     from dlmstore.train.callbacks import StepRecorder
     from dlmstore.train.checkpoints import read_rank_state
-    from dlmstore.train.examples import Collator
     from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
     from dlmstore.train.reporting import reporting
     from dlmstore.train.trainer import run_trainer
@@ -230,6 +231,9 @@ def fit_sft(
         if resume_from is not None:
             collator.restore(read_rank_state(resume_from, world.rank))
         t0 = time.perf_counter()
+        # Training builds no KV cache; without one, transformers reads position ids that
+        # start again (a packed window of several documents) as separate sequences.
+        model.config.use_cache = False
         set_seed(plan.seed)  # peft draws the adapter's initial weights now, as TRL's SFTTrainer does
         peft_model = get_peft_model(model, LoraConfig(**lora_config_kwargs(plan)))
         with reporting(
