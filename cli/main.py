@@ -149,9 +149,12 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None
     DLM_TRAIN_MAX_STEPS=5, DLM_CACHE_PRUNE_OLDER_THAN=7d); docs/cli.md
     lists them, and the exit codes.
     """
+    from dlmstore.collector import no_collection_at_exit
+
     from .logs import configure_logging
     from .render import QUIET_KEY
 
+    no_collection_at_exit()
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose cannot be used together")
     ctx.meta[QUIET_KEY] = quiet

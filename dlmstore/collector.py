@@ -16,10 +16,17 @@ built; nothing is collected at the end of the block, since what the block
 built is either still in use or already freed, and what it built is moved
 to the collector's oldest generation so the next collection does not walk
 it (see :func:`paused`).
+
+:func:`no_collection_at_exit` spares a finished command the collection the
+interpreter runs as it shuts down: that collection traverses every object
+still alive (modules, the store, what the command built), about 30 ms of a
+0.6 s warm `dlm tokenize` of the standard library, to find cycles whose
+memory the exiting process gives back anyway.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,3 +50,19 @@ def paused() -> Iterator[None]:
         gc.unfreeze()
         if was_enabled:
             gc.enable()
+
+
+def no_collection_at_exit() -> None:
+    """Freeze every object at interpreter exit, so the shutdown collection traverses none.
+
+    Registered once per process (by the ``dlm`` command group); the
+    ``atexit`` handlers run before the interpreter's last collection.
+    Nothing is skipped that matters: objects are still finalized and
+    freed as their modules are torn down, and files, the store and output
+    streams are closed as before.
+    """
+    if not _exit_freeze:
+        _exit_freeze.append(atexit.register(gc.freeze))
+
+
+_exit_freeze: list[object] = []

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from dlmstore.collector import paused
+
+from .helpers import write_doc
 
 
 def test_the_collector_is_off_in_a_pause_and_on_after_with_what_it_built_out_of_the_young_generation() -> (
@@ -32,3 +38,21 @@ def test_a_pause_inside_a_pause_or_with_the_collector_off_leaves_it_off() -> Non
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_finished_dlm_command_leaves_nothing_for_the_shutdown_collection_to_traverse(
+    tmp_path: Path,
+) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", "Some prose.\n")
+    script = (
+        "import atexit, gc, sys\n"
+        # registered before dlm's handler, so it runs after it (atexit is last in, first out)
+        "atexit.register(lambda: sys.stderr.write(f'frozen at exit: {gc.get_freeze_count()}\\n'))\n"
+        "from dlmstore.cli.main import cli\n"
+        f"cli(['show', {str(doc)!r}])\n"
+    )
+    env = {**os.environ, "DLM_HOME": str(tmp_path / "home")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("frozen at exit:")]
+    assert int(line.split(":")[1]) > 10_000  # every live object: the modules, the store, the document
