@@ -124,6 +124,7 @@ def main() -> None:
     compile_bytecode()  # as an installed package has it (see benchlib.compile_bytecode)
     load = os.getloadavg()[0]
     work = args.workdir or Path(tempfile.mkdtemp(prefix="dlm-bench-tokenize-"))
+    work.mkdir(parents=True, exist_ok=True)
     home = work / "home"
     env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
            "PYTHONPATH": str(REPO)}  # fmt: skip
