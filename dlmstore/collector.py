@@ -30,6 +30,7 @@ import atexit
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 
 
 @contextmanager
@@ -52,17 +53,14 @@ def paused() -> Iterator[None]:
             gc.enable()
 
 
+@cache  # registered once per process
 def no_collection_at_exit() -> None:
     """Freeze every object at interpreter exit, so the shutdown collection traverses none.
 
-    Registered once per process (by the ``dlm`` command group); the
-    ``atexit`` handlers run before the interpreter's last collection.
-    Nothing is skipped that matters: objects are still finalized and
-    freed as their modules are torn down, and files, the store and output
-    streams are closed as before.
+    Registered by the ``dlm`` command group; the ``atexit`` handlers run
+    before the interpreter's last collection. Nothing is skipped that
+    matters: objects are still finalized and freed as their modules are
+    torn down, and files, the store and output streams are closed as
+    before.
     """
-    if not _exit_freeze:
-        _exit_freeze.append(atexit.register(gc.freeze))
-
-
-_exit_freeze: list[object] = []
+    atexit.register(gc.freeze)

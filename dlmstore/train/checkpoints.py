@@ -13,8 +13,9 @@ two newest checkpoints of a run are kept (the older one still counts while
 the newer one is written).
 
 A checkpoint records what it is only valid for: the document's sha256, its
-base model (by name and by what the name resolved to), the identity of the token datasets and their weights, the world
-size, the micro-batch size, the gradient accumulation and the seed. Resuming
+base model (by name and by what the name resolved to), the identity of the
+token datasets and their weights, the world size, the micro-batch size,
+the gradient accumulation and the seed. Resuming
 under any other value is refused with the reason, since "step 120" would
 then name other samples or another model. A run that completes removes the
 checkpoints of every run that is not running: ``--resume`` only ever
