@@ -97,6 +97,14 @@ SEEDS: dict[str, list[str]] = {
         "VALUES (3, '2026-01-09T00:00:00.000Z', 1, X'0100000000000000')",
         "UPDATE source_stats SET row_key = 'sha256:k' WHERE relpath = 'a.py'",
     ],
+    # Run 3's pass left a snapshot of one folder and one file; an entry's checksum was rewritten.
+    "0010": [
+        "INSERT INTO pass_snapshots (document, context, dlm_sha256, tokenizer_sha256, sequence_len, run_id, "
+        "created_at, dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, pack_reach, entry_ids, "
+        "result) VALUES ('/doc.dlm', '{}', 'ab', 'sha256:t', 2048, 3, 'x', X'2F737263', X'01', "
+        "X'2F7372632F612E7079', X'02', 0, '{}', X'0100000000000000', '{}')",
+        "UPDATE cache_entries SET checksum = checksum",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -126,6 +134,10 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0009": (
         "SELECT u.run_id, u.entries, length(u.entry_ids), s.row_key FROM cache_uses u, source_stats s",
         [(3, 1, 8, "sha256:k")],
+    ),
+    "0010": (
+        "SELECT s.document, s.run_id, length(s.entry_ids), t.changes FROM pass_snapshots s, cache_totals t",
+        [("/doc.dlm", 3, 8, 1)],
     ),
 }
 

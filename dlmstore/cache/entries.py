@@ -63,11 +63,16 @@ class Lookup:
             rows were dropped, the caller re-tokenizes them.
         counts: row_key -> token count, for every key found (``tokens`` is
             empty when the lookup did not verify).
+        ids: the ids of the entries found (and logged as used).
+        changes: ``cache_totals.changes`` read with them: while it has not
+            moved, none of them was deleted or moved (``dlmstore.cache.snapshot``).
     """
 
     tokens: dict[str, tuple[memoryview, str]]
     damaged: tuple[str, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+    changes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,8 @@ class TokenCache:
         with self.store.read() as conn:
             cursor = conn.cursor()
             cursor.row_factory = None
-            entries = int(first_value(conn, "SELECT entry_count FROM cache_totals WHERE id = 1") or 0)
+            totals = conn.execute("SELECT entry_count, changes FROM cache_totals WHERE id = 1").fetchone()
+            entries, changes = (int(totals[0]), int(totals[1])) if totals is not None else (0, None)
             if not verify and 2 * len(row_keys) >= entries:
                 counted = self._count_most(cursor, set(row_keys))
             if counted is None and 2 * len(row_keys) >= entries:
@@ -151,7 +157,7 @@ class TokenCache:
             if found_ids:
                 with self.store.write() as conn:
                     log_use(conn, found_ids, run_id=run_id, used_at=utc_now())
-            return Lookup({}, (), found_counts)
+            return Lookup({}, (), found_counts, found_ids, changes)
         tokens: dict[str, tuple[memoryview, str]] = {}
         counts: dict[str, int] = {}
         good: list[int] = []
@@ -184,7 +190,7 @@ class TokenCache:
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(bad),),
                     )
-        return Lookup(tokens, tuple(damaged), counts)
+        return Lookup(tokens, tuple(damaged), counts, good, changes)
 
     def _count_most(
         self, cursor: sqlite3.Cursor, wanted: set[str]
@@ -218,15 +224,16 @@ class TokenCache:
         keys, ids, counts = zip(*found, strict=True)  # columns, transposed in C
         return dict(zip(keys, counts, strict=True)), list(ids)
 
-    def store_many(self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype) -> int:
+    def store_many(self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype) -> list[int]:
         """Write ``(row_key, tokens)`` pairs as one pack, then register them.
 
         An entry another process registered meanwhile wins (``ON CONFLICT DO
         NOTHING``); its bytes in our pack stay unreferenced until pruned.
-        Returns the bytes written.
+        Returns the ids of the entries registered (those that lost to another
+        process's are not among them).
         """
         if not items:
-            return 0
+            return []
         try:
             pack = write_pack(self.store.path, [tokens for _, tokens in items], dtype)
         except OSError as exc:
@@ -247,19 +254,19 @@ class TokenCache:
                 "VALUES (?, ?, ?, 0, ?, ?)",
                 (pack.relpath, pack.dtype, pack.bytes, now, run_id),
             ).lastrowid
-            conn.execute(
+            registered = conn.execute(
                 "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
                 "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, "
                 "last_run_id) "
                 "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, "
                 "j.value ->> 4, ?, ?, ? FROM json_each(?) AS j WHERE true "
-                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING",
+                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id",
                 (
                     self.tokenizer_sha256, self.sequence_len, pack_id, pack.dtype,
                     now, now, run_id, payload,
                 ),
-            )  # fmt: skip
-        return pack.bytes
+            ).fetchall()  # fmt: skip
+        return [entry_id for (entry_id,) in registered]
 
     def close(self) -> None:
         self._reader.close()

@@ -57,6 +57,9 @@ from dlmstore.store.events import TokenizationEvent
 if TYPE_CHECKING:
     import numpy as np
 
+    from dlmstore.cache.snapshot import PassSnapshot
+    from dlmstore.document.parser import Document
+
 _log = logging.getLogger(__name__)
 
 BATCH_ROWS = 256
@@ -129,6 +132,12 @@ class PassResult:
     tokenizer_sha256: str
     warnings: tuple[str, ...] = field(default=())
     prefix_cache: PrefixCacheStats | None = None
+    #: Ids of every cache entry the rows now have, and ``cache_totals.changes``
+    #: read when the found ones were found; ``None`` when the pass bypassed
+    #: the cache or some row's entry was not registered by this pass
+    #: (``dlmstore.cache.snapshot`` needs all of them).
+    entry_ids: list[int] | None = None
+    cache_changes: int | None = None
 
 
 def rendered_text(tokenizer: Any, row: Row) -> str:
@@ -277,6 +286,8 @@ def tokenize_pass(
     arrays: dict[str, np.ndarray] = {}
     lengths: dict[str, int] = {}  # tokens of every entry found or tokenized, by key
     damaged: tuple[str, ...] = ()
+    entry_ids: list[int] = []
+    changes = None
     cache = TokenCache(store, tokenizer_sha256=tokenizer_sha256, sequence_len=sequence_len)
     if use_cache:
         # Entry bytes are read, and their CRC-32 checked, only when the
@@ -288,6 +299,7 @@ def tokenize_pass(
         )
         damaged = found.damaged
         lengths.update(found.counts)
+        entry_ids, changes = found.ids, found.changes
         for key, (data, dtype) in found.tokens.items():
             arrays[key] = as_array(data, dtype)
     missing = [row for row in rows if row.row_key not in lengths]
@@ -338,7 +350,7 @@ def tokenize_pass(
         done = 0
         for batch, fresh in _pipelined(_batches(todo), encode):
             if use_cache:
-                cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
+                entry_ids += cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
             if materialize:
                 arrays.update(fresh)
             lengths.update((key, len(ids)) for key, ids in fresh.items())
@@ -379,9 +391,11 @@ def tokenize_pass(
         keys[PARTS.index(part)] for keys in parts.values() for part in ("chosen", "rejected")
     ]
     preference_tokens = sum(lengths[key] for key in conversation_keys)
+    complete = use_cache and len(entry_ids) == len(lengths)
     return PassResult(
         event, tokenized, sum(lengths[row.row_key] for row in rows), len(preferences), preference_tokens,
         tokenized_preferences, len(damaged), evicted, tokenizer_sha256, warnings, prefix_stats,
+        entry_ids if complete else None, changes,
     )  # fmt: skip
 
 
@@ -541,30 +555,48 @@ def tokenize_document(
     settings = document.frontmatter.training
     enabled = settings.cache.enabled and not no_cache
     mode = "bypassed" if no_cache else ("on" if settings.cache.enabled else "off")
+    source_warnings: tuple[str, ...] = ()
     with open_store(document.dlm_id) as store, paused():  # one object per file, none in a cycle
-        stats = StatCache.load(store) if enabled else None
-        corpus = load_corpus(document, stat_cache=stats)
-        with recorded_run(
-            store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
-        ) as run_id:
-            result = tokenize_pass(
-                store,
-                corpus,
-                run_id=run_id,
-                tokenizer_sha256=fingerprint,
-                load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
-                load_text_tokenizer=lambda: load_snapshot(fingerprint),
-                use_cache=enabled,
-                cache_mode=mode,
-                max_bytes=settings.cache.max_bytes,
-                materialize=materialize,
-            )
-            record_tokenization_event(
-                store, run_id, result.event,
-                tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
-            )  # fmt: skip
-            if stats is not None:
-                stats.save(store)
+        # A pass that only counts, over what the last all-hits pass saw, is
+        # answered from that pass's snapshot (dlmstore.cache.snapshot).
+        snapshot = None
+        if enabled and not materialize:
+            snapshot = _holding_snapshot(store, document, fingerprint, settings.sequence_len)
+        if snapshot is not None:
+            with recorded_run(
+                store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
+            ) as run_id:
+                result = replay_pass(store, snapshot, run_id=run_id, max_bytes=settings.cache.max_bytes)
+                record_tokenization_event(
+                    store, run_id, result.event,
+                    tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
+                )  # fmt: skip
+        else:
+            stats = StatCache.load(store) if enabled else None
+            corpus = load_corpus(document, stat_cache=stats)
+            source_warnings = corpus.expansion.warnings
+            with recorded_run(
+                store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
+            ) as run_id:
+                result = tokenize_pass(
+                    store,
+                    corpus,
+                    run_id=run_id,
+                    tokenizer_sha256=fingerprint,
+                    load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
+                    load_text_tokenizer=lambda: load_snapshot(fingerprint),
+                    use_cache=enabled,
+                    cache_mode=mode,
+                    max_bytes=settings.cache.max_bytes,
+                    materialize=materialize,
+                )
+                record_tokenization_event(
+                    store, run_id, result.event,
+                    tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
+                )  # fmt: skip
+                if stats is not None:
+                    stats.save(store)
+                    _take_snapshot(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
     summary = TokenizeSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
@@ -577,10 +609,95 @@ def tokenize_document(
         tokenization=result.event,
         damaged_entries=result.damaged_entries,
         evicted_entries=result.evicted_entries,
-        warnings=[*corpus.expansion.warnings, *result.warnings],
+        warnings=[*source_warnings, *result.warnings],
         prefix_cache=result.prefix_cache,
     )
     return summary, result.rows
+
+
+def _holding_snapshot(
+    store: Store, document: Document, fingerprint: str, sequence_len: int
+) -> PassSnapshot | None:
+    """The document's pass snapshot when it still holds (``dlmstore.cache.snapshot``), else ``None``."""
+    from dlmstore.cache import snapshot as snapshots
+    from dlmstore.cache.packs import PackReader
+
+    with store.read() as conn:
+        found = snapshots.load(conn, document)
+        packs = PackReader(store.path)
+        if found is not None and snapshots.holds(
+            found, document, conn, packs, tokenizer_sha256=fingerprint, sequence_len=sequence_len
+        ):
+            return found
+    return None
+
+
+def replay_pass(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes: int) -> PassResult:
+    """The result of a counting pass, from a snapshot that holds: what the full pass would record.
+
+    The entries are logged as used by ``run_id`` and the cache is kept under
+    ``max_bytes``, as :func:`tokenize_pass` does; no row is built, looked up
+    or read.
+    """
+    from dlmstore.cache.uses import log_use
+    from dlmstore.clock import utc_now
+
+    start = time.perf_counter()
+    counts = snapshot.counts
+    ids = snapshot.entry_ids.tolist()
+    with store.write() as conn:
+        log_use(conn, ids, run_id=run_id, used_at=utc_now())
+    evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
+    _log.debug(
+        "tokenize pass: %s, all found in the cache (the snapshot of run %d holds)",
+        plural(counts.total_rows, "row"), snapshot.run_id,
+    )  # fmt: skip
+    event = TokenizationEvent(
+        total_sections=counts.total_sections,
+        total_rows=counts.total_rows,
+        cache_hits=counts.total_rows,
+        cache_misses=0,
+        total_tokenize_seconds=round(time.perf_counter() - start, 4),
+        cache_bytes_after=cache_bytes(store),
+        cache_mode="on",
+        hit_rate=TokenizationEvent.rate(counts.total_rows, 0),
+    )
+    return PassResult(
+        event, None, counts.token_count, counts.preference_rows, counts.preference_tokens, None, 0, evicted,
+        snapshot.tokenizer_sha256, entry_ids=ids, cache_changes=snapshot.cache_changes,
+    )  # fmt: skip
+
+
+def _take_snapshot(store: Store, corpus: Corpus, result: PassResult, *, run_id: int, sequence_len: int) -> None:
+    """Keep what a pass found, when it can be proven again (``dlmstore.cache.snapshot``)."""
+    proof = corpus.expansion.proof
+    if (
+        proof is None
+        or result.entry_ids is None
+        or result.cache_changes is None
+        or result.damaged_entries
+        or result.warnings
+    ):
+        return
+    from dataclasses import asdict
+
+    from dlmstore.cache import snapshot as snapshots
+
+    counts = snapshots.SnapshotCounts(
+        total_sections=result.event.total_sections,
+        total_rows=result.event.total_rows,
+        token_count=result.token_count,
+        preference_rows=result.preference_rows,
+        preference_tokens=result.preference_tokens,
+        source_sections=len(corpus.source_sections),
+        provenance=[asdict(item) for item in corpus.expansion.provenance],
+    )
+    with store.write() as conn:
+        snapshots.take(
+            conn, corpus.document, run_id=run_id, tokenizer_sha256=result.tokenizer_sha256,
+            sequence_len=sequence_len, proof=proof, entry_ids=result.entry_ids,
+            cache_changes=result.cache_changes, counts=counts,
+        )  # fmt: skip
 
 
 def _loaded_and_kept(ref: Any, fingerprint: str) -> Any:

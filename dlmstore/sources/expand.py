@@ -40,6 +40,7 @@ from dlmstore.plural import plural
 from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.read import read_files
+from dlmstore.sources.snapshot import ProofBuilder, SourceProof
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
 
@@ -83,11 +84,17 @@ class SourceProvenance:
 
 @dataclass(frozen=True)
 class SourceExpansion:
-    """Sections from all directives, in directive then path order."""
+    """Sections from all directives, in directive then path order.
+
+    ``proof`` (with a stat cache, for a tree whose walk and reads a stat
+    check can vouch for, and no warnings) lets a later run prove the same
+    expansion without doing it (``dlmstore.sources.snapshot``).
+    """
 
     sections: tuple[Section, ...]
     provenance: tuple[SourceProvenance, ...]
     warnings: tuple[str, ...]  # one line each, meant for stderr
+    proof: SourceProof | None = None
 
 
 def expand_sources(
@@ -119,19 +126,19 @@ def expand_sources(
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    doc_dir = Path(os.path.expanduser(doc_dir))
-    if os.path.basename(os.path.abspath(doc_dir)) == DLM_FOLDER:
-        doc_dir = Path(os.path.dirname(os.path.abspath(doc_dir)))
+    doc_dir = anchor_dir(doc_dir)
     doc_root = os.path.realpath(doc_dir)
     itself = os.path.realpath(document) if document is not None else None
     sections: list[Section] = []
     provenance: list[SourceProvenance] = []
     warnings: list[str] = []
+    proof = ProofBuilder() if stat_cache is not None else None
     for directive in directives:
         label = f"training.sources '{directive.path}'"
         walked = walk_directive(
-            directive, label=label, doc_dir=doc_dir, doc_root=doc_root, policy=policy, document=itself
-        )
+            directive, label=label, doc_dir=doc_dir, doc_root=doc_root, policy=policy, document=itself,
+            stamp_dirs=proof is not None,
+        )  # fmt: skip
         cap = directive.max_bytes_per_file
         read = read_files(
             walked.files,
@@ -144,6 +151,9 @@ def expand_sources(
         sections.extend(read.sections)
         warnings.extend(walked.warnings)
         warnings.extend(read.warnings)
+        if proof is not None and stat_cache is not None:
+            examined = walked.files[: len(walked.files) - read.skipped_max_files]
+            proof.add(walked.listed, (stat_cache.current((path, rel)) for rel, path in examined))
         if cap is None and read.skipped_too_large:
             warnings.append(_too_large_warning(label, read.skipped_too_large))
         provenance.append(
@@ -161,7 +171,17 @@ def expand_sources(
                 excluded_dirs=walked.excluded_dirs,
             )
         )
-    return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings))
+    found = proof.proof() if proof is not None and not warnings else None
+    return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings), found)
+
+
+def anchor_dir(doc_dir: Path) -> Path:
+    """Where a document's relative source paths start: its directory, or the
+    parent of a ``.dlm/`` folder it is kept in."""
+    doc_dir = Path(os.path.expanduser(doc_dir))
+    if os.path.basename(os.path.abspath(doc_dir)) == DLM_FOLDER:
+        return Path(os.path.dirname(os.path.abspath(doc_dir)))
+    return doc_dir
 
 
 def _too_large_warning(label: str, count: int) -> str:

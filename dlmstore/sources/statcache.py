@@ -104,6 +104,10 @@ class StatCache:
         if self.stamps.get(key) != stamp:
             self.changed[key] = stamp
 
+    def current(self, key: tuple[str, str]) -> Stamp | None:
+        """The record of ``key`` as :meth:`save` would leave it (new or changed, else as loaded)."""
+        return self.changed.get(key) or self.stamps.get(key)
+
     def keyed(self, key: tuple[str, str], stamp: Stamp) -> str:
         """The row key of a trusted record written before keys were kept; saved with it."""
         row_key = text_row_key(stamp[7] or "")

@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -124,6 +125,29 @@ class SourceWalk:
     excluded_dirs: int
     skipped_outside: int
     warnings: tuple[str, ...]
+    listed: ListedDirs | None = None
+
+
+@dataclass(frozen=True)
+class ListedDirs:
+    """Every folder a walk listed, with its ``stat`` taken just before the listing.
+
+    A folder's entries cannot change without its mtime and ctime moving, so
+    these stamps prove, on a later run, that every listing (and so the
+    walk's choice of files) is the same (``dlmstore.sources.snapshot``).
+    ``SourceWalk.listed`` is ``None`` when not asked for, and when the walk
+    met what a folder stamp cannot vouch for: a symlink (its target lies
+    elsewhere) or a ``.dlm/`` folder (its files' text shapes the walk).
+
+    Attributes:
+        dirs: ``(path, stat)`` of each folder listed, the ones looked into
+            before being skipped included.
+        listed_ns: the time (ns since the epoch) before the first ``stat``,
+            for the racy check.
+    """
+
+    dirs: tuple[tuple[str, os.stat_result], ...]
+    listed_ns: int
 
 
 def walk_directive(
@@ -134,6 +158,7 @@ def walk_directive(
     doc_root: str,
     policy: str,
     document: str | None = None,
+    stamp_dirs: bool = False,
 ) -> SourceWalk:
     """Choose the files of ``directive``, a path relative to ``doc_dir``.
 
@@ -142,7 +167,8 @@ def walk_directive(
     its real path. ``document`` is the real path of the .dlm file: a walk
     that reaches it (``path: .``) skips it, counted as excluded, so a
     document never trains on its own source text. ``label`` starts every
-    warning and error message.
+    warning and error message. ``stamp_dirs`` stats each folder before
+    listing it, for ``SourceWalk.listed``.
 
     Raises:
         SourceError: the directive path does not exist; (``strict`` policy)
@@ -151,18 +177,19 @@ def walk_directive(
             or malformed; it names the filesystem root, the home folder or
             a folder above it (under either policy).
     """
-    given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
-    if not os.path.exists(given):
+    root = directive_root(directive, doc_dir)
+    if root is None:
+        given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
         raise SourceError(
             f"{label}: no such file or directory (resolved to {os.path.abspath(given)})",
             hint="relative source paths start at the .dlm file's directory; fix the path or remove the entry",
         )
-    root = os.path.realpath(given)
     if os.path.isdir(root):
         _refuse_too_wide(label, root)
     if policy == "strict" and not _inside(root, doc_root):
         raise SourceError(_outside_message(label, "the path", root, doc_root))
-    walker = _Walker(label, root, doc_root, policy)
+    listed_ns = time.time_ns()  # before any stat: stamps compare mtimes against it
+    walker = _Walker(label, root, doc_root, policy, stamp_dirs=stamp_dirs)
     scope = Scope.root(directive)
     if os.path.isdir(root):
         with Task(f"walking {directive.path}", unit="files") as walker.task:
@@ -192,7 +219,16 @@ def walk_directive(
         excluded_dirs=walker.excluded_dirs,
         skipped_outside=walker.skipped_outside,
         warnings=tuple(walker.warnings),
+        listed=None if walker.stamps is None else ListedDirs(tuple(walker.stamps), listed_ns),
     )
+
+
+def directive_root(directive: SourceDirective, doc_dir: Path) -> str | None:
+    """The real path ``directive`` names from ``doc_dir``; ``None`` when nothing is there."""
+    given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
+    if not os.path.exists(given):
+        return None
+    return os.path.realpath(given)
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -240,16 +276,20 @@ def _kept(scope: Scope, directory: str, name: str) -> bool:
     return scope.tests(directory).keeps(name)
 
 
-def _nothing_below(path: str) -> bool:
+def _nothing_below(path: str, stamps: list[tuple[str, os.stat_result]] | None = None) -> bool:
     """Whether no ``.dlm`` entry and no name with a newline lies anywhere below ``path``.
 
     Lists folders only to look at names; an unreadable folder counts as
-    empty, as the walk could not list it either.
+    empty, as the walk could not list it either. With ``stamps``, each
+    folder's ``stat`` is appended before it is listed.
     """
     stack = [path]
     while stack:
+        folder = stack.pop()
         try:
-            with os.scandir(stack.pop()) as it:
+            if stamps is not None:
+                stamps.append((folder, os.stat(folder)))
+            with os.scandir(folder) as it:
                 for entry in it:
                     name = entry.name
                     if name == DLM_FOLDER or "\n" in name:
@@ -272,8 +312,11 @@ _Item = tuple[str, str] | tuple[str, str, None]
 class _Walker:
     """Mutable state of one directive's walk; its result is a frozen :class:`SourceWalk`."""
 
-    def __init__(self, label: str, root: str, doc_root: str, policy: str) -> None:
+    def __init__(self, label: str, root: str, doc_root: str, policy: str, *, stamp_dirs: bool = False) -> None:
         self.label = label
+        #: ``(path, stat)`` of each folder listed; ``None`` when not asked for,
+        #: and from the moment the walk meets what a folder stamp cannot vouch for.
+        self.stamps: list[tuple[str, os.stat_result]] | None = [] if stamp_dirs else None
         self.boundaries = (doc_root, root)
         self.doc_root = doc_root
         self.policy = policy
@@ -286,13 +329,18 @@ class _Walker:
 
     def walk(self, dir_abs: str, dir_rel: str, scope: Scope) -> None:
         """Append the kept files below ``dir_abs`` to ``files``, in DLM's order."""
+        stamps = self.stamps
         try:
+            if stamps is not None:
+                stamps.append((dir_abs, os.stat(dir_abs)))  # before the listing it vouches for
             with os.scandir(dir_abs) as it:
                 entries = list(it)
         except OSError as exc:
             self.warnings.append(f"{self.label}: cannot list {dir_rel or '.'}: {exc.strerror}")
             return
         items, dirs, links, excluded, has_folder = self._classify(entries, dir_rel, scope)
+        if links or has_folder:  # a link's target, or a .dlm/ file's text, is not in a folder's stamp
+            self.stamps = stamps = None
         if has_folder:  # rare: a .dlm/ folder opens a new scope; classify again under it
             folder = load_folder(dir_abs, dir_rel, label=self.label)
             self.warnings.extend(folder.warnings)
@@ -303,7 +351,7 @@ class _Walker:
         walked = 0
         for entry in dirs:
             rel = f"{dir_rel}/{entry.name}" if dir_rel else entry.name
-            if not exact and "\n" not in rel and scope.may_skip(rel) and _nothing_below(entry.path):
+            if not exact and "\n" not in rel and scope.may_skip(rel) and _nothing_below(entry.path, stamps):
                 self.excluded_dirs += 1
             else:
                 items.append((rel, entry.path, None))

@@ -161,6 +161,13 @@ cache_totals = Table(
     Column("id", Integer, primary_key=True, comment="Always 1."),
     Column("entry_count", Integer, nullable=False, server_default="0", comment="Rows in cache_entries."),
     Column("bytes", Integer, nullable=False, server_default="0", comment="Sum of cache_entries.bytes."),
+    Column(
+        "changes",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="Entries deleted or moved so far (a pass snapshot is stale once it moves).",
+    ),
     CheckConstraint("id = 1", name="cache_totals_single_row"),
     comment="Running totals of the cache, kept by triggers so size checks never scan entries.",
 )
@@ -284,6 +291,43 @@ source_stats = Table(
     PrimaryKeyConstraint("path", "relpath", name="source_stats_pk"),
     CheckConstraint("status IN ('ok', 'binary', 'encoding')", name="source_stats_status"),
     comment="What each source file looked like when last read, so unchanged files are not read again.",
+)
+
+pass_snapshots = Table(
+    "pass_snapshots",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Snapshot id."),
+    Column("document", Text, nullable=False, unique=True, comment="Real path of the .dlm file."),
+    Column(
+        "context",
+        Text,
+        nullable=False,
+        comment="What the walk depended on besides the tree (JSON: dlmstore version, roots, policy).",
+    ),
+    Column("dlm_sha256", Text, nullable=False, comment="sha256 of the document's bytes."),
+    Column("tokenizer_sha256", Text, nullable=False, comment="The tokenizer the entries belong to."),
+    Column("sequence_len", Integer, nullable=False, comment="training.sequence_len of the pass."),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False, comment="The pass that took it."),
+    Column("created_at", Text, nullable=False, comment="When (ISO 8601 UTC)."),
+    Column("dir_paths", LargeBinary, nullable=False, comment="Folders the walk listed, NUL-separated."),
+    Column(
+        "dir_stamps",
+        LargeBinary,
+        nullable=False,
+        comment="Their mtime_ns, ctime_ns and inode, as little-endian 64-bit integers.",
+    ),
+    Column("file_paths", LargeBinary, nullable=False, comment="Files the pass examined, NUL-separated."),
+    Column(
+        "file_stamps",
+        LargeBinary,
+        nullable=False,
+        comment="Their size, mtime_ns, ctime_ns and inode, as little-endian 64-bit integers.",
+    ),
+    Column("cache_changes", Integer, nullable=False, comment="cache_totals.changes when the entries were found."),
+    Column("pack_reach", Text, nullable=False, comment="JSON: how many bytes of each pack the entries need."),
+    Column("entry_ids", LargeBinary, nullable=False, comment="The cache entries used, as 64-bit integers."),
+    Column("result", Text, nullable=False, comment="JSON: the pass's counts and each directive's provenance."),
+    comment="What a document's last all-hits tokenize pass found, and the stat fields that prove it still holds.",
 )
 
 adapters = Table(

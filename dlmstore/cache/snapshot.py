@@ -1,0 +1,226 @@
+"""Pass snapshots: answer a warm ``dlm tokenize`` (and ``dlm show``) without walking the tree.
+
+After a tokenize pass in which every row was a cache hit, what that pass
+found is kept in ``pass_snapshots``, one row per document: its counts, each
+directive's provenance, the ids of the cache entries it used, and a
+:class:`~dlmstore.sources.snapshot.SourceProof` (a stat per folder listed
+and per file examined). The next ``dlm tokenize`` of the same document
+checks, in this order, and answers from the snapshot only when all hold:
+
+1. the document's bytes (sha256), the tokenizer, ``sequence_len`` and the
+   :func:`context` (dlmstore's version and these rules, each directive's
+   resolved root, the document's real path, the policy) are the same;
+2. no cache entry was deleted or moved since the entries were found
+   (``cache_totals.changes``, kept by triggers), and every pack those
+   entries lie in is a regular file long enough to hold them (as a pass
+   that only counts checks, ``TokenCache.lookup``);
+3. the proof holds: every folder and file has the stat fields recorded.
+
+Anything else does the full pass, which takes a new snapshot when it ends
+all hits. A pass that materialises tokens (``dlm train``) never uses one:
+it reads and checksums the entries it trains on. Damage inside a pack (a
+flipped bit) is therefore found as a counting pass finds it: by the next
+pass that reads the tokens, or by ``dlm cache verify``.
+
+What the snapshot's answer leaves out is only work: the event, the run,
+the use log (the entries' LRU marks) and eviction are recorded exactly as
+the full pass records them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from dlmstore import __version__
+from dlmstore.cache.uses import pack_ids, unpack_ids
+from dlmstore.clock import utc_now
+from dlmstore.sources.expand import anchor_dir
+from dlmstore.sources.snapshot import SourceProof
+from dlmstore.sources.walk import directive_root
+
+if TYPE_CHECKING:
+    import sqlite3
+    from array import array
+
+    from dlmstore.cache.packs import PackReader
+    from dlmstore.document.parser import Document
+    from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.store.database import Store
+
+#: Bump when what a tree expands to changes for the same files (walk, read or row rules).
+RULES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SnapshotCounts:
+    """What an all-hits pass counted (the ``result`` column).
+
+    Attributes:
+        total_sections: sections, in-body and sourced.
+        total_rows: rows, preference rows included.
+        token_count: tokens of the text and conversation rows.
+        preference_rows: preference rows.
+        preference_tokens: tokens of their chosen and rejected conversations.
+        source_sections: sections that came from ``training.sources`` files.
+        provenance: each directive's ``SourceProvenance``, as a mapping.
+    """
+
+    total_sections: int
+    total_rows: int
+    token_count: int
+    preference_rows: int
+    preference_tokens: int
+    source_sections: int
+    provenance: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PassSnapshot:
+    """One ``pass_snapshots`` row, loaded."""
+
+    run_id: int
+    dlm_sha256: str
+    tokenizer_sha256: str
+    sequence_len: int
+    context: str
+    proof: SourceProof
+    cache_changes: int
+    pack_reach: dict[str, int]
+    entry_ids: array[int]
+    counts: SnapshotCounts
+
+
+def context(document: Document) -> str | None:
+    """What a document's expansion depends on besides its bytes and the tree, as one string.
+
+    ``None`` when a directive's path does not exist (the full pass reports it).
+    """
+    training = document.frontmatter.training
+    doc_dir = anchor_dir(document.directory)
+    roots = []
+    for directive in training.sources:
+        root = directive_root(directive, doc_dir)
+        if root is None:
+            return None
+        roots.append(root)
+    return json.dumps(
+        {
+            "dlmstore": __version__,
+            "rules": RULES_VERSION,
+            "document": os.path.realpath(document.path),
+            "doc_root": os.path.realpath(doc_dir),
+            "home": os.path.realpath(os.path.expanduser("~")),
+            "policy": training.sources_policy,
+            "roots": roots,
+        },
+        sort_keys=True,
+    )
+
+
+def take(
+    conn: sqlite3.Connection,
+    document: Document,
+    *,
+    run_id: int,
+    tokenizer_sha256: str,
+    sequence_len: int,
+    proof: SourceProof,
+    entry_ids: list[int],
+    cache_changes: int,
+    counts: SnapshotCounts,
+) -> bool:
+    """Keep (replacing the document's previous one) the snapshot of an all-hits pass.
+
+    Runs inside the caller's write transaction. ``cache_changes`` is the
+    ``cache_totals.changes`` read with the entries: when it moved since,
+    an entry may be gone and nothing is kept (``False``).
+    """
+    where = context(document)
+    changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
+    if where is None or changes is None or changes[0] != cache_changes:
+        return False
+    reach = dict(
+        conn.execute(
+            "SELECT p.path, MAX(e.byte_offset + e.bytes) FROM cache_entries AS e "
+            "JOIN token_packs AS p ON p.id = e.pack_id "
+            "WHERE e.id IN (SELECT value FROM json_each(?)) GROUP BY p.path",
+            (json.dumps(entry_ids),),
+        ).fetchall()
+    )
+    dir_paths, dir_stamps, file_paths, file_stamps = proof.to_blobs()
+    conn.execute(
+        "INSERT INTO pass_snapshots (document, context, dlm_sha256, tokenizer_sha256, sequence_len, run_id, "
+        "created_at, dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, pack_reach, entry_ids, "
+        "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (document) DO UPDATE SET "
+        "context = excluded.context, dlm_sha256 = excluded.dlm_sha256, "
+        "tokenizer_sha256 = excluded.tokenizer_sha256, sequence_len = excluded.sequence_len, "
+        "run_id = excluded.run_id, created_at = excluded.created_at, dir_paths = excluded.dir_paths, "
+        "dir_stamps = excluded.dir_stamps, file_paths = excluded.file_paths, "
+        "file_stamps = excluded.file_stamps, cache_changes = excluded.cache_changes, "
+        "pack_reach = excluded.pack_reach, entry_ids = excluded.entry_ids, result = excluded.result",
+        (
+            os.path.realpath(document.path), where, document.sha256, tokenizer_sha256, sequence_len, run_id,
+            utc_now(), dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, json.dumps(reach),
+            pack_ids(entry_ids), json.dumps(asdict(counts)),
+        ),
+    )  # fmt: skip
+    return True
+
+
+def load(conn: sqlite3.Connection, document: Document) -> PassSnapshot | None:
+    """The snapshot of ``document`` when one was taken of these very bytes, else ``None``."""
+    row = conn.execute(
+        "SELECT run_id, dlm_sha256, tokenizer_sha256, sequence_len, context, dir_paths, dir_stamps, "
+        "file_paths, file_stamps, cache_changes, pack_reach, entry_ids, result FROM pass_snapshots "
+        "WHERE document = ? AND dlm_sha256 = ?",
+        (os.path.realpath(document.path), document.sha256),
+    ).fetchone()
+    if row is None:
+        return None
+    run_id, dlm_sha256, tokenizer, sequence_len, where, dirs, dir_stamps, files, file_stamps = row[:9]
+    changes, reach, ids, result = row[9:]
+    return PassSnapshot(
+        run_id, dlm_sha256, tokenizer, sequence_len, where,
+        SourceProof.from_blobs(dirs, dir_stamps, files, file_stamps),
+        changes, json.loads(reach), unpack_ids(ids), SnapshotCounts(**json.loads(result)),
+    )  # fmt: skip
+
+
+def tree_holds(snapshot: PassSnapshot, document: Document) -> bool:
+    """Whether the document would expand as when ``snapshot`` was taken (checks 1 and 3, no cache)."""
+    return snapshot.context == context(document) and snapshot.proof.holds()
+
+
+def holds(
+    snapshot: PassSnapshot,
+    document: Document,
+    conn: sqlite3.Connection,
+    packs: PackReader,
+    *,
+    tokenizer_sha256: str,
+    sequence_len: int,
+) -> bool:
+    """Whether a tokenize pass of ``document`` would find what ``snapshot`` found (all three checks)."""
+    if snapshot.tokenizer_sha256 != tokenizer_sha256 or snapshot.sequence_len != sequence_len:
+        return False
+    changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
+    if changes is None or changes[0] != snapshot.cache_changes:
+        return False
+    for relpath, reach in snapshot.pack_reach.items():
+        size = packs.size(relpath)
+        if size is None or size < reach:
+            return False
+    return tree_holds(snapshot, document)
+
+
+def provenance(snapshot: PassSnapshot) -> list[SourceProvenance]:
+    """Each directive's provenance, as the full pass reported it."""
+    from dlmstore.sources.expand import SourceProvenance
+
+    return [SourceProvenance(**item) for item in snapshot.counts.provenance]
+
+
+__all__ = ["RULES_VERSION", "PassSnapshot", "SnapshotCounts", "context", "holds", "load", "take", "tree_holds"]

@@ -1,0 +1,147 @@
+"""Prove with one ``stat`` per folder and per file that source trees are as a run saw them.
+
+A warm run over an unchanged tree used to redo everything a cold one does
+short of reading the files: walk every folder, load one stat record per
+file, build a section and a row per file. A :class:`SourceProof` is what
+that work depended on, kept as flat arrays:
+
+* every folder the walk listed, with the stat fields taken *before* the
+  listing (``dlmstore.sources.walk.ListedDirs``): adding, removing or
+  renaming an entry moves a folder's mtime and ctime, so equal stamps mean
+  equal listings, and with the same globs and rules the walk chooses the
+  same files in the same order;
+* every file the read examined, with the stat fields its stat record holds
+  (``dlmstore.sources.statcache``): equal stamps mean the same bytes, as
+  the stat cache already trusts for each file.
+
+:meth:`SourceProof.holds` stats them all again and compares. git does the
+same for its index and its untracked cache; a tree that moved in any way
+fails the proof and the caller does the full walk, which is always correct.
+
+What a stamp cannot vouch for is never proven: a walk that met a symlink
+(its target lies outside the folder stamped) or a ``.dlm/`` folder (its
+files' text shapes the walk) gives no proof, nor does one whose reads
+warned. Racy stamps are refused as the stat cache refuses them: a folder
+listed, or a file read, within :data:`~dlmstore.sources.statcache.RACY_NS`
+of its mtime may change again without its mtime moving, so a proof with
+one is not taken at all (the next full pass, once those mtimes are in the
+past, takes it).
+
+Speed: ``holds`` on 100,000 files is one ``stat`` each (about 3 us of
+kernel time apiece on a 2-core machine) and a comparison of two integer
+arrays; paths are stored NUL-separated and split in one call.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dlmstore.cache.uses import pack_ids, unpack_ids
+from dlmstore.sources.statcache import RACY_NS, Stamp
+from dlmstore.sources.walk import ListedDirs
+
+#: Stat fields kept per folder and per file.
+DIR_FIELDS = ("st_mtime_ns", "st_ctime_ns", "st_ino")
+FILE_FIELDS = ("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino")
+
+
+@dataclass(frozen=True)
+class SourceProof:
+    """The folders and files a pass depended on, with the stat fields it saw.
+
+    Attributes:
+        dirs: folder paths, in walk order.
+        dir_stamps: ``mtime_ns, ctime_ns, inode`` per folder, flat.
+        files: file paths, in read order.
+        file_stamps: ``size, mtime_ns, ctime_ns, inode`` per file, flat.
+    """
+
+    dirs: Sequence[str]
+    dir_stamps: array[int]
+    files: Sequence[str]
+    file_stamps: array[int]
+
+    def holds(self) -> bool:
+        """Whether every folder and file still has the stat fields recorded.
+
+        A path that is gone, or cannot be stat-ed, fails the proof.
+        """
+        return _same(self.dirs, self.dir_stamps, sized=False) and _same(self.files, self.file_stamps, sized=True)
+
+    def to_blobs(self) -> tuple[bytes, bytes, bytes, bytes]:
+        """``(dir_paths, dir_stamps, file_paths, file_stamps)`` as stored (``pass_snapshots``)."""
+        return _join(self.dirs), pack_ids(self.dir_stamps), _join(self.files), pack_ids(self.file_stamps)
+
+    @classmethod
+    def from_blobs(cls, dir_paths: bytes, dir_stamps: bytes, file_paths: bytes, file_stamps: bytes) -> SourceProof:
+        return cls(_split(dir_paths), unpack_ids(dir_stamps), _split(file_paths), unpack_ids(file_stamps))
+
+
+class ProofBuilder:
+    """Collects a proof directive by directive; gives ``None`` once anything cannot be proven."""
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []
+        self.dir_stamps: array[int] = array("q")
+        self.files: list[str] = []
+        self.file_stamps: array[int] = array("q")
+        self.provable = True
+
+    def add(self, listed: ListedDirs | None, stamps: Iterable[Stamp | None]) -> None:
+        """Add one directive: its walk's folders and the stat records of the files it examined."""
+        if listed is None:
+            self.provable = False
+            return
+        newest = listed.listed_ns - RACY_NS
+        for path, st in listed.dirs:
+            if st.st_mtime_ns > newest:  # listed within RACY_NS of its last change
+                self.provable = False
+                return
+            self.dirs.append(path)
+            self.dir_stamps.extend((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        for stamp in stamps:
+            if stamp is None or stamp[8] - stamp[3] < RACY_NS:  # not recorded, or racily clean
+                self.provable = False
+                return
+            self.files.append(stamp[0])
+            self.file_stamps.extend(stamp[2:6])
+
+    def proof(self) -> SourceProof | None:
+        if not self.provable:
+            return None
+        return SourceProof(tuple(self.dirs), self.dir_stamps, tuple(self.files), self.file_stamps)
+
+
+def _same(paths: Sequence[str], recorded: array[int], *, sized: bool) -> bool:
+    """Stat every path and compare its fields (``FILE_FIELDS`` when ``sized``, else
+    ``DIR_FIELDS``) with ``recorded``, in one comparison at the end."""
+    fresh: array[int] = array("q")
+    extend = fresh.extend
+    stat = os.stat
+    try:
+        if not sized:
+            for path in paths:
+                st = stat(path)
+                extend((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        else:
+            for path in paths:
+                st = stat(path)
+                extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    except (OSError, ValueError):  # gone, unreadable, or a path the OS refuses
+        return False
+    return fresh == recorded
+
+
+def _join(paths: Sequence[str]) -> bytes:
+    # surrogateescape: a file name that is not UTF-8 round-trips as the walk saw it.
+    return "\0".join(paths).encode("utf-8", "surrogateescape")
+
+
+def _split(blob: bytes) -> tuple[str, ...]:
+    return tuple(blob.decode("utf-8", "surrogateescape").split("\0")) if blob else ()
+
+
+__all__ = ["DIR_FIELDS", "FILE_FIELDS", "ProofBuilder", "SourceProof"]
