@@ -224,7 +224,9 @@ class TokenCache:
         keys, ids, counts = zip(*found, strict=True)  # columns, transposed in C
         return dict(zip(keys, counts, strict=True)), list(ids)
 
-    def store_many(self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype) -> list[int]:
+    def store_many(
+        self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype
+    ) -> list[int]:
         """Write ``(row_key, tokens)`` pairs as one pack, then register them.
 
         An entry another process registered meanwhile wins (``ON CONFLICT DO

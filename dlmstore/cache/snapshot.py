@@ -44,11 +44,11 @@ from dlmstore.sources.walk import directive_root
 if TYPE_CHECKING:
     import sqlite3
     from array import array
+    from pathlib import Path
 
     from dlmstore.cache.packs import PackReader
     from dlmstore.document.parser import Document
     from dlmstore.sources.expand import SourceProvenance
-    from dlmstore.store.database import Store
 
 #: Bump when what a tree expands to changes for the same files (walk, read or row rules).
 RULES_VERSION = 1
@@ -189,6 +189,26 @@ def load(conn: sqlite3.Connection, document: Document) -> PassSnapshot | None:
     )  # fmt: skip
 
 
+def load_read_only(db_path: Path, document: Document) -> PassSnapshot | None:
+    """:func:`load`, through a read-only connection to the store.db at ``db_path`` (``dlm show``);
+    ``None`` when there is no store.db, or no ``pass_snapshots`` table in it yet.
+
+    Raises:
+        StoreDamagedError: SQLite finds the database damaged.
+    """
+    import sqlite3
+
+    from dlmstore.store.database import read_only
+
+    if not db_path.is_file():
+        return None
+    with read_only(db_path) as conn:
+        try:
+            return load(conn, document)
+        except sqlite3.OperationalError:  # a store from before snapshots existed
+            return None
+
+
 def tree_holds(snapshot: PassSnapshot, document: Document) -> bool:
     """Whether the document would expand as when ``snapshot`` was taken (checks 1 and 3, no cache)."""
     return snapshot.context == context(document) and snapshot.proof.holds()
@@ -223,4 +243,15 @@ def provenance(snapshot: PassSnapshot) -> list[SourceProvenance]:
     return [SourceProvenance(**item) for item in snapshot.counts.provenance]
 
 
-__all__ = ["RULES_VERSION", "PassSnapshot", "SnapshotCounts", "context", "holds", "load", "take", "tree_holds"]
+__all__ = [
+    "RULES_VERSION",
+    "PassSnapshot",
+    "SnapshotCounts",
+    "context",
+    "holds",
+    "load",
+    "load_read_only",
+    "provenance",
+    "take",
+    "tree_holds",
+]

@@ -668,7 +668,9 @@ def replay_pass(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes:
     )  # fmt: skip
 
 
-def _take_snapshot(store: Store, corpus: Corpus, result: PassResult, *, run_id: int, sequence_len: int) -> None:
+def _take_snapshot(
+    store: Store, corpus: Corpus, result: PassResult, *, run_id: int, sequence_len: int
+) -> None:
     """Keep what a pass found, when it can be proven again (``dlmstore.cache.snapshot``)."""
     proof = corpus.expansion.proof
     if (

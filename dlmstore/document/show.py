@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlmstore.bases import resolve_base
+from dlmstore.cache import snapshot as snapshots
 from dlmstore.cache.admin import cache_summary
 from dlmstore.collector import paused
 from dlmstore.document.corpus import load_corpus
@@ -130,11 +131,23 @@ def summarize(path: str | Path) -> DocumentSummary:
     """
     document = parse_document(path)
     store_path = store_dir(document.dlm_id)
-    # The stat records the last `dlm tokenize` kept, read-only: files they prove
-    # unchanged are not read (their rows need only the recorded digest), so
-    # `dlm show` on a tokenized tree costs a walk and a stat per file.
-    with paused():  # one object per source file, none in a cycle (dlmstore.collector)
-        corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
+    rows = row_counts(document.sections)
+    # What the last all-hits `dlm tokenize` found, when a stat of every folder
+    # and file proves the tree unchanged (dlmstore.cache.snapshot): no walk.
+    snapshot = snapshots.load_read_only(store_path / DB_NAME, document)
+    if snapshot is not None and snapshots.tree_holds(snapshot, document):
+        source_sections = snapshot.counts.source_sections
+        provenance = snapshots.provenance(snapshot)
+        source_warnings: tuple[str, ...] = ()  # a snapshot is only taken of a pass without warnings
+    else:
+        # Else the stat records the last `dlm tokenize` kept, read-only: files they
+        # prove unchanged are not read (their rows need only the recorded digest).
+        with paused():  # one object per source file, none in a cycle (dlmstore.collector)
+            corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
+        source_sections = len(corpus.source_sections)
+        provenance = list(corpus.expansion.provenance)
+        source_warnings = corpus.expansion.warnings
+    rows["text"] += source_sections  # each source file is one prose section: one text row
     try:
         ref = resolve_base(document.base_model, relative_to=document.directory)
         base = BaseModelInfo(ref.name, ref.kind, ref.location)
@@ -152,15 +165,15 @@ def summarize(path: str | Path) -> DocumentSummary:
         sequence_len=training.sequence_len,
         seed=training.seed,
         sections={kind: by_type.get(kind, 0) for kind in SECTION_TYPES},
-        source_sections=len(corpus.source_sections),
-        rows=row_counts(corpus.sections),
-        sources=list(corpus.expansion.provenance),
+        source_sections=source_sections,
+        rows=rows,
+        sources=provenance,
         store=StoreInfo(str(store_path), (store_path / DB_NAME).is_file()),
         training_cache=TrainingCacheInfo(
             cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
         ),
         not_used=unused_keys(document.frontmatter),
-        warnings=[*document_warnings(document), *corpus.expansion.warnings],
+        warnings=[*document_warnings(document), *source_warnings],
     )
 
 

@@ -69,14 +69,18 @@ class SourceProof:
 
         A path that is gone, or cannot be stat-ed, fails the proof.
         """
-        return _same(self.dirs, self.dir_stamps, sized=False) and _same(self.files, self.file_stamps, sized=True)
+        return _same(self.dirs, self.dir_stamps, sized=False) and _same(
+            self.files, self.file_stamps, sized=True
+        )
 
     def to_blobs(self) -> tuple[bytes, bytes, bytes, bytes]:
         """``(dir_paths, dir_stamps, file_paths, file_stamps)`` as stored (``pass_snapshots``)."""
         return _join(self.dirs), pack_ids(self.dir_stamps), _join(self.files), pack_ids(self.file_stamps)
 
     @classmethod
-    def from_blobs(cls, dir_paths: bytes, dir_stamps: bytes, file_paths: bytes, file_stamps: bytes) -> SourceProof:
+    def from_blobs(
+        cls, dir_paths: bytes, dir_stamps: bytes, file_paths: bytes, file_stamps: bytes
+    ) -> SourceProof:
         return cls(_split(dir_paths), unpack_ids(dir_stamps), _split(file_paths), unpack_ids(file_stamps))
 
 
@@ -115,24 +119,34 @@ class ProofBuilder:
         return SourceProof(tuple(self.dirs), self.dir_stamps, tuple(self.files), self.file_stamps)
 
 
+#: Paths stat-ed between two comparisons: a tree that moved fails within a chunk.
+CHUNK = 4096
+
+
 def _same(paths: Sequence[str], recorded: array[int], *, sized: bool) -> bool:
     """Stat every path and compare its fields (``FILE_FIELDS`` when ``sized``, else
-    ``DIR_FIELDS``) with ``recorded``, in one comparison at the end."""
-    fresh: array[int] = array("q")
-    extend = fresh.extend
-    stat = os.stat
-    try:
-        if not sized:
-            for path in paths:
-                st = stat(path)
-                extend((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-        else:
-            for path in paths:
-                st = stat(path)
-                extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-    except (OSError, ValueError):  # gone, unreadable, or a path the OS refuses
+    ``DIR_FIELDS``) with ``recorded``, one comparison per :data:`CHUNK` paths."""
+    width = 4 if sized else 3
+    if len(recorded) != width * len(paths):
         return False
-    return fresh == recorded
+    stat = os.stat
+    for start in range(0, len(paths), CHUNK):
+        fresh: array[int] = array("q")
+        extend = fresh.extend
+        try:
+            if sized:
+                for path in paths[start : start + CHUNK]:
+                    st = stat(path)
+                    extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            else:
+                for path in paths[start : start + CHUNK]:
+                    st = stat(path)
+                    extend((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        except (OSError, ValueError):  # gone, unreadable, or a path the OS refuses
+            return False
+        if fresh != recorded[width * start : width * (start + CHUNK)]:
+            return False
+    return True
 
 
 def _join(paths: Sequence[str]) -> bytes:

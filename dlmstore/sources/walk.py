@@ -312,7 +312,9 @@ _Item = tuple[str, str] | tuple[str, str, None]
 class _Walker:
     """Mutable state of one directive's walk; its result is a frozen :class:`SourceWalk`."""
 
-    def __init__(self, label: str, root: str, doc_root: str, policy: str, *, stamp_dirs: bool = False) -> None:
+    def __init__(
+        self, label: str, root: str, doc_root: str, policy: str, *, stamp_dirs: bool = False
+    ) -> None:
         self.label = label
         #: ``(path, stat)`` of each folder listed; ``None`` when not asked for,
         #: and from the moment the walk meets what a folder stamp cannot vouch for.

@@ -323,10 +323,14 @@ pass_snapshots = Table(
         nullable=False,
         comment="Their size, mtime_ns, ctime_ns and inode, as little-endian 64-bit integers.",
     ),
-    Column("cache_changes", Integer, nullable=False, comment="cache_totals.changes when the entries were found."),
+    Column(
+        "cache_changes", Integer, nullable=False, comment="cache_totals.changes when the entries were found."
+    ),
     Column("pack_reach", Text, nullable=False, comment="JSON: how many bytes of each pack the entries need."),
     Column("entry_ids", LargeBinary, nullable=False, comment="The cache entries used, as 64-bit integers."),
-    Column("result", Text, nullable=False, comment="JSON: the pass's counts and each directive's provenance."),
+    Column(
+        "result", Text, nullable=False, comment="JSON: the pass's counts and each directive's provenance."
+    ),
     comment="What a document's last all-hits tokenize pass found, and the stat fields that prove it still holds.",
 )
 
