@@ -3,7 +3,7 @@
 After a tokenize pass in which every row was a cache hit, what that pass
 found is kept in ``pass_snapshots``, one row per document: its counts, each
 directive's provenance, the ids of the cache entries it used, and a
-:class:`~dlmstore.sources.snapshot.SourceProof` (a stat per folder listed
+:class:`~dlmstore.sources.proof.SourceProof` (a stat per folder listed
 and per file examined). The next ``dlm tokenize`` of the same document
 checks, in this order, and answers from the snapshot only when all hold:
 
@@ -38,7 +38,7 @@ from dlmstore import __version__
 from dlmstore.cache.uses import pack_ids, unpack_ids
 from dlmstore.clock import utc_now
 from dlmstore.sources.expand import anchor_dir
-from dlmstore.sources.snapshot import SourceProof
+from dlmstore.sources.proof import SourceProof
 from dlmstore.sources.walk import directive_root
 
 if TYPE_CHECKING:

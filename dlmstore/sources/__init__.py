@@ -15,5 +15,5 @@ behaviour, carried over exactly.
 * :mod:`.read` — read the chosen files into prose sections (binary and
   encoding checks, size limits, lazy loads of files the stat cache trusts)
 * :mod:`.statcache` — skip re-reading files a stat check proves unchanged
-* :mod:`.snapshot` — prove a whole tree unchanged (a stat per folder and file)
+* :mod:`.proof` — prove a whole tree unchanged (a stat per folder and file)
 """

@@ -39,8 +39,8 @@ from dlmstore.document.sections import Section
 from dlmstore.plural import plural
 from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
+from dlmstore.sources.proof import ProofBuilder, SourceProof
 from dlmstore.sources.read import read_files
-from dlmstore.sources.snapshot import ProofBuilder, SourceProof
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
 
@@ -88,7 +88,7 @@ class SourceExpansion:
 
     ``proof`` (with a stat cache, for a tree whose walk and reads a stat
     check can vouch for, and no warnings) lets a later run prove the same
-    expansion without doing it (``dlmstore.sources.snapshot``).
+    expansion without doing it (``dlmstore.sources.proof``).
     """
 
     sections: tuple[Section, ...]

@@ -134,7 +134,7 @@ class ListedDirs:
 
     A folder's entries cannot change without its mtime and ctime moving, so
     these stamps prove, on a later run, that every listing (and so the
-    walk's choice of files) is the same (``dlmstore.sources.snapshot``).
+    walk's choice of files) is the same (``dlmstore.sources.proof``).
     ``SourceWalk.listed`` is ``None`` when not asked for, and when the walk
     met what a folder stamp cannot vouch for: a symlink (its target lies
     elsewhere) or a ``.dlm/`` folder (its files' text shapes the walk).

@@ -302,7 +302,7 @@ pass_snapshots = Table(
         "context",
         Text,
         nullable=False,
-        comment="What the walk depended on besides the tree (JSON: dlmstore version, roots, policy).",
+        comment="What the expansion depended on besides the tree (JSON: dlmstore version, roots, policy, home).",
     ),
     Column("dlm_sha256", Text, nullable=False, comment="sha256 of the document's bytes."),
     Column("tokenizer_sha256", Text, nullable=False, comment="The tokenizer the entries belong to."),
