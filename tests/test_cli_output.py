@@ -55,7 +55,10 @@ def test_verbose_shows_dlmstores_debug_log_on_stderr(tiny_doc: Path) -> None:
     assert (quiet.exit_code, verbose.exit_code) == (0, 0)
     assert "debug:" not in quiet.stderr
     # The first pass kept a snapshot (nothing to walk here), and the snapshot answers the second.
-    assert "debug: tokenize pass: 1 row, all found in the cache (the snapshot of run 1 holds)\n" in verbose.stderr
+    assert (
+        "debug: tokenize pass: 1 row, all found in the cache (the snapshot of run 1 holds)\n"
+        in verbose.stderr
+    )
     assert "debug:" not in verbose.stdout
 
 
