@@ -151,9 +151,9 @@ def expand_sources(
         sections.extend(read.sections)
         warnings.extend(walked.warnings)
         warnings.extend(read.warnings)
-        if proof is not None and stat_cache is not None:
+        if proof is not None and stat_cache is not None and proof.provable:
             examined = walked.files[: len(walked.files) - read.skipped_max_files]
-            proof.add(walked.listed, (stat_cache.current((path, rel)) for rel, path in examined))
+            proof.add(walked.listed, stat_cache.current_of(examined))
         if cap is None and read.skipped_too_large:
             warnings.append(_too_large_warning(label, read.skipped_too_large))
         provenance.append(

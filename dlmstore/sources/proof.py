@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import gt, itemgetter, sub
+from typing import cast
 
 from dlmstore.cache.uses import pack_ids, unpack_ids
 from dlmstore.sources.statcache import RACY_NS, Stamp
@@ -94,8 +97,12 @@ class ProofBuilder:
         self.file_stamps: array[int] = array("q")
         self.provable = True
 
-    def add(self, listed: ListedDirs | None, stamps: Iterable[Stamp | None]) -> None:
-        """Add one directive: its walk's folders and the stat records of the files it examined."""
+    def add(self, listed: ListedDirs | None, stamps: list[Stamp | None]) -> None:
+        """Add one directive: its walk's folders and the stat records of the files it examined.
+
+        The files are taken in C-level passes (``map``/``itemgetter``): this
+        runs on every full pass, once per file.
+        """
         if listed is None:
             self.provable = False
             return
@@ -106,12 +113,17 @@ class ProofBuilder:
                 return
             self.dirs.append(path)
             self.dir_stamps.extend((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-        for stamp in stamps:
-            if stamp is None or stamp[8] - stamp[3] < RACY_NS:  # not recorded, or racily clean
-                self.provable = False
-                return
-            self.files.append(stamp[0])
-            self.file_stamps.extend(stamp[2:6])
+        if None in stamps:  # a file examined but not recorded (it grew while read, or was too large)
+            self.provable = False
+            return
+        recorded = cast("list[Stamp]", stamps)
+        # Racily clean: read (checked_ns, field 8) within RACY_NS of its mtime (field 3).
+        trusted_until = map(sub, map(itemgetter(8), recorded), repeat(RACY_NS))
+        if any(map(gt, map(itemgetter(3), recorded), trusted_until)):
+            self.provable = False
+            return
+        self.files.extend(map(itemgetter(0), recorded))
+        self.file_stamps.extend(chain.from_iterable(map(itemgetter(2, 3, 4, 5), recorded)))
 
     def proof(self) -> SourceProof | None:
         if not self.provable:

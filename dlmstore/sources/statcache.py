@@ -19,6 +19,8 @@ during a run is an error, never wrong tokens.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from dlmstore.document.rows import text_row_key
@@ -104,9 +106,12 @@ class StatCache:
         if self.stamps.get(key) != stamp:
             self.changed[key] = stamp
 
-    def current(self, key: tuple[str, str]) -> Stamp | None:
-        """The record of ``key`` as :meth:`save` would leave it (new or changed, else as loaded)."""
-        return self.changed.get(key) or self.stamps.get(key)
+    def current_of(self, files: Sequence[tuple[str, str]]) -> list[Stamp | None]:
+        """The record of each ``(relpath, path)`` as :meth:`save` would leave it (new or
+        changed, else as loaded), ``None`` for a file with none."""
+        changed, stamps = self.changed.get, self.stamps.get
+        keys = zip(map(itemgetter(1), files), map(itemgetter(0), files), strict=True)  # (path, relpath), in C
+        return [changed(key) or stamps(key) for key in keys]
 
     def keyed(self, key: tuple[str, str], stamp: Stamp) -> str:
         """The row key of a trusted record written before keys were kept; saved with it."""
