@@ -196,17 +196,9 @@ def load_read_only(db_path: Path, document: Document) -> PassSnapshot | None:
     Raises:
         StoreDamagedError: SQLite finds the database damaged.
     """
-    import sqlite3
+    from dlmstore.store.database import read_if_there
 
-    from dlmstore.store.database import read_only
-
-    if not db_path.is_file():
-        return None
-    with read_only(db_path) as conn:
-        try:
-            return load(conn, document)
-        except sqlite3.OperationalError:  # a store from before snapshots existed
-            return None
+    return read_if_there(db_path, lambda conn: load(conn, document))
 
 
 def tree_holds(snapshot: PassSnapshot, document: Document) -> bool:

@@ -134,17 +134,9 @@ class StatCache:
         Raises:
             StoreDamagedError: SQLite finds the database damaged.
         """
-        import sqlite3
+        from dlmstore.store.database import read_if_there
 
-        from dlmstore.store.database import read_only
-
-        if not db_path.is_file():
-            return None
-        with read_only(db_path) as conn:
-            try:
-                return cls.from_connection(conn)
-            except sqlite3.OperationalError:  # a store from before the stat cache existed
-                return None
+        return read_if_there(db_path, cls.from_connection)
 
     @classmethod
     def from_connection(cls, conn: sqlite3.Connection) -> StatCache:

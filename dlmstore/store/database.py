@@ -46,10 +46,10 @@ says to restore it or move it aside.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlmstore import __version__
 from dlmstore.clock import utc_now
@@ -261,6 +261,9 @@ def damaged_error(db_path: Path, exc: BaseException) -> StoreDamagedError:
     )
 
 
+T = TypeVar("T")
+
+
 @contextmanager
 def read_only(db_path: Path) -> Iterator[sqlite3.Connection]:
     """A read-only connection to an existing ``db_path``, for looking without opening a store.
@@ -283,6 +286,22 @@ def read_only(db_path: Path) -> Iterator[sqlite3.Connection]:
         raise
     finally:
         conn.close()
+
+
+def read_if_there(db_path: Path, read: Callable[[sqlite3.Connection], T]) -> T | None:
+    """``read`` over a :func:`read_only` connection to ``db_path``; ``None`` when there is no
+    store.db, or the store predates the table ``read`` asks for (``dlm show`` never migrates).
+
+    Raises:
+        StoreDamagedError: SQLite finds the database damaged.
+    """
+    if not db_path.is_file():
+        return None
+    with read_only(db_path) as conn:
+        try:
+            return read(conn)
+        except sqlite3.OperationalError:  # no such table: an older store
+            return None
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
