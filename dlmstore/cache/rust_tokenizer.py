@@ -1,7 +1,7 @@
 """The Rust tokenizer as transformers configures it, kept so text rows tokenize without transformers.
 
 A text row is encoded by the fast tokenizer's Rust backend alone
-(:func:`~dlmstore.cache.tokenize.encode_texts`): ``transformers`` only
+(:func:`~dlmstore.cache.trl_encoding.encode_texts`): ``transformers`` only
 loads and configures that backend (its added tokens, normalizer,
 pre-tokenizer and post-processor) and tells the pass the EOS token and the
 vocabulary size. Loading it that way imports torch and transformers first,
@@ -45,7 +45,7 @@ class TextTokenizer:
 
     Shaped like the transformers tokenizer where the pass reads it
     (``_tokenizer``, ``is_fast``, ``split_special_tokens``, ``eos_token``,
-    ``len()``), so :func:`~dlmstore.cache.tokenize.encode_texts` takes its
+    ``len()``), so :func:`~dlmstore.cache.trl_encoding.encode_texts` takes its
     Rust fast path exactly as it does for the tokenizer it was saved from.
     """
 
@@ -73,7 +73,7 @@ def save_snapshot(tokenizer: Any, fingerprint: str) -> bool:
     written; a write that fails (a read-only home, a full disk) is skipped:
     the file only saves time.
     """
-    from dlmstore.cache.tokenize import backend_encodes_alone
+    from dlmstore.cache.trl_encoding import backend_encodes_alone
     from dlmstore.store.atomic import write_bytes_atomic
 
     if not backend_encodes_alone(tokenizer):

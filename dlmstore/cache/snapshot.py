@@ -30,13 +30,16 @@ the full pass records them.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlmstore import __version__
 from dlmstore.cache.uses import pack_ids, unpack_ids
 from dlmstore.clock import utc_now
+from dlmstore.plural import plural
 from dlmstore.sources.expand import anchor_dir
 from dlmstore.sources.proof import SourceProof
 from dlmstore.sources.walk import directive_root
@@ -46,9 +49,13 @@ if TYPE_CHECKING:
     from array import array
     from pathlib import Path
 
-    from dlmstore.cache.packs import PackReader
+    from dlmstore.cache.tokenize import PassResult
+    from dlmstore.document.corpus import Corpus
     from dlmstore.document.parser import Document
     from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.store.database import Store
+
+_log = logging.getLogger("dlmstore.cache.tokenize")  # the pass's own log, however it was answered
 
 #: Bump when what a tree expands to changes for the same files (walk, read or row rules).
 RULES_VERSION = 1
@@ -206,26 +213,94 @@ def tree_holds(snapshot: PassSnapshot, document: Document) -> bool:
     return snapshot.context == context(document) and snapshot.proof.holds()
 
 
-def holds(
-    snapshot: PassSnapshot,
-    document: Document,
-    conn: sqlite3.Connection,
-    packs: PackReader,
-    *,
-    tokenizer_sha256: str,
-    sequence_len: int,
-) -> bool:
-    """Whether a tokenize pass of ``document`` would find what ``snapshot`` found (all three checks)."""
-    if snapshot.tokenizer_sha256 != tokenizer_sha256 or snapshot.sequence_len != sequence_len:
-        return False
-    changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
-    if changes is None or changes[0] != snapshot.cache_changes:
-        return False
-    for relpath, reach in snapshot.pack_reach.items():
-        size = packs.size(relpath)
-        if size is None or size < reach:
-            return False
-    return tree_holds(snapshot, document)
+def holding(
+    store: Store, document: Document, *, tokenizer_sha256: str, sequence_len: int
+) -> PassSnapshot | None:
+    """The snapshot of ``document`` when a tokenize pass would find what it found (all three
+    checks), else ``None``."""
+    from dlmstore.cache.packs import PackReader
+
+    with store.read() as conn:
+        snapshot = load(conn, document)
+        if snapshot is None or (snapshot.tokenizer_sha256, snapshot.sequence_len) != (
+            tokenizer_sha256,
+            sequence_len,
+        ):
+            return None
+        changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
+        if changes is None or changes[0] != snapshot.cache_changes:
+            return None
+        packs = PackReader(store.path)
+        for relpath, reach in snapshot.pack_reach.items():
+            size = packs.size(relpath)
+            if size is None or size < reach:
+                return None
+        return snapshot if tree_holds(snapshot, document) else None
+
+
+def replay(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes: int) -> PassResult:
+    """The result of a counting pass, from a snapshot that holds: what the full pass would record.
+
+    The entries are logged as used by ``run_id`` and the cache is kept under
+    ``max_bytes``, as ``tokenize_pass`` does; no row is built, looked up or read.
+    """
+    from dlmstore.cache.entries import cache_bytes, evict
+    from dlmstore.cache.tokenize import PassResult
+    from dlmstore.cache.uses import log_use
+    from dlmstore.store.events import TokenizationEvent
+
+    start = time.perf_counter()
+    counts = snapshot.counts
+    ids = snapshot.entry_ids.tolist()
+    with store.write() as conn:
+        log_use(conn, ids, run_id=run_id, used_at=utc_now())
+    evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
+    _log.debug(
+        "tokenize pass: %s, all found in the cache (the snapshot of run %d holds)",
+        plural(counts.total_rows, "row"), snapshot.run_id,
+    )  # fmt: skip
+    event = TokenizationEvent(
+        total_sections=counts.total_sections,
+        total_rows=counts.total_rows,
+        cache_hits=counts.total_rows,
+        cache_misses=0,
+        total_tokenize_seconds=round(time.perf_counter() - start, 4),
+        cache_bytes_after=cache_bytes(store),
+        cache_mode="on",
+        hit_rate=TokenizationEvent.rate(counts.total_rows, 0),
+    )
+    return PassResult(
+        event, None, counts.token_count, counts.preference_rows, counts.preference_tokens, None, 0, evicted,
+        snapshot.tokenizer_sha256, entry_ids=ids, cache_changes=snapshot.cache_changes,
+    )  # fmt: skip
+
+
+def keep(store: Store, corpus: Corpus, result: PassResult, *, run_id: int, sequence_len: int) -> None:
+    """Take the snapshot of a pass that just ended, when it can be proven again."""
+    proof = corpus.expansion.proof
+    if (
+        proof is None
+        or result.entry_ids is None
+        or result.cache_changes is None
+        or result.damaged_entries
+        or result.warnings
+    ):
+        return
+    counts = SnapshotCounts(
+        total_sections=result.event.total_sections,
+        total_rows=result.event.total_rows,
+        token_count=result.token_count,
+        preference_rows=result.preference_rows,
+        preference_tokens=result.preference_tokens,
+        source_sections=len(corpus.source_sections),
+        provenance=[asdict(item) for item in corpus.expansion.provenance],
+    )
+    with store.write() as conn:
+        take(
+            conn, corpus.document, run_id=run_id, tokenizer_sha256=result.tokenizer_sha256,
+            sequence_len=sequence_len, proof=proof, entry_ids=result.entry_ids,
+            cache_changes=result.cache_changes, counts=counts,
+        )  # fmt: skip
 
 
 def provenance(snapshot: PassSnapshot) -> list[SourceProvenance]:
@@ -240,10 +315,12 @@ __all__ = [
     "PassSnapshot",
     "SnapshotCounts",
     "context",
-    "holds",
+    "holding",
+    "keep",
     "load",
     "load_read_only",
     "provenance",
+    "replay",
     "take",
     "tree_holds",
 ]

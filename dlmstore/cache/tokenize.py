@@ -29,7 +29,7 @@ for when the CRC-32 is checked). On misses, identical contents are
 tokenized once, and the misses are encoded in batches through the fast
 tokenizer (Rust, all cores), each at most 256 rows and 4 MiB of text, which
 bounds the tokenizer's memory; text rows go straight to the Rust
-``encode_batch_fast`` (:func:`encode_texts`), and the next batch encodes on
+``encode_batch_fast`` (``dlmstore.cache.trl_encoding``), and the next batch encodes on
 a thread while this one's pack is written (:func:`_pipelined`). No
 per-token Python objects are kept: rows are numpy arrays, the result is
 ``values`` + ``offsets`` (Arrow's list layout).
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
+from dlmstore.cache.trl_encoding import encode_rows
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
 from dlmstore.plural import plural
@@ -57,8 +58,6 @@ from dlmstore.store.events import TokenizationEvent
 if TYPE_CHECKING:
     import numpy as np
 
-    from dlmstore.cache.snapshot import PassSnapshot
-    from dlmstore.document.parser import Document
 
 _log = logging.getLogger(__name__)
 
@@ -138,104 +137,6 @@ class PassResult:
     #: (``dlmstore.cache.snapshot`` needs all of them).
     entry_ids: list[int] | None = None
     cache_changes: int | None = None
-
-
-def rendered_text(tokenizer: Any, row: Row) -> str:
-    """The string TRL tokenizes for a text row (EOS appended unless present)."""
-    text: str = row.data["text"]
-    eos = tokenizer.eos_token
-    return text if eos is None or text.endswith(eos) else text + eos
-
-
-def encode_rows(
-    tokenizer: Any, rows: Sequence[Row], *, prefix: Any = None, dtype: Any = None
-) -> list[np.ndarray]:
-    """Token ids of ``rows`` the way TRL would compute them, batched.
-
-    ``text`` rows are encoded with special tokens, ``messages`` rows are
-    rendered with the chat template and encoded without (as
-    ``apply_chat_template(tokenize=True)`` does). Identical inputs are
-    encoded once. With ``prefix`` (a ``dlmstore.prefix.PrefixCachedTokenizer``
-    over the same tokenizer) the rendered chats go through the prefix cache,
-    so a system prompt or conversation prefix shared by many rows is
-    tokenized once; its output equals the tokenizer's. The arrays are
-    ``dtype`` (default int64; the pass asks for its pack dtype, which holds
-    every id of the vocabulary).
-    """
-    import numpy as np
-
-    dtype = np.dtype(np.int64) if dtype is None else np.dtype(dtype)
-    inputs: list[tuple[str, bool]] = []
-    conversations = [row.data["messages"] for row in rows if row.kind == "messages"]
-    rendered = iter(
-        tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=False)
-        if conversations
-        else []
-    )
-    for row in rows:
-        if row.kind == "messages":
-            inputs.append((next(rendered), False))
-        elif row.kind == "text":
-            inputs.append((rendered_text(tokenizer, row), True))
-        else:
-            raise ValueError(f"{row.kind} rows are not tokenized")
-    unique: dict[tuple[str, bool], int] = {}
-    order = [unique.setdefault(item, len(unique)) for item in inputs]
-    distinct = list(unique)
-    encoded: list[np.ndarray] = [np.empty(0, dtype=dtype)] * len(distinct)
-    for special in (True, False):
-        positions = [i for i, (_, flag) in enumerate(distinct) if flag is special]
-        if not positions:
-            continue
-        texts = [distinct[i][0] for i in positions]
-        if prefix is not None and not special:
-            ids = [prefix.encode(text, add_special_tokens=False) for text in texts]
-        else:
-            ids = encode_texts(tokenizer, texts, add_special_tokens=special)
-        for position, row_ids in zip(positions, ids, strict=True):
-            # fromiter with a count: one pass, no size guessing (a sixth
-            # faster than np.array on lists of ids; both refuse an id the
-            # dtype cannot hold)
-            encoded[position] = np.fromiter(row_ids, dtype=dtype, count=len(row_ids))
-    return [encoded[i] for i in order]
-
-
-def encode_texts(tokenizer: Any, texts: list[str], *, add_special_tokens: bool) -> list[list[int]]:
-    """``tokenizer(texts, add_special_tokens=...)["input_ids"]``, straight from the Rust tokenizer where that is the same.
-
-    For a fast tokenizer whose backend has no truncation or padding set and
-    splits special tokens as the wrapper says, ``transformers`` does exactly
-    one thing: ``backend.encode_batch(texts)``, then builds a Python list of
-    ids *and* one of attention-mask ones per row, and a ``BatchEncoding``.
-    Calling the backend's ``encode_batch_fast`` gives the same ids (it only
-    skips the character offsets, which nothing here reads) without the
-    per-token lists nobody uses: roughly 9% of the tokenizer's time on
-    stdlib files (a noisy measurement) and a few seconds of single-threaded
-    Python on the whole stdlib. Anything else goes through the wrapper. The
-    parity tests (``tests/test_tokenization.py``) compare the cached path,
-    which takes this one, with TRL's.
-    """
-    if backend_encodes_alone(tokenizer):
-        fast = tokenizer._tokenizer.encode_batch_fast
-        return [encoding.ids for encoding in fast(texts, add_special_tokens=add_special_tokens)]
-    ids: list[list[int]] = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
-    return ids
-
-
-def backend_encodes_alone(tokenizer: Any) -> bool:
-    """Whether ``tokenizer(texts)`` is exactly its Rust backend's ``encode_batch`` (see :func:`encode_texts`).
-
-    A fast tokenizer whose backend has no truncation or padding set and
-    splits special tokens as the wrapper says.
-    """
-    backend: Any = getattr(tokenizer, "_tokenizer", None)
-    return (
-        getattr(backend, "encode_batch_fast", None) is not None
-        and bool(getattr(tokenizer, "is_fast", False))
-        and backend.truncation is None
-        and backend.padding is None
-        and backend.encode_special_tokens == bool(getattr(tokenizer, "split_special_tokens", False))
-    )
 
 
 def tokenize_pass(
@@ -539,6 +440,7 @@ def tokenize_document(
         StoreError: the store cannot be created or written.
     """
     from dlmstore.bases import resolve_base
+    from dlmstore.cache import snapshot as snapshots
     from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.collector import paused
@@ -561,12 +463,14 @@ def tokenize_document(
         # answered from that pass's snapshot (dlmstore.cache.snapshot).
         snapshot = None
         if enabled and not materialize:
-            snapshot = _holding_snapshot(store, document, fingerprint, settings.sequence_len)
+            snapshot = snapshots.holding(
+                store, document, tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len
+            )
         if snapshot is not None:
             with recorded_run(
                 store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
             ) as run_id:
-                result = replay_pass(store, snapshot, run_id=run_id, max_bytes=settings.cache.max_bytes)
+                result = snapshots.replay(store, snapshot, run_id=run_id, max_bytes=settings.cache.max_bytes)
                 record_tokenization_event(
                     store, run_id, result.event,
                     tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
@@ -596,7 +500,7 @@ def tokenize_document(
                 )  # fmt: skip
                 if stats is not None:
                     stats.save(store)
-                    _take_snapshot(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
+                    snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
     summary = TokenizeSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
@@ -613,93 +517,6 @@ def tokenize_document(
         prefix_cache=result.prefix_cache,
     )
     return summary, result.rows
-
-
-def _holding_snapshot(
-    store: Store, document: Document, fingerprint: str, sequence_len: int
-) -> PassSnapshot | None:
-    """The document's pass snapshot when it still holds (``dlmstore.cache.snapshot``), else ``None``."""
-    from dlmstore.cache import snapshot as snapshots
-    from dlmstore.cache.packs import PackReader
-
-    with store.read() as conn:
-        found = snapshots.load(conn, document)
-        packs = PackReader(store.path)
-        if found is not None and snapshots.holds(
-            found, document, conn, packs, tokenizer_sha256=fingerprint, sequence_len=sequence_len
-        ):
-            return found
-    return None
-
-
-def replay_pass(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes: int) -> PassResult:
-    """The result of a counting pass, from a snapshot that holds: what the full pass would record.
-
-    The entries are logged as used by ``run_id`` and the cache is kept under
-    ``max_bytes``, as :func:`tokenize_pass` does; no row is built, looked up
-    or read.
-    """
-    from dlmstore.cache.uses import log_use
-    from dlmstore.clock import utc_now
-
-    start = time.perf_counter()
-    counts = snapshot.counts
-    ids = snapshot.entry_ids.tolist()
-    with store.write() as conn:
-        log_use(conn, ids, run_id=run_id, used_at=utc_now())
-    evicted = evict(store, max_bytes=max_bytes, protect_run_id=run_id).entries
-    _log.debug(
-        "tokenize pass: %s, all found in the cache (the snapshot of run %d holds)",
-        plural(counts.total_rows, "row"), snapshot.run_id,
-    )  # fmt: skip
-    event = TokenizationEvent(
-        total_sections=counts.total_sections,
-        total_rows=counts.total_rows,
-        cache_hits=counts.total_rows,
-        cache_misses=0,
-        total_tokenize_seconds=round(time.perf_counter() - start, 4),
-        cache_bytes_after=cache_bytes(store),
-        cache_mode="on",
-        hit_rate=TokenizationEvent.rate(counts.total_rows, 0),
-    )
-    return PassResult(
-        event, None, counts.token_count, counts.preference_rows, counts.preference_tokens, None, 0, evicted,
-        snapshot.tokenizer_sha256, entry_ids=ids, cache_changes=snapshot.cache_changes,
-    )  # fmt: skip
-
-
-def _take_snapshot(
-    store: Store, corpus: Corpus, result: PassResult, *, run_id: int, sequence_len: int
-) -> None:
-    """Keep what a pass found, when it can be proven again (``dlmstore.cache.snapshot``)."""
-    proof = corpus.expansion.proof
-    if (
-        proof is None
-        or result.entry_ids is None
-        or result.cache_changes is None
-        or result.damaged_entries
-        or result.warnings
-    ):
-        return
-    from dataclasses import asdict
-
-    from dlmstore.cache import snapshot as snapshots
-
-    counts = snapshots.SnapshotCounts(
-        total_sections=result.event.total_sections,
-        total_rows=result.event.total_rows,
-        token_count=result.token_count,
-        preference_rows=result.preference_rows,
-        preference_tokens=result.preference_tokens,
-        source_sections=len(corpus.source_sections),
-        provenance=[asdict(item) for item in corpus.expansion.provenance],
-    )
-    with store.write() as conn:
-        snapshots.take(
-            conn, corpus.document, run_id=run_id, tokenizer_sha256=result.tokenizer_sha256,
-            sequence_len=sequence_len, proof=proof, entry_ids=result.entry_ids,
-            cache_changes=result.cache_changes, counts=counts,
-        )  # fmt: skip
 
 
 def _loaded_and_kept(ref: Any, fingerprint: str) -> Any:
