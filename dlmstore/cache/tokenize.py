@@ -30,7 +30,8 @@ tokenized once, and the misses are encoded in batches through the fast
 tokenizer (Rust, all cores), each at most 256 rows and 4 MiB of text, which
 bounds the tokenizer's memory; text rows go straight to the Rust
 ``encode_batch_fast`` (``dlmstore.cache.trl_encoding``), and the next batch encodes on
-a thread while this one's pack is written (:func:`_pipelined`). No
+threads while this one's pack is written (``dlmstore.cache.encoders``: on
+several cores, each thread encodes chunks of a batch by itself). No
 per-token Python objects are kept: rows are numpy arrays, the result is
 ``values`` + ``offsets`` (Arrow's list layout).
 """
@@ -43,10 +44,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dlmstore.cache.encoders import pipelined, tokenizer_threads
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
-from dlmstore.cache.trl_encoding import encode_rows
+from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
 from dlmstore.document.corpus import Corpus
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
 from dlmstore.plural import plural
@@ -68,6 +70,12 @@ BATCH_ROWS = 256
 BATCH_BYTES = MAX_ROW_BYTES
 #: After a batch of at least this much text, freed memory is given back.
 TRIM_AFTER_BYTES = 1 << 20
+#: On several threads each encodes chunks of a batch of at most this many
+#: rows and bytes of text (a larger row alone): small enough that the
+#: threads finish a batch together, large enough that a call's overhead is
+#: nothing. The text being encoded at once stays within ``BATCH_BYTES``.
+CHUNK_ROWS = 32
+CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,7 @@ def tokenize_pass(
         todo = missing + missing_preferences
 
         def encode(batch: list[Row], nbytes: int) -> dict[str, np.ndarray]:
-            """The new entries of one batch (runs on the encoding thread, the only one using the tokenizer)."""
+            """The new entries of one batch or chunk (runs on an encoding thread; see ``encoders.pipelined``)."""
             texts = [row for row in batch if row.kind != "preference"]
             triples = [row for row in batch if row.kind == "preference"]
             fresh = {
@@ -248,8 +256,19 @@ def tokenize_pass(
                 _give_back_freed_memory()
             return fresh
 
+        # Several threads only where nothing but the Rust backend is called
+        # (see dlmstore.cache.encoders); the pack layout is the same either way.
+        threads = 1
+        if (
+            not missing_preferences
+            and all(r.kind == "text" for r in missing)
+            and backend_encodes_alone(tokenizer)
+        ):
+            threads = tokenizer_threads()
+        _log.debug("tokenize pass: encoding on %s", plural(threads, "thread"))
         done = 0
-        for batch, fresh in _pipelined(_batches(todo), encode):
+        encoded = pipelined(_batches(todo), encode, threads=threads, chunks=_chunks, budget=BATCH_BYTES)
+        for batch, fresh in encoded:
             if use_cache:
                 entry_ids += cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
             if materialize:
@@ -322,42 +341,26 @@ def _section_lines(corpus: Corpus, all_rows: Sequence[Row], wanted: Sequence[Row
 def _batches(rows: Sequence[Row]) -> Iterator[tuple[list[Row], int]]:
     """``rows`` in order, in runs of at most ``BATCH_ROWS`` rows and ``BATCH_BYTES`` of
     text (a larger row alone), each with its bytes of text."""
+    return _runs(rows, BATCH_ROWS, BATCH_BYTES)
+
+
+def _chunks(batch: Sequence[Row]) -> Iterator[tuple[list[Row], int]]:
+    """A batch in runs of at most ``CHUNK_ROWS`` rows and ``CHUNK_BYTES`` of text, for several threads."""
+    return _runs(batch, CHUNK_ROWS, CHUNK_BYTES)
+
+
+def _runs(rows: Sequence[Row], most_rows: int, most_bytes: int) -> Iterator[tuple[list[Row], int]]:
     batch: list[Row] = []
     size = 0
     for row in rows:
         nbytes = text_bytes(row.data)
-        if batch and (len(batch) == BATCH_ROWS or size + nbytes > BATCH_BYTES):
+        if batch and (len(batch) == most_rows or size + nbytes > most_bytes):
             yield batch, size
             batch, size = [], 0
         batch.append(row)
         size += nbytes
     if batch:
         yield batch, size
-
-
-def _pipelined(
-    batches: Iterator[tuple[list[Row], int]], encode: Callable[[list[Row], int], dict[str, np.ndarray]]
-) -> Iterator[tuple[list[Row], dict[str, np.ndarray]]]:
-    """``(batch, encode(batch))`` in order, encoding the next batch while the caller stores this one.
-
-    The Rust tokenizer releases the GIL while it encodes (on every core),
-    so one encoding thread keeps it busy while this thread writes the
-    previous batch's pack, checksums it and commits its rows: that work no
-    longer leaves the cores idle between batches. One thread, one batch
-    ahead: the tokenizer's working memory is still that of one batch, and
-    only the finished token arrays of one more are held.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlm-encode") as pool:
-        pending = None
-        for batch, nbytes in batches:
-            job = pool.submit(encode, batch, nbytes)
-            if pending is not None:
-                yield pending[0], pending[1].result()
-            pending = (batch, job)
-        if pending is not None:
-            yield pending[0], pending[1].result()
 
 
 def _give_back_freed_memory() -> None:
