@@ -8,6 +8,8 @@ the tokenizer's floor"):
   tokenizer's ``encode_batch`` in batches of 256 on every core; its time is
   taken from after the tokenizer is loaded, so the floor leaves out what
   any process must pay first;
+* **floor on one thread**: the same with ``RAYON_NUM_THREADS=1``, so the
+  tokenizer's own scaling on this machine is printed beside dlm's;
 * **cold** `dlm tokenize` on the same tree (no cache entries), as a ratio
   of the floor; then the same with ``RAYON_NUM_THREADS=1`` (one tokenizer
   thread), as the speedup all cores give;
@@ -173,6 +175,13 @@ def main() -> None:
         floor_tokens, floor_s = int(out.split()[0]), float(out.split()[1])
         rows.append(("floor: read + encode_batch, 256/batch", floor_s, floor_rss,
                      f"{floor_tokens:,} tokens; whole process {floor_wall:.1f} s"))  # fmt: skip
+        floor_one_s = None
+        if not args.skip_one_thread:  # the tokenizer's own scaling, for the threads figure
+            _, floor_one_rss, out = timed_process([sys.executable, "-c", FLOOR, str(listing)],
+                                                  {**env, "RAYON_NUM_THREADS": "1"})  # fmt: skip
+            floor_one_s = float(out.split()[1])
+            rows.append(("floor, RAYON_NUM_THREADS=1", floor_one_s, floor_one_rss,
+                         f"the tokenizer alone: all cores {floor_one_s / floor_s:.2f}x faster"))  # fmt: skip
         cold_s, cold_rss, summary = cold(stdlib, ID_STDLIB, env, home)
         rows.append(("stdlib cold dlm tokenize", cold_s, cold_rss,
                      f"{summary['tokens']:,} tokens; {cold_s / floor_s:.3f}x the floor"))  # fmt: skip
@@ -254,6 +263,7 @@ def main() -> None:
         print(
             f"  all cores vs 1 thread >= {GOALS['threads']}x: {speedup:.2f}x{pairs}  "
             f"{verdict(speedup >= GOALS['threads'])}"
+            + (f"   (the tokenizer alone, one pair: {floor_one_s / floor_s:.2f}x)" if floor_one_s else "")
         )
     print(f"  warm <= {GOALS['warm']} s: {warm_s:.2f} s  {verdict(warm_s <= GOALS['warm'])}"
           f"   ({BEFORE['warm'] / warm_s:.2f}x faster than {BEFORE['warm']} s;"
