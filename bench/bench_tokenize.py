@@ -114,7 +114,7 @@ def cold(doc: Path, dlm_id: str, env: dict[str, str], home: Path) -> tuple[float
 
 def walked(
     doc: Path, dlm_id: str, env: dict[str, str], home: Path, argv: list[str]
-) -> tuple[float, int, str]:
+) -> tuple[float, int, bytes]:
     """``argv`` on ``doc`` with its pass snapshot dropped first: the full walk and lookup."""
     with sqlite3.connect(home / "store" / dlm_id / "store.db") as conn:
         conn.execute("DELETE FROM pass_snapshots")
