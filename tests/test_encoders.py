@@ -32,7 +32,9 @@ def test_the_thread_count_is_rayons_setting_or_the_usable_cpus(monkeypatch: pyte
 
 
 @pytest.mark.parametrize("off", ["false", "0", "off", "FALSE"])
-def test_tokenizer_parallelism_switched_off_means_one_thread(monkeypatch: pytest.MonkeyPatch, off: str) -> None:
+def test_tokenizer_parallelism_switched_off_means_one_thread(
+    monkeypatch: pytest.MonkeyPatch, off: str
+) -> None:
     monkeypatch.setenv("RAYON_NUM_THREADS", "4")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", off)
     assert tokenizer_threads() == 1
