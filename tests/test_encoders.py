@@ -164,6 +164,21 @@ def _tree(tmp_path: Path) -> Path:
     return write_doc(tmp_path / "doc.dlm", frontmatter="training:\n  sources:\n    - path: src\n")
 
 
+def _threads_encoding(monkeypatch: pytest.MonkeyPatch, *, parallelism: str) -> set[str]:
+    """The names of the threads that call ``encode_rows`` from now on, each call checking the
+    tokenizer's own parallelism is ``parallelism`` while it encodes."""
+    seen: set[str] = set()
+    real_encode_rows = tokenize_module.encode_rows
+
+    def encode_rows(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.add(threading.current_thread().name)
+        assert os.environ["TOKENIZERS_PARALLELISM"] == parallelism
+        return real_encode_rows(*args, **kwargs)
+
+    monkeypatch.setattr(tokenize_module, "encode_rows", encode_rows)
+    return seen
+
+
 def test_several_threads_give_the_same_tokens_and_the_same_pack_bytes_as_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,15 +193,7 @@ def test_several_threads_give_the_same_tokens_and_the_same_pack_bytes_as_one(
     shutil.rmtree(store_dir(VALID_ID))
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     monkeypatch.setenv("RAYON_NUM_THREADS", "3")
-    encoders_seen: set[str] = set()
-    real_encode_rows = tokenize_module.encode_rows
-
-    def encode_rows(*args, **kwargs):  # type: ignore[no-untyped-def]
-        encoders_seen.add(threading.current_thread().name)
-        assert os.environ["TOKENIZERS_PARALLELISM"] == "false"  # the tokenizer's own pool is off
-        return real_encode_rows(*args, **kwargs)
-
-    monkeypatch.setattr(tokenize_module, "encode_rows", encode_rows)
+    encoders_seen = _threads_encoding(monkeypatch, parallelism="false")  # the tokenizer's own pool off
     summary, several = tokenize_document(str(doc))
     assert len(encoders_seen) > 1, encoders_seen  # chunks really ran on several threads
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
@@ -206,15 +213,7 @@ def test_a_pass_with_conversations_to_encode_stays_on_one_thread(
     )
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     monkeypatch.setenv("RAYON_NUM_THREADS", "3")
-    encoders_seen: set[str] = set()
-    real_encode_rows = tokenize_module.encode_rows
-
-    def encode_rows(*args, **kwargs):  # type: ignore[no-untyped-def]
-        encoders_seen.add(threading.current_thread().name)
-        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"  # left to the tokenizer
-        return real_encode_rows(*args, **kwargs)
-
-    monkeypatch.setattr(tokenize_module, "encode_rows", encode_rows)
+    encoders_seen = _threads_encoding(monkeypatch, parallelism="true")  # left to the tokenizer
     summary, rows = tokenize_document(str(doc))
     assert rows is not None and "messages" in rows.kinds
     assert len(encoders_seen) == 1
