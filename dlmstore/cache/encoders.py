@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -122,24 +122,14 @@ def pipelined(
 
     With one thread, ``encode`` takes the next whole batch while the caller
     stores this one (one batch ahead: the tokenizer's working memory is that
-    of one batch). With more, ``encode`` takes the ``chunks`` of this batch
-    and the next on ``threads`` threads, each chunk on one thread with the
-    tokenizer's pool off, within a :class:`TextBudget` of ``budget`` bytes;
-    a batch's result is its chunks' results merged in order.
+    of one batch, spread over the tokenizer's own pool). With more,
+    ``encode`` takes the ``chunks`` of this batch and the next on
+    ``threads`` threads, each chunk on one thread with the tokenizer's pool
+    off. Either way at most ``budget`` bytes of text are being encoded at
+    once (:class:`TextBudget`), and a batch's result is its chunks' results
+    merged in order.
     """
     from concurrent.futures import Future, ThreadPoolExecutor
-
-    if threads <= 1:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlm-encode") as pool:
-            pending = None
-            for batch, nbytes in batches:
-                job = pool.submit(encode, batch, nbytes)
-                if pending is not None:
-                    yield pending[0], pending[1].result()
-                pending = (batch, job)
-            if pending is not None:
-                yield pending[0], pending[1].result()
-        return
 
     text = TextBudget(budget)
 
@@ -148,15 +138,20 @@ def pipelined(
             return encode(chunk, nbytes)
 
     def merged(jobs: list[Future[dict[str, R]]]) -> dict[str, R]:
+        if len(jobs) == 1:
+            return jobs[0].result()
         result: dict[str, R] = {}
         for job in jobs:
             result.update(job.result())
         return result
 
-    with calling_thread_encoding(), ThreadPoolExecutor(threads, thread_name_prefix="dlm-encode") as pool:
+    threads = max(threads, 1)
+    pool_off = calling_thread_encoding() if threads > 1 else nullcontext()
+    with pool_off, ThreadPoolExecutor(threads, thread_name_prefix="dlm-encode") as pool:
         waiting: tuple[list[T], list[Future[dict[str, R]]]] | None = None
-        for batch, _ in batches:
-            jobs = [pool.submit(within_budget, chunk, nbytes) for chunk, nbytes in chunks(batch)]
+        for batch, nbytes in batches:
+            parts = chunks(batch) if threads > 1 else iter([(batch, nbytes)])
+            jobs = [pool.submit(within_budget, chunk, size) for chunk, size in parts]
             if waiting is not None:
                 yield waiting[0], merged(waiting[1])
             waiting = (batch, jobs)
