@@ -44,7 +44,7 @@ from trl import DPOConfig, DPOTrainer
 from dlmstore.bases import load_model, load_tokenizer, resolve_base
 from dlmstore.document.corpus import load_corpus
 from dlmstore.document.parser import parse_document
-from dlmstore.train.determinism import apply_determinism, seed_everything
+from dlmstore.determinism import apply_determinism, seed_everything
 from dlmstore.train.plan import (check_settings, dlm_target_modules, model_load_kwargs, preference_config_kwargs,
                                  probe_hardware, resolve_plan)
 

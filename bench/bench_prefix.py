@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.cache.fingerprint import fingerprint_tokenizer
+    from dlmstore.fingerprint import fingerprint_tokenizer
     from dlmstore.prefix import PrefixCachedTokenizer
 
     tokenizer = load_tokenizer(resolve_base("smollm2-135m"))

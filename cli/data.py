@@ -322,7 +322,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
     expected = None
     if base is not None:
         from dlmstore.bases import resolve_base
-        from dlmstore.cache.fingerprint import tokenizer_sha256
+        from dlmstore.fingerprint import tokenizer_sha256
 
         with progress_shown(as_json=as_json):  # a built-in base is converted from GGUF on first use
             expected = tokenizer_sha256(resolve_base(base))

@@ -199,7 +199,7 @@ def test_every_multimodal_name_of_dlms_registry_is_refused_by_name() -> None:
 def test_a_registry_name_loads_offline_from_the_cache_at_its_pinned_commit(
     empty_hf_cache: Path, tiny_base: Path
 ) -> None:
-    from dlmstore.cache.fingerprint import files_sha256, tokenizer_sha256
+    from dlmstore.fingerprint import files_sha256, tokenizer_sha256
     from dlmstore.lock.identity import base_model_identity
 
     entry = REGISTRY["smollm2-360m"]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dlmstore.train import determinism
-from dlmstore.train.determinism import apply_determinism, determinism_class, seed_everything
+from dlmstore import determinism
+from dlmstore.determinism import apply_determinism, determinism_class, seed_everything
 
 
 @pytest.fixture(autouse=True)

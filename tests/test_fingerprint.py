@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlmstore.bases import resolve_base, tokenizer_source
-from dlmstore.cache.fingerprint import files_sha256, fingerprint_tokenizer, tokenizer_sha256
+from dlmstore.fingerprint import files_sha256, fingerprint_tokenizer, tokenizer_sha256
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_tokenizers_library_upgrade_changes_the_fingerprint(
 def test_a_librarys_version_is_the_one_importlib_metadata_reads(tmp_path: Path, name: str, text: str) -> None:
     from importlib import metadata
 
-    from dlmstore.cache.fingerprint import _version
+    from dlmstore.fingerprint import _version
 
     (tmp_path / name).write_text(text)
     dist = metadata.PathDistribution(tmp_path)
@@ -88,7 +88,7 @@ def test_a_librarys_version_is_the_one_importlib_metadata_reads(tmp_path: Path, 
 def test_every_installed_librarys_version_is_the_one_importlib_metadata_reads() -> None:
     from importlib import metadata
 
-    from dlmstore.cache.fingerprint import _version
+    from dlmstore.fingerprint import _version
 
     dists = list(metadata.distributions())
     assert dists
@@ -102,7 +102,7 @@ def test_a_folder_without_tokenizer_files_has_no_fingerprint(tmp_path: Path) -> 
 def test_the_base_model_fingerprint_imports_no_transformers() -> None:
     tokenizer_source(resolve_base("smollm2-135m"))  # make sure the conversion exists
     code = (
-        "import sys; from dlmstore.bases import resolve_base; from dlmstore.cache.fingerprint import tokenizer_sha256; "
+        "import sys; from dlmstore.bases import resolve_base; from dlmstore.fingerprint import tokenizer_sha256; "
         "print(tokenizer_sha256(resolve_base('smollm2-135m'))); print('transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -230,8 +230,8 @@ def test_a_local_base_whose_tokenizer_json_is_no_file_is_one_error_naming_it(
 
 
 def test_tokenizer_fingerprints_read_only_regular_files(tmp_path: Path) -> None:
-    from dlmstore.cache.fingerprint import files_sha256
     from dlmstore.errors import BaseModelError
+    from dlmstore.fingerprint import files_sha256
 
     os.mkfifo(tmp_path / "tokenizer.json")
     with pytest.raises(BaseModelError) as info:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlmstore.determinism import DeterminismInfo
 from dlmstore.document.parser import parse_document
 from dlmstore.lock import (
     LOCK_NAME,
@@ -30,7 +31,6 @@ from dlmstore.lock import (
 from dlmstore.lock.policy import Mismatch
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
-from dlmstore.train.determinism import DeterminismInfo
 
 from .helpers import VALID_ID, make_lock, write_doc
 
@@ -174,7 +174,7 @@ def test_runtime_versions_name_the_six_pinned_packages_and_none_for_absent_ones(
 
 def test_capture_on_this_machine_records_cpu_advisory_and_the_document(tmp_path: Path) -> None:
     from dlmstore.bases import resolve_base
-    from dlmstore.train.determinism import apply_determinism
+    from dlmstore.determinism import apply_determinism
 
     document = parse_document(write_doc(tmp_path / "doc.dlm"))
     previous = _deterministic_state()

@@ -97,9 +97,9 @@ def run_pass(
     """The tokenize pass as ``dlm train`` runs it (a recorded run, the base's own tokenizer)."""
     from dlmstore.bases import load_tokenizer as load_base_tokenizer
     from dlmstore.bases import resolve_base
-    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
+    from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.store.database import open_store
     from dlmstore.store.runs import recorded_run
 

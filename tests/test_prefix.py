@@ -124,7 +124,7 @@ def test_cache_keys_depend_on_add_special_tokens_and_on_the_tokenizer_fingerprin
 
 
 def test_the_default_fingerprint_is_the_tokenizer_fingerprint(smollm2_tokenizer):
-    from dlmstore.cache.fingerprint import fingerprint_tokenizer
+    from dlmstore.fingerprint import fingerprint_tokenizer
 
     cached = PrefixCachedTokenizer(smollm2_tokenizer)
     assert cached.fingerprint == fingerprint_tokenizer(smollm2_tokenizer)

@@ -130,7 +130,7 @@ def test_a_disabled_cache_in_the_frontmatter_skips_it(tmp_path: Path) -> None:
 
 
 def test_a_swapped_tokenizer_misses_every_entry(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dlmstore.cache.fingerprint as fingerprint
+    import dlmstore.fingerprint as fingerprint
 
     first, _ = tokenize_document(str(doc))
     monkeypatch.setattr(fingerprint, "SCHEME", "tok-v2")  # any change of identity

@@ -2,7 +2,7 @@
 
 Key: ``(row_key, tokenizer_sha256, sequence_len)``. ``row_key`` already
 changes whenever a row's text could (``dlmstore.document.rows``); the tokenizer
-fingerprint changes whenever its tokens could (``dlmstore.cache.fingerprint``);
+fingerprint changes whenever its tokens could (``dlmstore.fingerprint``);
 ``sequence_len`` is part of the key as the spec fixes it, so entries made
 for one training length are measured and pruned apart from another's.
 Keys are exact, so a lookup never returns stale tokens; an edited file

@@ -16,7 +16,7 @@ template (conversations, preference pairs) still load the tokenizer
 through transformers.
 
 Safe because the file is named by the tokenizer's fingerprint
-(``dlmstore.cache.fingerprint``), which covers every tokenizer file and the
+(``dlmstore.fingerprint``), which covers every tokenizer file and the
 versions of ``tokenizers`` and ``transformers``: anything that could make
 transformers configure the backend differently gives another name. It is
 written atomically and read whole; a file that cannot be read or parsed is

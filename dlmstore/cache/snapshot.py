@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlmstore import __version__
-from dlmstore.cache.uses import pack_ids, unpack_ids
 from dlmstore.clock import utc_now
+from dlmstore.id_arrays import pack_ids, unpack_ids
 from dlmstore.plural import plural
 from dlmstore.sources.expand import anchor_dir
 from dlmstore.sources.proof import SourceProof

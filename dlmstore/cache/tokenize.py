@@ -444,11 +444,11 @@ def tokenize_document(
     """
     from dlmstore.bases import resolve_base
     from dlmstore.cache import snapshot as snapshots
-    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
+    from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
     from dlmstore.store.events import record_tokenization_event

@@ -30,29 +30,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
-from array import array
-from collections.abc import Iterable
+
+from dlmstore.id_arrays import pack_ids, unpack_ids
 
 #: Fold the log into the marks once it holds more rows than this.
 FOLD_AFTER = 8
-
-
-def pack_ids(ids: Iterable[int]) -> bytes:
-    """``ids`` as little-endian 64-bit integers (the ``entry_ids`` column)."""
-    packed = array("q", ids)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def unpack_ids(blob: bytes) -> array[int]:
-    """The ids of an ``entry_ids`` value."""
-    ids = array("q")
-    ids.frombytes(blob)
-    if sys.byteorder == "big":
-        ids.byteswap()
-    return ids
 
 
 def log_use(conn: sqlite3.Connection, entry_ids: list[int], *, run_id: int, used_at: str) -> None:
@@ -114,4 +96,4 @@ def entries_used_by(conn: sqlite3.Connection, run_id: int) -> list[int]:
     return ids
 
 
-__all__ = ["FOLD_AFTER", "entries_used_by", "fold", "log_use", "pack_ids", "unpack_ids"]
+__all__ = ["FOLD_AFTER", "entries_used_by", "fold", "log_use"]

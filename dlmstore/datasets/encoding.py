@@ -20,7 +20,7 @@ SentencePiece-backed) and offers the two encodings a builder needs:
 For fast tokenizers the data encoder is a private copy of the Rust
 tokenizer with ``encode_special_tokens`` switched on, so the caller's
 tokenizer is never mutated. The identity of the tokenizer
-(``tokenizer_sha256``) is :func:`dlmstore.cache.fingerprint.fingerprint_tokenizer`,
+(``tokenizer_sha256``) is :func:`dlmstore.fingerprint.fingerprint_tokenizer`,
 the same value ``dlm`` records everywhere else.
 """
 
@@ -70,7 +70,7 @@ class TextEncoder:
     def tokenizer_sha256(self) -> str:
         """The tokenizer's ``sha256:`` fingerprint."""
         if self._sha256 is None:
-            from dlmstore.cache.fingerprint import fingerprint_tokenizer
+            from dlmstore.fingerprint import fingerprint_tokenizer
 
             self._sha256 = fingerprint_tokenizer(self.tokenizer)
         return self._sha256

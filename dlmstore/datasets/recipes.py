@@ -130,7 +130,7 @@ class BuildAllResult:
 def encoder_for_base(base: str) -> TextEncoder:
     """The tokenizer of a base model, with the fingerprint ``dlm`` records everywhere."""
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.cache.fingerprint import tokenizer_sha256
+    from dlmstore.fingerprint import tokenizer_sha256
 
     ref = resolve_base(base)
     encoder = TextEncoder(load_tokenizer(ref), tokenizer_sha256=tokenizer_sha256(ref))

@@ -12,7 +12,7 @@ determinism flags. ``dlm train`` uses it in two calls (:mod:`~dlmstore.lock.run`
 
 which are, step by step::
 
-    info = apply_determinism()                             # dlmstore.train.determinism
+    info = apply_determinism()                             # dlmstore.determinism
     lock = capture_lock(document, ref, seed=seed, determinism=info, run_id=run_id)
     decision = check_lock(store, lock, mode=mode)          # reads dlm.lock, decide()
     with lock_transaction(store, lock, decision=decision.decision) as (conn, record):

@@ -23,9 +23,9 @@ from dlmstore.store.regular_files import load_json, read_regular
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
+    from dlmstore.determinism import DeterminismInfo
     from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.document.parser import Document
-    from dlmstore.train.determinism import DeterminismInfo
 
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
 #: 2 added ``preference``; a version-1 lock reads with ``preference`` null.
@@ -133,7 +133,7 @@ def capture_lock(
         document: the parsed document (its id and sha256 are recorded).
         ref: the resolved base model; see :func:`base_model_identity`.
         seed: the seed the run uses.
-        determinism: what :func:`dlmstore.train.determinism.apply_determinism` returned.
+        determinism: what :func:`dlmstore.determinism.apply_determinism` returned.
         run_id: the ``runs.id`` of this run.
         license_acceptance: the accepted licence record, for bases that need one.
         datasets: the identities of the token datasets the run trains on

@@ -33,9 +33,9 @@ from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
+    from dlmstore.determinism import DeterminismInfo
     from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.document.parser import Document
-    from dlmstore.train.determinism import DeterminismInfo
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def begin_lock(
         seed: the seed the run trains with.
         run_id: the run being recorded.
         mode: ``validate``, ``strict``, ``update`` or ``ignore``.
-        determinism: what :func:`~dlmstore.train.determinism.apply_determinism`
+        determinism: what :func:`~dlmstore.determinism.apply_determinism`
             returned; applied here when not given (it is idempotent).
         datasets: identities of the token datasets the run trains on.
 
@@ -82,7 +82,7 @@ def begin_lock(
         LockValidationError: a blocking mismatch; nothing was written.
     """
     if determinism is None:
-        from dlmstore.train.determinism import apply_determinism
+        from dlmstore.determinism import apply_determinism
 
         determinism = apply_determinism()
     lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id, datasets=datasets)

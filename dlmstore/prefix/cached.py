@@ -58,7 +58,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from dlmstore.cache.fingerprint import fingerprint_tokenizer
+from dlmstore.fingerprint import fingerprint_tokenizer
 from dlmstore.prefix.lru import SampledLRU, entry_bytes
 from dlmstore.prefix.seams import SeamPlan, plan_seams
 from dlmstore.prefix.stats import PrefixCacheStats
@@ -131,7 +131,7 @@ class PrefixCachedTokenizer:
         eviction_sample: entries sampled per eviction; the least recently
             used of them goes. Larger is closer to exact LRU, and slower.
         fingerprint: the tokenizer's identity for cache keys; default
-            :func:`dlmstore.cache.fingerprint.fingerprint_tokenizer` of ``tokenizer``.
+            :func:`dlmstore.fingerprint.fingerprint_tokenizer` of ``tokenizer``.
 
     Attributes:
         tokenizer: the wrapped tokenizer.

@@ -42,7 +42,7 @@ from itertools import chain, repeat
 from operator import gt, itemgetter, sub
 from typing import cast
 
-from dlmstore.cache.uses import pack_ids, unpack_ids
+from dlmstore.id_arrays import pack_ids, unpack_ids
 from dlmstore.sources.statcache import RACY_NS, Stamp
 from dlmstore.sources.walk import ListedDirs
 

@@ -56,8 +56,8 @@ def fit_preference(
     import datasets
     from transformers import PrinterCallback, ProgressCallback
 
+    from dlmstore.determinism import seed_everything
     from dlmstore.train.callbacks import StepRecorder
-    from dlmstore.train.determinism import seed_everything
     from dlmstore.train.plan import preference_config_kwargs
     from dlmstore.train.preference_data import pretokenized_dpo_trainer_class, pretokenized_orpo_trainer_class
     from dlmstore.train.reporting import reporting

@@ -158,13 +158,13 @@ def _train(
     resume: bool,
 ) -> TrainSummary:
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
-    from dlmstore.cache.fingerprint import tokenizer_sha256
     from dlmstore.cache.tokenize import tokenize_pass
     from dlmstore.collector import paused
     from dlmstore.document.corpus import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.document.show import document_warnings
     from dlmstore.errors import DlmError
+    from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.lock import begin_lock
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
@@ -497,7 +497,7 @@ def _import_frameworks() -> None:
 def _load_model(ref: Any, adapter: str, precision: Precision, *, seed: int) -> Any:
     """The base model in the plan's precision (4-bit for QLoRA), seeded and deterministic first."""
     from dlmstore.bases import load_model
-    from dlmstore.train.determinism import apply_determinism, seed_everything
+    from dlmstore.determinism import apply_determinism, seed_everything
     from dlmstore.train.plan import model_load_kwargs
 
     seed_everything(seed)
