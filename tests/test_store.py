@@ -10,7 +10,8 @@ import pytest
 
 from dlmstore.errors import StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.store.database import current_revision, first_value, open_store, store_exists
+from dlmstore.store.connection import first_value
+from dlmstore.store.database import current_revision, open_store, store_exists
 from dlmstore.store.schema import HEAD_REVISION
 
 from .helpers import VALID_ID

@@ -36,7 +36,8 @@ from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.cache.uses import fold
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
-from dlmstore.store.database import DB_NAME, Store, read_only
+from dlmstore.store.connection import read_only
+from dlmstore.store.database import DB_NAME, Store
 from dlmstore.store.regular_files import file_kind
 
 #: When another process has the store open, unregistered files younger than

@@ -43,7 +43,8 @@ from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
 from dlmstore.cache.uses import fold, log_use
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
-from dlmstore.store.database import Store, first_value
+from dlmstore.store.connection import first_value
+from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     import numpy as np

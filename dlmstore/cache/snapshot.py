@@ -203,7 +203,7 @@ def load_read_only(db_path: Path, document: Document) -> PassSnapshot | None:
     Raises:
         StoreDamagedError: SQLite finds the database damaged.
     """
-    from dlmstore.store.database import read_if_there
+    from dlmstore.store.connection import read_if_there
 
     return read_if_there(db_path, lambda conn: load(conn, document))
 

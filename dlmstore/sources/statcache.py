@@ -134,7 +134,7 @@ class StatCache:
         Raises:
             StoreDamagedError: SQLite finds the database damaged.
         """
-        from dlmstore.store.database import read_if_there
+        from dlmstore.store.connection import read_if_there
 
         return read_if_there(db_path, cls.from_connection)
 

@@ -38,15 +38,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dlmstore.errors import StoreDamagedError, StoreError
 from dlmstore.store.atomic import write_bytes_atomic
+from dlmstore.store.connection import DB_NAME, read_only
 
-if TYPE_CHECKING:
-    from dlmstore.store.database import Store
+
+class Writable(Protocol):
+    """What the mark needs of an open store: its folder and a write transaction.
+
+    :class:`dlmstore.store.database.Store` is one; the mark knows nothing
+    else of it, so the database module can import this one and not the
+    other way round.
+    """
+
+    @property
+    def path(self) -> Path: ...
+
+    def write(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
 
 MARK_NAME = "high-water.json"
 MARK_FORMAT = 1
@@ -130,7 +144,7 @@ def _write(store_path: Path, mark: Mark) -> None:
         ) from None
 
 
-def record(store: Store) -> None:
+def record(store: Writable) -> None:
     """Raise the mark to what store.db holds now (call after committing a run's rows)."""
     with store.write() as conn:
         now = current(conn)
@@ -159,7 +173,7 @@ def losses(store_path: Path, held: Counters) -> list[str]:
     return found
 
 
-def check(db_path: Path) -> None:
+def check(store_path: Path) -> None:
     """Refuse a store.db that holds less than its high-water mark.
 
     The mark is read before the database: a mark is written only after the
@@ -169,9 +183,7 @@ def check(db_path: Path) -> None:
     Raises:
         StoreDamagedError: records the mark counts are missing from store.db.
     """
-    from dlmstore.store.database import read_only
-
-    store_path = db_path.parent
+    db_path = store_path / DB_NAME
     if read_mark(store_path) is None:
         return
     with read_only(db_path) as conn:
@@ -195,7 +207,7 @@ LOST_HINT = (
 )
 
 
-def accept(store: Store) -> None:
+def accept(store: Writable) -> None:
     """Accept what store.db lost, so the store opens again.
 
     First the ``AUTOINCREMENT`` counters go up to the highest ids ever

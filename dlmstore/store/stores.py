@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 from dlmstore.errors import DlmError, StoreDamagedError, StoreError
 from dlmstore.home import dlm_home, store_dir
-from dlmstore.store.database import DB_NAME, first_value, read_only
+from dlmstore.store.connection import first_value, read_only
+from dlmstore.store.database import DB_NAME
 from dlmstore.store.flock import STORE_LOCK_NAME, FileLock
 from dlmstore.ulid import is_valid_ulid
 
