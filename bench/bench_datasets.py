@@ -47,9 +47,9 @@ import numpy as np
 import torch
 from benchlib import median_seconds
 
+from dlmstore.datasets.build.writers import StreamingFile, write_npy
 from dlmstore.datasets.formats import MIB, doc_index_name, shard_name
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
-from dlmstore.datasets.writers import StreamingFile, write_npy
 
 TARGETS = {"build": 0.10, "read": 0.80, "pack": 50.0, "rss_mib": 500.0}
 
@@ -123,8 +123,8 @@ def synthetic_dataset(root: Path, shards: int, shard_tokens: int, vocab: int = 4
 
 def bench_build(repeat: int, max_docs: int) -> float:
     from dlmstore.bases import load_tokenizer, resolve_base
-    from dlmstore.datasets.encoding import TextEncoder
-    from dlmstore.datasets.pretrain import build_pretrain_cache
+    from dlmstore.datasets.build.encoding import TextEncoder
+    from dlmstore.datasets.build.pretrain import build_pretrain_cache
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(stdlib.rglob("*.py"))[:max_docs]]
@@ -169,7 +169,7 @@ def bench_build(repeat: int, max_docs: int) -> float:
 
 
 def bench_read(tmp: Path, repeat: int, batches: int) -> float:
-    from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
+    from dlmstore.datasets.read.pretrain_dataset import PretrainTokenStreamDataset
 
     B, T = 64, 2048
     root = synthetic_dataset(tmp / "read", shards=8, shard_tokens=16 * MIB)  # 8 x 32 MiB
@@ -240,8 +240,8 @@ def packed_by_loop(tokens: Any, eos: int) -> dict[str, torch.Tensor]:
 
 
 def bench_pack(tmp: Path, repeat: int) -> float:
-    from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
-    from dlmstore.datasets.packing import boundaries_from_eos, pack_window
+    from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+    from dlmstore.datasets.read.packing import boundaries_from_eos, pack_window
 
     n, seq = 1 << 20, 2049
     root = synthetic_dataset(tmp / "pack", shards=1, shard_tokens=n)
@@ -305,7 +305,7 @@ def rss_mib() -> float:
 
 def rss_child(path: str, release: str) -> None:
     """Iterate every window of the dataset at ``path``; print peak and starting RSS (MiB)."""
-    from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
+    from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
 
     dataset = MemoryMappedDataset(
         path,

@@ -67,8 +67,8 @@ def write_corpus(path: Path, tokens: int) -> int:
 
 
 def build(corpus: Path, out: Path, engine: Any, encoder: Any) -> tuple[float, Any]:
-    from dlmstore.datasets.local import iter_local_texts
-    from dlmstore.datasets.pretrain import build_pretrain_cache
+    from dlmstore.datasets.build.local import iter_local_texts
+    from dlmstore.datasets.build.pretrain import build_pretrain_cache
 
     start = time.perf_counter()
     result = build_pretrain_cache(
@@ -79,9 +79,9 @@ def build(corpus: Path, out: Path, engine: Any, encoder: Any) -> tuple[float, An
 
 def driver_read(corpus: Path, block_docs: int) -> float:
     """Seconds the Ray driver's sequential part takes alone: read the input, cut and hash blocks."""
-    from dlmstore.datasets.blocks import block_key
-    from dlmstore.datasets.build import batched
-    from dlmstore.datasets.local import iter_local_texts
+    from dlmstore.datasets.build.blocks import block_key
+    from dlmstore.datasets.build.local import iter_local_texts
+    from dlmstore.datasets.build.output import batched
 
     start = time.perf_counter()
     for block in batched(iter_local_texts(corpus), block_docs):
@@ -98,10 +98,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
-    from dlmstore.datasets.engines import RayEngine
+    from dlmstore.datasets.build.engines import RayEngine
+    from dlmstore.datasets.build.ray_build import ray_session
+    from dlmstore.datasets.build.recipes import encoder_for_base
     from dlmstore.datasets.meta import sha256_file
-    from dlmstore.datasets.ray_build import ray_session
-    from dlmstore.datasets.recipes import encoder_for_base
 
     encoder = encoder_for_base("smollm2-135m")
     with tempfile.TemporaryDirectory(prefix="dlm-bench-ray-") as tmp:

@@ -102,8 +102,8 @@ def seed_dataset(base: Path) -> Path:
 
 def synthetic_dataset(template: Path, name: str, tokens: int) -> Path:
     """A pretrain dataset of ``tokens`` random tokens in 128 MiB shards, with document indexes."""
+    from dlmstore.datasets.build.writers import write_npy
     from dlmstore.datasets.meta import write_meta
-    from dlmstore.datasets.writers import write_npy
     from dlmstore.store.digests import file_sha256
 
     out = WORK / name
@@ -140,7 +140,7 @@ def pipeline(base: Path, dataset: Path) -> None:
     import torch
 
     from dlmstore.bases import load_model, resolve_base
-    from dlmstore.datasets.sampler import RankPartitionSampler
+    from dlmstore.datasets.read.sampler import RankPartitionSampler
     from dlmstore.train.examples import Collator, training_examples
     from dlmstore.train.inputs import DatasetSpec, check_dataset_input
     from dlmstore.train.supervised import EpochBatches, EpochLoader

@@ -47,7 +47,7 @@ def _with_engine(command: Any) -> Any:
 
 
 def _engine(engine: str, ray_address: str | None, workers: int | None) -> Any:
-    from dlmstore.datasets.engines import engine_for
+    from dlmstore.datasets.build.engines import engine_for
 
     if engine == "local" and (ray_address or workers):
         raise click.UsageError("--ray-address and --workers need --engine ray")
@@ -98,7 +98,7 @@ def data_group() -> None:
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
 @_with_engine
-@json_option("dlmstore.datasets.recipes:BuildAllResult")
+@json_option("dlmstore.datasets.build.recipes:BuildAllResult")
 def build_all_command(
     cache_dir: str,
     seed: int,
@@ -119,7 +119,7 @@ def build_all_command(
     cannot be reached fails with one line saying how to point it at local
     files (--local NAME=PATH); the others still build. Exit 1 if any failed.
     """
-    from dlmstore.datasets.recipes import BuildAllOptions, build_all
+    from dlmstore.datasets.build.recipes import BuildAllOptions, build_all
     from dlmstore.errors import DatasetError
 
     pairs = {}
@@ -128,7 +128,7 @@ def build_all_command(
         if not sep or not name or not path:
             raise click.BadParameter(f"{item!r} is not NAME=PATH", param_hint="--local")
         pairs[name] = path
-    from dlmstore.datasets.catalog import SOURCES
+    from dlmstore.datasets.build.catalog import SOURCES
 
     for name in [*pairs, *only]:
         if name not in SOURCES:
@@ -197,7 +197,7 @@ _common = [
         type=click.Path(file_okay=False),
         help="Register in this directory's store.db (default: the --out directory).",
     ),
-    json_option("dlmstore.datasets.recipes:DatasetBuild"),
+    json_option("dlmstore.datasets.build.recipes:DatasetBuild"),
 ]
 
 
@@ -240,7 +240,7 @@ def build_pretrain_command(
     Ray, or the cluster at --ray-address) into the same bytes; an
     interrupted build resumes where it stopped when run again.
     """
-    from dlmstore.datasets.recipes import build_pretrain_from
+    from dlmstore.datasets.build.recipes import build_pretrain_from
 
     from .progress import BuildTasks, progress_shown
 
@@ -269,7 +269,7 @@ def build_sft_command(
     Each record is {"messages": [{"role", "content"}, ...]} or a
     dolly-style {"instruction", "context", "response"}.
     """
-    from dlmstore.datasets.recipes import build_sft_from
+    from dlmstore.datasets.build.recipes import build_sft_from
 
     from .progress import BuildTasks, progress_shown
 

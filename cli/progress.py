@@ -198,7 +198,7 @@ def progress_shown(*, as_json: bool = False) -> Iterator[None]:
 class BuildTasks:
     """The dataset builders' ``progress=`` callback, as one progress task per source built.
 
-    Builders report :class:`dlmstore.datasets.build.BuildProgress` (they
+    Builders report :class:`dlmstore.datasets.build.output.BuildProgress` (they
     can run where no sink is installed); create this inside
     :func:`progress_shown` so its tasks reach the renderer. The task counts
     documents (so the line shows docs/s) and carries the tokens and tokens

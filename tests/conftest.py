@@ -104,7 +104,7 @@ def tokenizer(session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="session")
 def encoder(tokenizer: Any) -> Any:
     """A TextEncoder over the real tokenizer, shared so builds skip re-cloning it."""
-    from dlmstore.datasets.encoding import TextEncoder
+    from dlmstore.datasets.build.encoding import TextEncoder
 
     return TextEncoder(tokenizer)
 

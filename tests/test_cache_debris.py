@@ -190,7 +190,7 @@ def test_verify_of_a_dataset_directory_finds_and_removes_a_killed_builds_shard_t
 
 
 def test_a_dataset_build_holds_the_store_lock_of_its_store_while_it_writes(tmp_path: Path) -> None:
-    from dlmstore.datasets.recipes import build_pretrain_from
+    from dlmstore.datasets.build.recipes import build_pretrain_from
 
     source = tmp_path / "notes.md"
     source.write_text("a note\n")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
-from dlmstore.datasets.sft_dataset import SFTExampleDataset
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+from dlmstore.datasets.read.pretrain_dataset import PretrainTokenStreamDataset
+from dlmstore.datasets.read.sft_dataset import SFTExampleDataset
 from dlmstore.datasets.validate import check_dataset
 from dlmstore.errors import DatasetError, DatasetFileError
 

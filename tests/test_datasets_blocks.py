@@ -1,7 +1,7 @@
 """Spill files of a parallel build: a complete one is reused, anything else is tokenized again.
 
 A rerun of an interrupted `--engine ray` build trusts only the blocks whose
-spill file loads with every member's CRC-32 intact (`dlmstore.datasets.blocks`);
+spill file loads with every member's CRC-32 intact (`dlmstore.datasets.build.blocks`);
 these tests call the block function a Ray task runs, without Ray.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlmstore.datasets.blocks import block_key, encode_pretrain_block, load_spill, spill_path
-from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.build.blocks import block_key, encode_pretrain_block, load_spill, spill_path
+from dlmstore.datasets.build.encoding import TextEncoder
 
 TEXTS = [f"Document {i}: " + "lorem ipsum dolor " * (i % 5) for i in range(40)]
 

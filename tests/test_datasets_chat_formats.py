@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlmstore.datasets.chat import chat_format_for
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.sft import build_sft_cache
+from dlmstore.datasets.build.chat import chat_format_for
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.sft import build_sft_cache
 from dlmstore.errors import DatasetError
 
 from .helpers import split_tokens

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.sft import build_sft_cache
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.sft import build_sft_cache
 
 from .helpers import file_hashes
 

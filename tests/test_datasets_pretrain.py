@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlmstore.datasets.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
 from dlmstore.errors import DatasetError
 
 from .helpers import WORD_SHA, WordTokenizer, split_tokens, words

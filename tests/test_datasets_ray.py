@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
-from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.engines import RayEngine
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.sft import build_sft_cache
+from dlmstore.datasets.build.encoding import TextEncoder
+from dlmstore.datasets.build.engines import RayEngine
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.sft import build_sft_cache
 from dlmstore.errors import DatasetError
 
 from .helpers import file_hashes

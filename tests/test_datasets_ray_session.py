@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dlmstore.datasets.engines import RayEngine
-from dlmstore.datasets.recipes import build_pretrain_from
+from dlmstore.datasets.build.engines import RayEngine
+from dlmstore.datasets.build.recipes import build_pretrain_from
 
 from .helpers import file_hashes
 

@@ -12,9 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
 from dlmstore.datasets.formats import ResidencyBudget, TokenFile
-from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
-from dlmstore.datasets.packing import (
+from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+from dlmstore.datasets.read.packing import (
     IGNORE_INDEX,
     WindowStarts,
     boundaries_from_eos,
@@ -23,8 +24,7 @@ from dlmstore.datasets.packing import (
     doc_ids_from_starts,
     pack_window,
 )
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.pretrain_dataset import PretrainTokenStreamDataset
+from dlmstore.datasets.read.pretrain_dataset import PretrainTokenStreamDataset
 from dlmstore.errors import DatasetError, ResumeError
 
 from .helpers import WORD_SHA, WordTokenizer, words

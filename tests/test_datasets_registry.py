@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from dlmstore.datasets.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.sft import build_sft_cache
 from dlmstore.datasets.registry import register_in
-from dlmstore.datasets.sft import build_sft_cache
 from dlmstore.datasets.validate import check_dataset
 from dlmstore.errors import DatasetFileError
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.datasets.routing import DRAW_CHUNK, PretrainRouter, draw_splits, position_draws
+from dlmstore.datasets.build.routing import DRAW_CHUNK, PretrainRouter, draw_splits, position_draws
 
 
 def test_a_positions_draw_does_not_depend_on_where_the_run_starts() -> None:

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from dlmstore.datasets.loader import ResumableLoader, collate_stack
-from dlmstore.datasets.mixture import MixtureDataset
-from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
-from dlmstore.datasets.pretrain import build_pretrain_cache
-from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.read.loader import ResumableLoader, collate_stack
+from dlmstore.datasets.read.mixture import MixtureDataset
+from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.errors import DatasetError, ResumeError
 
 from .helpers import WORD_SHA, WordTokenizer, words

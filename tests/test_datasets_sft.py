@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from dlmstore.datasets.chat import ChatEncoding, chat_format_for
-from dlmstore.datasets.packing import IGNORE_INDEX, loss_mask_from_tokens
-from dlmstore.datasets.sft import build_sft_cache
-from dlmstore.datasets.sft_dataset import SFTExampleDataset
+from dlmstore.datasets.build.chat import ChatEncoding, chat_format_for
+from dlmstore.datasets.build.sft import build_sft_cache
+from dlmstore.datasets.read.packing import IGNORE_INDEX, loss_mask_from_tokens
+from dlmstore.datasets.read.sft_dataset import SFTExampleDataset
 from dlmstore.errors import DatasetError
 
 SYS, USR, ASST, EOT, A, B = 101, 102, 103, 104, 7, 8

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlmstore.datasets import catalog as src
-from dlmstore.datasets.local import iter_local_records, iter_local_texts
+from dlmstore.datasets.build import catalog as src
+from dlmstore.datasets.build.local import iter_local_records, iter_local_texts
 from dlmstore.errors import DatasetError, SourceUnavailableError
 
 

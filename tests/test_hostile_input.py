@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from dlmstore.cli.main import cli
 from dlmstore.cli.params import SEED
-from dlmstore.datasets.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.pretrain import build_pretrain_cache
 from dlmstore.document.frontmatter import MAX_PRUNE_DAYS, MAX_SEED
 from dlmstore.home import store_dir
 from dlmstore.lock import LOCK_NAME, check_lock, write_lock

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.cli.progress import BuildTasks, ProgressRenderer
-from dlmstore.datasets.build import BuildProgress
+from dlmstore.datasets.build.output import BuildProgress
 from dlmstore.progress import ProgressUpdate, Task, reporting
 
 from .helpers import write_doc

@@ -1,15 +1,23 @@
 """Token datasets: pretrain shards, SFT example caches, memory-mapped readers.
 
-Writers turn a stream of texts or conversations into flat token files
-plus a ``meta.json`` (:mod:`.pretrain`, :mod:`.sft`), registration records
-them in a store database (:mod:`.registry`), :mod:`.validate` checks them,
-and the readers serve them to training without loading them into memory
-(:mod:`.mmap_dataset`, :mod:`.pretrain_dataset`, :mod:`.sft_dataset`, with
-:mod:`.sampler`, :mod:`.loader` and :mod:`.mixture`). ``dlm data``
+Two folders over a shared bottom. At the bottom, the file formats
+(:mod:`.formats`) and ``meta.json`` (:mod:`.meta`); beside them,
+:mod:`.validate` checks a dataset, :mod:`.show` summarizes one and
+:mod:`.registry` records them in a store database.
+
+:mod:`.build` writes: the builders turn a stream of texts or conversations
+into flat token files plus a ``meta.json`` (:mod:`.build.pretrain`,
+:mod:`.build.sft`), in this process or, with ``engine=RayEngine(...)``
+(:mod:`.build.engines`), on Ray (:mod:`.build.ray_build`,
+:mod:`.build.blocks`); the split and budget rules both follow are in
+:mod:`.build.routing`, and :mod:`.build.recipes` composes sources, builders
+and engines for ``dlm data build``.
+
+:mod:`.read` serves the datasets to training without loading them into
+memory (:mod:`.read.mmap_dataset`, :mod:`.read.pretrain_dataset`,
+:mod:`.read.sft_dataset`, with :mod:`.read.sampler`, :mod:`.read.loader`
+and :mod:`.read.mixture`); it never imports :mod:`.build`. ``dlm data``
 (:mod:`dlmstore.cli.data`) is the command line over the same functions.
-Builders run in this process or, with ``engine=RayEngine(...)``
-(:mod:`.engines`), on Ray (:mod:`.ray_build`, :mod:`.blocks`); the split
-and budget rules both follow are in :mod:`.routing`.
 
 Importing this package is cheap: the names below are loaded from their
 modules on first use, so ``import dlmstore.datasets`` does not import
@@ -22,12 +30,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "build_pretrain_cache": "pretrain",
-    "build_sft_cache": "sft",
-    "BuildResult": "build",
-    "ChatFormat": "chat",
-    "Message": "chat",
-    "chat_format_for": "chat",
+    "build_pretrain_cache": "build.pretrain",
+    "build_sft_cache": "build.sft",
+    "BuildResult": "build.output",
+    "ChatFormat": "build.chat",
+    "Message": "build.chat",
+    "chat_format_for": "build.chat",
     "read_meta": "meta",
     "write_meta": "meta",
     "load_meta": "meta",
@@ -35,12 +43,12 @@ _EXPORTS = {
     "register_dataset": "registry",
     "register_in": "registry",
     "check_dataset": "validate",
-    "MemoryMappedDataset": "mmap_dataset",
-    "PretrainTokenStreamDataset": "pretrain_dataset",
-    "SFTExampleDataset": "sft_dataset",
-    "RankPartitionSampler": "sampler",
-    "ResumableLoader": "loader",
-    "MixtureDataset": "mixture",
+    "MemoryMappedDataset": "read.mmap_dataset",
+    "PretrainTokenStreamDataset": "read.pretrain_dataset",
+    "SFTExampleDataset": "read.sft_dataset",
+    "RankPartitionSampler": "read.sampler",
+    "ResumableLoader": "read.loader",
+    "MixtureDataset": "read.mixture",
     "DatasetError": "dlmstore.errors",
 }
 

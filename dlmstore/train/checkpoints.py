@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlmstore.clock import utc_now
-from dlmstore.datasets.writers import npy_bytes
+from dlmstore.datasets.build.writers import npy_bytes
 from dlmstore.errors import StoreError, TrainingError
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
 

@@ -37,9 +37,9 @@ import torch
 from torch.utils.data import Dataset
 
 from dlmstore.datasets.formats import MASK_DTYPE, TokenFile, sft_names, token_dtype
-from dlmstore.datasets.mixture import MixtureDataset
-from dlmstore.datasets.mmap_dataset import MemoryMappedDataset
-from dlmstore.datasets.packing import IGNORE_INDEX
+from dlmstore.datasets.read.mixture import MixtureDataset
+from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+from dlmstore.datasets.read.packing import IGNORE_INDEX
 
 Item = dict[str, Any]
 

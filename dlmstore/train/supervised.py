@@ -31,7 +31,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Sampler
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
-from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.train.checkpoints import CheckpointIdentity, checkpoint_writes, register, write_rank_state
 from dlmstore.train.distributed import World, barrier
 from dlmstore.train.examples import TOKENS_KEY, Collator

@@ -66,7 +66,7 @@ def write_rank_samples(store_path: Path, run_id: int, world: Any, accounting: di
         return
     import numpy as np
 
-    from dlmstore.datasets.writers import npy_bytes
+    from dlmstore.datasets.build.writers import npy_bytes
     from dlmstore.store.atomic import write_bytes_atomic
 
     path = store_path / samples_path(run_id, world.rank)

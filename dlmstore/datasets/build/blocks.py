@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from dlmstore.datasets.build import BUILD_DIR
-from dlmstore.datasets.chat import ChatEncoding
-from dlmstore.datasets.encoding import DataEncoder, TextEncoder
+from dlmstore.datasets.build.chat import ChatEncoding
+from dlmstore.datasets.build.encoding import DataEncoder, TextEncoder
+from dlmstore.datasets.build.output import BUILD_DIR
+from dlmstore.datasets.build.writers import StreamingFile, npy_bytes
 from dlmstore.datasets.formats import MASK_DTYPE, OFFSET_DTYPE, TOKEN_DTYPES, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
-from dlmstore.datasets.writers import StreamingFile, npy_bytes
 from dlmstore.store.atomic import write_bytes_atomic
 
 SKIP_CODES = {"": 0, "skipped_empty": 1, "skipped_no_assistant": 2}
@@ -96,7 +96,7 @@ def encode_sft_block(
     chat: ChatEncoding, encoder: TextEncoder, examples: list[Any], first: int, path: Path, dtype_name: str
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Tokenize a block of conversations into its spill file; returns ``(lengths, skip codes)``."""
-    from dlmstore.datasets.sft import encode_examples
+    from dlmstore.datasets.build.sft import encode_examples
 
     done = load_spill(path)
     if done is not None:
@@ -208,8 +208,8 @@ def write_pretrain_shard(
 
 def write_sft_split(out: Path, split: str, shares: list[BlockShare]) -> list[FileEntry]:
     """Write one SFT split's tokens, mask and offsets from the blocks' spill files."""
+    from dlmstore.datasets.build.sft import commit_split
     from dlmstore.datasets.formats import sft_names
-    from dlmstore.datasets.sft import commit_split
 
     names = sft_names(split)
     files = {role: StreamingFile(out / names[role]) for role in ("tokens", "loss_mask")}

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dlmstore.datasets.chat import Message
+from dlmstore.datasets.build.chat import Message
 from dlmstore.errors import DatasetError, SourceUnavailableError
 
 T = TypeVar("T")

@@ -38,7 +38,7 @@ from typing import Any, Literal, TypedDict
 
 import numpy as np
 
-from dlmstore.datasets.encoding import TextEncoder
+from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.errors import DatasetError
 
 ROLES = ("system", "user", "assistant")

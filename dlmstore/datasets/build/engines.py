@@ -52,7 +52,7 @@ def engine_for(
     """
     if engine == "local":
         return None
-    from dlmstore.datasets.ray_build import import_ray
+    from dlmstore.datasets.build.ray_build import import_ray
 
     import_ray()
     return RayEngine(address=ray_address, workers=workers)
@@ -66,6 +66,6 @@ def engine_session(engine: RayEngine | None) -> contextlib.AbstractContextManage
     """
     if engine is None:
         return contextlib.nullcontext()
-    from dlmstore.datasets.ray_build import ray_session
+    from dlmstore.datasets.build.ray_build import ray_session
 
     return ray_session(engine)

@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from dlmstore import __version__
-from dlmstore.datasets.build import (
+from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
+from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
     ProgressFn,
@@ -51,12 +53,10 @@ from dlmstore.datasets.build import (
     split_totals,
     text_of,
 )
-from dlmstore.datasets.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.engines import RayEngine, engine_session
+from dlmstore.datasets.build.routing import DRAW_RULE_TEXT, PretrainRouter, draw_splits
+from dlmstore.datasets.build.writers import BackgroundCommits, ShardedSplitWriter, remove_stale
 from dlmstore.datasets.formats import MIB, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
-from dlmstore.datasets.routing import DRAW_RULE_TEXT, PretrainRouter, draw_splits
-from dlmstore.datasets.writers import BackgroundCommits, ShardedSplitWriter, remove_stale
 from dlmstore.errors import DatasetError
 
 DEFAULT_SHARD_BYTES = 128 * MIB
@@ -178,7 +178,7 @@ def build_pretrain_cache(
         if engine is None:
             entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
         else:
-            from dlmstore.datasets.ray_build import build_pretrain_on_ray
+            from dlmstore.datasets.build.ray_build import build_pretrain_on_ray
 
             entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
         seen = router.read

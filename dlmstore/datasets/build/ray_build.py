@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlmstore.datasets.blocks import (
+from dlmstore.datasets.build.blocks import (
     BlockShare,
     block_key,
     encode_pretrain_block,
@@ -48,17 +48,17 @@ from dlmstore.datasets.blocks import (
     write_pretrain_shard,
     write_sft_split,
 )
-from dlmstore.datasets.build import Clock, batched
-from dlmstore.datasets.chat import ChatEncoding
-from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.engines import RayEngine
+from dlmstore.datasets.build.chat import ChatEncoding
+from dlmstore.datasets.build.encoding import TextEncoder
+from dlmstore.datasets.build.engines import RayEngine
+from dlmstore.datasets.build.output import Clock, batched
+from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
 from dlmstore.datasets.meta import FileEntry
-from dlmstore.datasets.routing import PretrainRouter, draw_splits
 from dlmstore.errors import DatasetError, DlmError
 
 if TYPE_CHECKING:
-    from dlmstore.datasets.pretrain import PretrainSpec
+    from dlmstore.datasets.build.pretrain import PretrainSpec
 
 INSTALL_HINT = "pip install 'dlmstore[ray]'"
 #: How long connecting to a cluster may take before it is reported as unreachable.
@@ -351,8 +351,8 @@ def build_sft_on_ray(
     """
     from dataclasses import asdict
 
-    from dlmstore.datasets.blocks import SKIP_CODES
-    from dlmstore.datasets.sft import check_some
+    from dlmstore.datasets.build.blocks import SKIP_CODES
+    from dlmstore.datasets.build.sft import check_some
 
     with ray_session(engine) as (ray, workers):
         encode = ray.remote(_encode_sft_task).options(num_cpus=1, max_retries=MAX_RETRIES)

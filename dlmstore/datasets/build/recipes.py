@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlmstore.datasets import catalog as src
-from dlmstore.datasets.build import BuildResult, ProgressFn
-from dlmstore.datasets.encoding import TextEncoder
-from dlmstore.datasets.engines import RayEngine, engine_session
-from dlmstore.datasets.local import data_files, iter_local_records, iter_local_texts, read_text_file
+from dlmstore.datasets.build import catalog as src
+from dlmstore.datasets.build.encoding import TextEncoder
+from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.local import data_files, iter_local_records, iter_local_texts, read_text_file
+from dlmstore.datasets.build.output import BuildResult, ProgressFn
+from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
+from dlmstore.datasets.build.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
-from dlmstore.datasets.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
-from dlmstore.datasets.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.errors import DatasetError
 from dlmstore.store.atomic import publish_dir
 from dlmstore.store.flock import FileLock, store_lock

@@ -31,7 +31,10 @@ from typing import Any
 import numpy as np
 
 from dlmstore import __version__
-from dlmstore.datasets.build import (
+from dlmstore.datasets.build.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
+from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
+from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
     ProgressFn,
@@ -40,9 +43,8 @@ from dlmstore.datasets.build import (
     remove_build_dir,
     split_totals,
 )
-from dlmstore.datasets.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
-from dlmstore.datasets.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.engines import RayEngine, engine_session
+from dlmstore.datasets.build.routing import DRAW_RULE_TEXT, draw_splits
+from dlmstore.datasets.build.writers import StreamingFile, write_npy
 from dlmstore.datasets.formats import (
     OFFSET_DTYPE,
     SPLITS,
@@ -52,8 +54,6 @@ from dlmstore.datasets.formats import (
     sft_names,
 )
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
-from dlmstore.datasets.routing import DRAW_RULE_TEXT, draw_splits
-from dlmstore.datasets.writers import StreamingFile, write_npy
 from dlmstore.errors import DatasetError
 
 DEFAULT_VAL_FRAC = 0.10
@@ -119,7 +119,7 @@ def build_sft_cache(
         clock = Clock(name, progress)
         seen = 0
         if engine is not None:
-            from dlmstore.datasets.ray_build import build_sft_on_ray
+            from dlmstore.datasets.build.ray_build import build_sft_on_ray
 
             entries, counts, offset_counts, filled, seen = build_sft_on_ray(
                 examples, out, chat, encoder, dtype_name, val_frac, seed, clock, engine, name

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dlmstore.datasets.sampler import RankPartitionSampler
+from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.errors import DatasetError, ResumeError
 
 STATE_VERSION = 1

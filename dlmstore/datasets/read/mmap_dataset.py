@@ -36,8 +36,13 @@ import torch
 from torch.utils.data import Dataset
 
 from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget, TokenFile, doc_index_for
-from dlmstore.datasets.opening import glob_token_files, open_token_files
-from dlmstore.datasets.packing import WindowStarts, boundaries_from_eos, boundaries_from_starts, packed_arrays
+from dlmstore.datasets.read.opening import glob_token_files, open_token_files
+from dlmstore.datasets.read.packing import (
+    WindowStarts,
+    boundaries_from_eos,
+    boundaries_from_starts,
+    packed_arrays,
+)
 from dlmstore.errors import DatasetError, ResumeError
 
 STARTS_BYTES = 64 * 1024 * 1024  # heap for precomputed window starts before searching per item

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dlmstore.datasets.formats import RELEASE_BYTES, ResidencyBudget
-from dlmstore.datasets.opening import glob_token_files, open_token_files
+from dlmstore.datasets.read.opening import glob_token_files, open_token_files
 from dlmstore.errors import DatasetError, DatasetFileError
 
 

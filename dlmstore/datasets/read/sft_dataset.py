@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from dlmstore.datasets.formats import MASK_DTYPE, TokenFile
-from dlmstore.datasets.opening import open_token_files
-from dlmstore.datasets.packing import IGNORE_INDEX, loss_mask_from_tokens
+from dlmstore.datasets.read.opening import open_token_files
+from dlmstore.datasets.read.packing import IGNORE_INDEX, loss_mask_from_tokens
 from dlmstore.errors import DatasetError, DatasetFileError
 
 
