@@ -42,7 +42,7 @@ from datasets import Dataset
 from peft import PeftModel
 from trl import DPOConfig, DPOTrainer
 from dlmstore.bases import load_model, load_tokenizer, resolve_base
-from dlmstore.document.corpus import load_corpus
+from dlmstore.corpus.assemble import load_corpus
 from dlmstore.document.parser import parse_document
 from dlmstore.determinism import apply_determinism, seed_everything
 from dlmstore.train.plan import (check_settings, dlm_target_modules, model_load_kwargs, preference_config_kwargs,

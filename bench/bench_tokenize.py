@@ -15,7 +15,7 @@ the tokenizer's floor"):
   thread), as the speedup all cores give;
 * **warm** `dlm tokenize` on the stdlib (all hits), median of ``--repeat``,
   answered from the pass snapshot (a stat per folder and file,
-  ``dlmstore.cache.snapshot``); beside it the same pass with the snapshot
+  ``dlmstore.corpus.snapshot``); beside it the same pass with the snapshot
   dropped first, so it walks the tree and looks every row up (what the
   first pass after a change elsewhere in the store costs);
 * a generated tree of ``--tiny`` tiny files (100,000 by default): cold,

@@ -9,7 +9,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 @click.command("show")
 @click.argument("path", type=click.Path(dir_okay=False))
-@json_option("dlmstore.document.show:DocumentSummary", help="Print the summary as JSON.")
+@json_option("dlmstore.corpus.show:DocumentSummary", help="Print the summary as JSON.")
 @click.option(
     "--rows",
     "as_rows",
@@ -30,14 +30,14 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     if as_rows:
         import json
 
-        from dlmstore.document.show import document_rows
+        from dlmstore.corpus.show import document_rows
 
         with progress_shown():  # the source walk, on stderr: the rows on stdout stay clean
             training_rows = document_rows(path)
         for row in training_rows:
             click.echo(json.dumps({**row.data, "row_key": row.row_key}, ensure_ascii=False))
         return
-    from dlmstore.document.show import summarize
+    from dlmstore.corpus.show import summarize
 
     with progress_shown(as_json=as_json):
         summary = summarize(path)

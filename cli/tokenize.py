@@ -10,7 +10,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 @click.command("tokenize")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--no-cache", is_flag=True, help="Tokenize everything; neither read nor write cache entries.")
-@json_option("dlmstore.cache.tokenize:TokenizeSummary", help="Print the run summary as JSON.")
+@json_option("dlmstore.corpus.tokenize:TokenizeSummary", help="Print the run summary as JSON.")
 def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     """Tokenize the rows of the document at PATH, through the tokenized cache.
 
@@ -18,7 +18,7 @@ def tokenize_command(path: str, no_cache: bool, as_json: bool) -> None:
     through the tokenizer; the rest come from the cache. The run and its
     hit/miss numbers are recorded in the store (see `dlm metrics`).
     """
-    from dlmstore.cache.tokenize import tokenize_document
+    from dlmstore.corpus.tokenize import tokenize_document
 
     from .progress import progress_shown
 

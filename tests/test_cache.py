@@ -16,8 +16,8 @@ import pytest
 from dlmstore.cache.admin import cache_summary, clear, prune, verify
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array
-from dlmstore.cache.tokenize import tokenize_document
 from dlmstore.cache.uses import FOLD_AFTER, entries_used_by, fold
+from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.errors import StoreError
 from dlmstore.home import store_dir
 from dlmstore.id_arrays import pack_ids, unpack_ids

@@ -233,7 +233,7 @@ def test_show_json_of_a_plain_document_has_nothing_unused(runner: CliRunner, tmp
 
 
 def test_show_rows_prints_one_json_object_per_row_with_its_key(runner: CliRunner, tmp_path: Path) -> None:
-    from dlmstore.document.show import document_rows
+    from dlmstore.corpus.show import document_rows
 
     doc = write_doc(
         tmp_path / "doc.dlm",

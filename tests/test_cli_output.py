@@ -117,7 +117,7 @@ def test_dlm_exits_with_each_status_the_table_in_docs_cli_md_lists(
     def ctrl_c(path: str) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dlmstore.document.show.summarize", ctrl_c)
+    monkeypatch.setattr("dlmstore.corpus.show.summarize", ctrl_c)
     interrupted = runner.invoke(cli, ["show", str(doc)])
     assert interrupted.stderr == "error: interrupted\n"
     statuses["interrupted"] = interrupted.exit_code

@@ -28,8 +28,8 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
+from dlmstore.corpus.show import document_rows
 from dlmstore.document.parser import parse_document, parse_text
-from dlmstore.document.show import document_rows
 from dlmstore.document.versions import CURRENT_DLM_VERSION
 from dlmstore.errors import DocumentError
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dlmstore.cache.tokenize as tokenize_module
+import dlmstore.corpus.tokenize as tokenize_module
 from dlmstore.cache.encoders import TextBudget, calling_thread_encoding, pipelined, tokenizer_threads
-from dlmstore.cache.tokenize import tokenize_document
+from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.home import store_dir
 
 from .helpers import VALID_ID, write_doc

@@ -12,6 +12,7 @@ import typing
 import pytest
 from pydantic import BaseModel
 
+from dlmstore.corpus.show import document_warnings
 from dlmstore.document.frontmatter import (
     DEFAULT_BASE_MODEL,
     AdapterSettings,
@@ -30,7 +31,6 @@ from dlmstore.document.frontmatter import (
 )
 from dlmstore.document.loading import load_frontmatter
 from dlmstore.document.parser import parse_text
-from dlmstore.document.show import document_warnings
 from dlmstore.document.versions import CURRENT_DLM_VERSION
 from dlmstore.errors import DocumentError, DocumentProblems
 

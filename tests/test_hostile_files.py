@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import dlmstore.cache.tokenize as tokenize_module
-from dlmstore.cache.tokenize import tokenize_document
+import dlmstore.corpus.tokenize as tokenize_module
 from dlmstore.cli.main import cli
+from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.document.rows import MAX_ROW_BYTES, text_bytes
 from dlmstore.home import store_dir
 

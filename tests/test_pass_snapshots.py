@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import dlmstore.document.corpus
-import dlmstore.document.show
-from dlmstore.cache.tokenize import TokenizeSummary, tokenize_document
-from dlmstore.document.show import summarize
+import dlmstore.corpus.assemble
+import dlmstore.corpus.show
+from dlmstore.corpus.show import summarize
+from dlmstore.corpus.tokenize import TokenizeSummary, tokenize_document
 from dlmstore.home import store_dir
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.store.database import DB_NAME
@@ -53,14 +53,14 @@ def _tree(tmp_path: Path) -> Path:
 def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count full expansions (``load_corpus`` calls) from here on."""
     calls: list[int] = []
-    real = dlmstore.document.corpus.load_corpus
+    real = dlmstore.corpus.assemble.load_corpus
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dlmstore.document.corpus, "load_corpus", counted)
-    monkeypatch.setattr(dlmstore.document.show, "load_corpus", counted)
+    monkeypatch.setattr(dlmstore.corpus.assemble, "load_corpus", counted)
+    monkeypatch.setattr(dlmstore.corpus.show, "load_corpus", counted)
     return calls
 
 

@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, conversations, encode_preferences
-from dlmstore.cache.tokenize import PassResult, tokenize_pass
+from dlmstore.corpus.pass_result import PassResult
+from dlmstore.corpus.tokenize import tokenize_pass
 from dlmstore.document.rows import Row
 from dlmstore.errors import TrainingError
 from dlmstore.train.preference_data import (
@@ -97,7 +98,7 @@ def run_pass(
     """The tokenize pass as ``dlm train`` runs it (a recorded run, the base's own tokenizer)."""
     from dlmstore.bases import load_tokenizer as load_base_tokenizer
     from dlmstore.bases import resolve_base
-    from dlmstore.document.corpus import load_corpus
+    from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.store.database import open_store
@@ -166,7 +167,7 @@ def trainer_columns(trainer: Any, names: tuple[str, ...]) -> dict[str, list[list
 
 
 def preference_rows(doc: Path) -> list[Row]:
-    from dlmstore.document.corpus import load_corpus
+    from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
 
     return [row for row in load_corpus(parse_document(doc)).rows() if row.kind == "preference"]
@@ -429,8 +430,8 @@ def test_several_refused_triples_are_counted_in_one_message(tmp_path: Path, tiny
 
 
 def test_dlm_show_warns_about_a_triple_whose_chosen_equals_its_rejected(tmp_path: Path) -> None:
+    from dlmstore.corpus.show import document_warnings
     from dlmstore.document.parser import parse_document
-    from dlmstore.document.show import document_warnings
 
     body = "::preference::\n### Prompt\np\n### Chosen\nsame\n### Rejected\nr\n\n### Prompt\nq\n### Chosen\nsame\n### Rejected\nsame\n"
     doc = write_doc(tmp_path / "doc.dlm", body=body)

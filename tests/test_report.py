@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
+from dlmstore.corpus.show import document_rows
 from dlmstore.document.rows import row_key, text_row_key
 from dlmstore.document.sections import Section
-from dlmstore.document.show import document_rows
 from dlmstore.home import store_dir
 from dlmstore.lock import write_lock
 from dlmstore.report.contents import SourceFolder, build_report

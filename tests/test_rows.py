@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dlmstore.document.rows as rows_module
-from dlmstore.document.corpus import load_corpus
+from dlmstore.corpus.assemble import load_corpus
 from dlmstore.document.parser import parse_text
 from dlmstore.document.rows import ROW_KEY_SCHEME, Row, document_rows, row_counts, row_key, section_rows
 from dlmstore.document.sections import Section

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dlmstore.cache.tokenize import tokenize_document
-from dlmstore.document.corpus import load_corpus
+from dlmstore.corpus.assemble import load_corpus
+from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.document.parser import parse_document
 from dlmstore.document.sections import section_digest
 from dlmstore.errors import SourceError
@@ -146,7 +146,7 @@ def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_show_reads_only_the_files_the_last_tokenize_did_not_prove_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlmstore.document.show import summarize
+    from dlmstore.corpus.show import summarize
 
     doc = _corpus(tmp_path)
     before = summarize(doc)  # no store yet: every file is read
@@ -161,7 +161,7 @@ def test_show_reads_only_the_files_the_last_tokenize_did_not_prove_unchanged(
 
 
 def test_show_reads_a_racily_clean_file_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlmstore.document.show import summarize
+    from dlmstore.corpus.show import summarize
 
     notes = tmp_path / "notes"
     notes.mkdir()

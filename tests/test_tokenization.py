@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlmstore.cache.tokenize import tokenize_document
 from dlmstore.cache.trl_encoding import encode_rows
-from dlmstore.document.corpus import load_corpus
+from dlmstore.corpus.assemble import load_corpus
+from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.document.parser import parse_document
 from dlmstore.home import store_dir
 

@@ -66,7 +66,7 @@ class Lookup:
             empty when the lookup did not verify).
         ids: the ids of the entries found (and logged as used).
         changes: ``cache_totals.changes`` read with them: while it has not
-            moved, none of them was deleted or moved (``dlmstore.cache.snapshot``).
+            moved, none of them was deleted or moved (``dlmstore.corpus.snapshot``).
     """
 
     tokens: dict[str, tuple[memoryview, str]]

@@ -6,7 +6,7 @@ without (as ``apply_chat_template(tokenize=True)`` does). Where a fast
 tokenizer's ``__call__`` is exactly its Rust backend's ``encode_batch``,
 the backend is called directly (:func:`encode_texts`). The parity tests
 (``tests/test_tokenization.py``) compare this with TRL's own path; the
-tokenize pass (``dlmstore.cache.tokenize``) and the text-only tokenizer
+tokenize pass (``dlmstore.corpus.tokenize``) and the text-only tokenizer
 (``dlmstore.cache.rust_tokenizer``) use it.
 """
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlmstore.bases import resolve_base
-from dlmstore.cache import snapshot as snapshots
 from dlmstore.cache.admin import cache_summary
 from dlmstore.collector import paused
-from dlmstore.document.corpus import load_corpus
+from dlmstore.corpus import snapshot as snapshots
+from dlmstore.corpus.assemble import load_corpus
 from dlmstore.document.frontmatter import unused_keys
 from dlmstore.document.parser import Document, parse_document, preference_triples
 from dlmstore.document.rows import Row, row_counts
@@ -133,7 +133,7 @@ def summarize(path: str | Path) -> DocumentSummary:
     store_path = store_dir(document.dlm_id)
     rows = row_counts(document.sections)
     # What the last all-hits `dlm tokenize` found, when a stat of every folder
-    # and file proves the tree unchanged (dlmstore.cache.snapshot): no walk.
+    # and file proves the tree unchanged (dlmstore.corpus.snapshot): no walk.
     snapshot = snapshots.load_read_only(store_path / DB_NAME, document)
     if snapshot is not None and snapshots.tree_holds(snapshot, document):
         source_sections = snapshot.counts.source_sections

@@ -49,13 +49,13 @@ if TYPE_CHECKING:
     from array import array
     from pathlib import Path
 
-    from dlmstore.cache.tokenize import PassResult
-    from dlmstore.document.corpus import Corpus
+    from dlmstore.corpus.assemble import Corpus
+    from dlmstore.corpus.pass_result import PassResult
     from dlmstore.document.parser import Document
     from dlmstore.sources.expand import SourceProvenance
     from dlmstore.store.database import Store
 
-_log = logging.getLogger("dlmstore.cache.tokenize")  # the pass's own log, however it was answered
+_log = logging.getLogger("dlmstore.corpus.tokenize")  # the pass's own log, however it was answered
 
 #: Bump when what a tree expands to changes for the same files (walk, read or row rules).
 RULES_VERSION = 1
@@ -245,8 +245,8 @@ def replay(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes: int)
     ``max_bytes``, as ``tokenize_pass`` does; no row is built, looked up or read.
     """
     from dlmstore.cache.entries import cache_bytes, evict
-    from dlmstore.cache.tokenize import PassResult
     from dlmstore.cache.uses import log_use
+    from dlmstore.corpus.pass_result import PassResult
     from dlmstore.store.events import TokenizationEvent
 
     start = time.perf_counter()

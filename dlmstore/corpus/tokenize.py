@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlmstore.cache.encoders import pipelined, tokenizer_threads
@@ -49,7 +49,8 @@ from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
 from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
-from dlmstore.document.corpus import Corpus
+from dlmstore.corpus.assemble import Corpus
+from dlmstore.corpus.pass_result import PassResult, TokenizedRows
 from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
 from dlmstore.plural import plural
 from dlmstore.prefix.stats import PrefixCacheStats
@@ -76,75 +77,6 @@ TRIM_AFTER_BYTES = 1 << 20
 #: nothing. The text being encoded at once stays within ``BATCH_BYTES``.
 CHUNK_ROWS = 32
 CHUNK_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class TokenizedRows:
-    """Token ids of the tokenized rows in corpus order: ``values[offsets[i]:offsets[i+1]]``."""
-
-    row_keys: tuple[str, ...]
-    kinds: tuple[str, ...]
-    offsets: np.ndarray
-    values: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.row_keys)
-
-    def input_ids(self, index: int) -> np.ndarray:
-        return self.values[self.offsets[index] : self.offsets[index + 1]]
-
-    @property
-    def token_count(self) -> int:
-        return int(self.offsets[-1])
-
-    def to_arrow(self) -> Any:
-        """A pyarrow table with ``input_ids``, ``attention_mask`` and ``labels`` list columns, zero-copy where possible."""
-        import numpy as np
-        import pyarrow as pa
-
-        offsets = pa.array(self.offsets.astype(np.int32 if self.token_count < 2**31 else np.int64))
-        ids = pa.array(self.values)  # uint16/uint32 as stored: no copy, no widening
-        ones = pa.array(np.ones(len(self.values), dtype=np.uint8))
-        list_type = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
-        input_ids = list_type.from_arrays(offsets, ids)
-        # labels == input_ids (TRL shifts them in the loss). Giving them here
-        # spares TRL its per-token Python pass that builds them row by row.
-        return pa.table(
-            {
-                "input_ids": input_ids,
-                "attention_mask": list_type.from_arrays(offsets, ones),
-                "labels": input_ids,
-            }
-        )
-
-    def to_dataset(self) -> Any:
-        """A Hugging Face ``datasets.Dataset`` for ``SFTTrainer`` (built from the arrays)."""
-        import datasets
-
-        return datasets.Dataset(self.to_arrow())
-
-
-@dataclass(frozen=True)
-class PassResult:
-    """Everything a tokenize pass returns."""
-
-    event: TokenizationEvent
-    rows: TokenizedRows | None  # None unless the pass was asked to materialize
-    token_count: int  # tokens of ``rows``
-    preference_rows: int
-    preference_tokens: int  # tokens of the chosen and rejected conversations
-    preferences: TokenizedPreferences | None  # None unless the pass was asked to materialize
-    damaged_entries: int
-    evicted_entries: int
-    tokenizer_sha256: str
-    warnings: tuple[str, ...] = field(default=())
-    prefix_cache: PrefixCacheStats | None = None
-    #: Ids of every cache entry the rows now have, and ``cache_totals.changes``
-    #: read when the found ones were found; ``None`` when the pass bypassed
-    #: the cache or some row's entry was not registered by this pass
-    #: (``dlmstore.cache.snapshot`` needs all of them).
-    entry_ids: list[int] | None = None
-    cache_changes: int | None = None
 
 
 def tokenize_pass(
@@ -443,10 +375,10 @@ def tokenize_document(
         StoreError: the store cannot be created or written.
     """
     from dlmstore.bases import resolve_base
-    from dlmstore.cache import snapshot as snapshots
     from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.collector import paused
-    from dlmstore.document.corpus import load_corpus
+    from dlmstore.corpus import snapshot as snapshots
+    from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.sources.statcache import StatCache
@@ -463,7 +395,7 @@ def tokenize_document(
     source_warnings: tuple[str, ...] = ()
     with open_store(document.dlm_id) as store, paused():  # one object per file, none in a cycle
         # A pass that only counts, over what the last all-hits pass saw, is
-        # answered from that pass's snapshot (dlmstore.cache.snapshot).
+        # answered from that pass's snapshot (dlmstore.corpus.snapshot).
         snapshot = None
         if enabled and not materialize:
             snapshot = snapshots.holding(

@@ -56,7 +56,7 @@ ROW_KEY_SCHEME = "row-v2"
 #: row (TRL truncates), a few KiB of text, so the limit costs little
 #: training signal. Source files over it are skipped by the default
 #: ``max_bytes_per_file`` (``dlmstore.sources.defaults``); an in-body row
-#: over it is an error (``dlmstore.document.corpus``).
+#: over it is an error (``dlmstore.corpus.assemble``).
 MAX_ROW_BYTES = 4 * 1024 * 1024
 
 ROW_KINDS = ("text", "messages", "preference")

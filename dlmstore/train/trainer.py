@@ -158,11 +158,11 @@ def _train(
     resume: bool,
 ) -> TrainSummary:
     from dlmstore.bases import load_tokenizer, model_source, resolve_base, tokenizer_source
-    from dlmstore.cache.tokenize import tokenize_pass
+    from dlmstore.corpus.tokenize import tokenize_pass
     from dlmstore.collector import paused
-    from dlmstore.document.corpus import load_corpus
+    from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
-    from dlmstore.document.show import document_warnings
+    from dlmstore.corpus.show import document_warnings
     from dlmstore.errors import DlmError
     from dlmstore.fingerprint import tokenizer_sha256
     from dlmstore.lock import begin_lock
