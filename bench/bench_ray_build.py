@@ -98,8 +98,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
 
-    from dlmstore.datasets.build.engines import RayEngine
-    from dlmstore.datasets.build.ray_build import ray_session
+    from dlmstore.datasets.build.ray_build import RayEngine, ray_session
     from dlmstore.datasets.build.recipes import encoder_for_base
     from dlmstore.datasets.meta import sha256_file
 

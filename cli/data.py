@@ -47,7 +47,7 @@ def _with_engine(command: Any) -> Any:
 
 
 def _engine(engine: str, ray_address: str | None, workers: int | None) -> Any:
-    from dlmstore.datasets.build.engines import engine_for
+    from dlmstore.datasets.build.recipes import engine_for
 
     if engine == "local" and (ray_address or workers):
         raise click.UsageError("--ray-address and --workers need --engine ray")

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.datasets.build.encoding import TextEncoder
-from dlmstore.datasets.build.engines import RayEngine
 from dlmstore.datasets.build.pretrain import build_pretrain_cache
+from dlmstore.datasets.build.ray_build import RayEngine
 from dlmstore.datasets.build.sft import build_sft_cache
 from dlmstore.errors import DatasetError
 

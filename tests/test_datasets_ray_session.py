@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dlmstore.datasets.build.engines import RayEngine
+from dlmstore.datasets.build.ray_build import RayEngine
 from dlmstore.datasets.build.recipes import build_pretrain_from
 
 from .helpers import file_hashes

@@ -7,11 +7,13 @@ Two folders over a shared bottom. At the bottom, the file formats
 
 :mod:`.build` writes: the builders turn a stream of texts or conversations
 into flat token files plus a ``meta.json`` (:mod:`.build.pretrain`,
-:mod:`.build.sft`), in this process or, with ``engine=RayEngine(...)``
-(:mod:`.build.engines`), on Ray (:mod:`.build.ray_build`,
-:mod:`.build.blocks`); the split and budget rules both follow are in
-:mod:`.build.routing`, and :mod:`.build.recipes` composes sources, builders
-and engines for ``dlm data build``.
+:mod:`.build.sft`). They receive the engine they run on
+(:mod:`.build.engines`): ``None`` for this process, or
+``RayEngine(...)`` for Ray (:mod:`.build.ray_build`, :mod:`.build.blocks`),
+which imports them and not the other way round. The split and budget
+rules both engines follow are in :mod:`.build.routing`;
+:mod:`.build.recipes` composes sources, builders and engines for
+``dlm data build``.
 
 :mod:`.read` serves the datasets to training without loading them into
 memory (:mod:`.read.mmap_dataset`, :mod:`.read.pretrain_dataset`,

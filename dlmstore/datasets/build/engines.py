@@ -1,71 +1,88 @@
 """Which engine builds a dataset: this process, or a Ray cluster.
 
-``dlm data build ... --engine local|ray`` picks one. This module only
-describes the choice; it never imports Ray (:mod:`.ray_build` does, when a
-build runs on it), so ``dlm --help`` and local builds stay free of it.
+``dlm data build ... --engine local|ray`` picks one
+(:func:`~.recipes.engine_for`). The builders (:mod:`.pretrain`,
+:mod:`.sft`) receive an :class:`Engine`, ``None`` meaning this process,
+and call it; they never import one. The Ray engine
+(:class:`~.ray_build.RayEngine`) lives with the code that runs it. This
+module is the seam only: it imports no builder and no engine, and never
+Ray, so ``dlm --help`` and local builds stay free of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from dlmstore.datasets.build.chat import ChatEncoding
+    from dlmstore.datasets.build.encoding import TextEncoder
+    from dlmstore.datasets.build.output import Clock
+    from dlmstore.datasets.build.routing import PretrainRouter
+    from dlmstore.datasets.meta import FileEntry
 
 ENGINES = ("local", "ray")
 DEFAULT_BLOCK_DOCS = 1024
 
 
-@dataclass(frozen=True)
-class RayEngine:
-    """Build on Ray.
+class Engine(Protocol):
+    """Somewhere other than this process that builds a dataset's files.
 
-    Args:
-        address: the cluster (``host:port`` of its head, ``ray://...`` or
-            ``auto``); ``None``: the ``RAY_ADDRESS`` environment variable,
-            else a local Ray started for the build and stopped after.
-        workers: the CPUs of the local Ray started for the build, so
-            at most that many tasks run at once; on a Ray already
-            running (a cluster), the build keeps ``2 * workers`` tasks in
-            flight and Ray runs as many as it has CPUs for (default: the
-            CPUs of the cluster).
-        block_docs: documents per tokenizing task; the output does not
-            depend on it.
+    A builder resolves and checks its settings, enters :meth:`session`
+    before it touches the output directory, and hands the engine the
+    input and the output directory; it writes ``meta.json`` itself from
+    what the engine returns.
     """
 
-    address: str | None = None
-    workers: int | None = None
-    block_docs: int = DEFAULT_BLOCK_DOCS
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        """Connected for the builds inside (they reuse it); a failure to connect raises here."""
+        ...
 
-    def resolved_address(self) -> str | None:
-        return self.address or os.environ.get("RAY_ADDRESS") or None
+    def build_pretrain(
+        self,
+        spec: Any,
+        labelled: Iterator[tuple[str, str | None]],
+        stop: dict[str, bool],
+        out: Path,
+        clock: Clock,
+    ) -> tuple[list[FileEntry], PretrainRouter]:
+        """Tokenize and write a pretrain dataset; returns its files and routing.
+
+        ``spec`` is the builder's resolved settings
+        (:class:`~.pretrain.PretrainSpec`), ``labelled`` its documents
+        with their fixed split (``None``: drawn), ``stop`` the splits that
+        are full, kept up to date for the reader of ``labelled``.
+        """
+        ...
+
+    def build_sft(
+        self,
+        examples: Iterable[Any],
+        out: Path,
+        chat: ChatEncoding,
+        encoder: TextEncoder,
+        dtype_name: str,
+        val_frac: float,
+        seed: int,
+        clock: Clock,
+        name: str,
+    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int]:
+        """Tokenize and write an SFT dataset.
+
+        Returns:
+            ``(files, skip counts, examples per split, tokens per split, examples read)``.
+        """
+        ...
 
 
-def engine_for(
-    engine: str, *, ray_address: str | None = None, workers: int | None = None
-) -> RayEngine | None:
-    """The engine object for a ``--engine`` value (``None`` for local).
-
-    Raises:
-        DatasetError: ``ray`` without Ray installed (checked here, before
-            anything is loaded or written).
-    """
-    if engine == "local":
-        return None
-    from dlmstore.datasets.build.ray_build import import_ray
-
-    import_ray()
-    return RayEngine(address=ray_address, workers=workers)
-
-
-def engine_session(engine: RayEngine | None) -> contextlib.AbstractContextManager[Any]:
-    """Ray connected for the builds inside (they reuse it); nothing for the local engine.
+def engine_session(engine: Engine | None) -> contextlib.AbstractContextManager[Any]:
+    """``engine`` connected for the builds inside (they reuse it); nothing for this process.
 
     A build connects before it touches its output directory, so an
     unreachable cluster leaves an existing dataset as it was.
     """
     if engine is None:
         return contextlib.nullcontext()
-    from dlmstore.datasets.build.ray_build import ray_session
-
-    return ray_session(engine)
+    return engine.session()

@@ -41,7 +41,7 @@ import numpy as np
 
 from dlmstore import __version__
 from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.engines import Engine, engine_session
 from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
@@ -85,7 +85,7 @@ def build_pretrain_cache(
     tokenizer_sha256: str | None = None,
     batch_docs: int = DEFAULT_BATCH_DOCS,
     progress: ProgressFn | None = None,
-    engine: RayEngine | None = None,
+    engine: Engine | None = None,
 ) -> BuildResult:
     """Tokenize ``texts`` into train/val shards under ``out_dir``; returns what was written.
 
@@ -108,8 +108,9 @@ def build_pretrain_cache(
             is computed from the tokenizer when not given).
         batch_docs: documents per tokenizer call (local engine).
         progress: called with documents and tokens read so far.
-        engine: build on Ray (:class:`~.engines.RayEngine`); ``None``: in
-            this process. The output is byte-identical either way.
+        engine: where to build (an :class:`~.engines.Engine`, e.g.
+            :class:`~.ray_build.RayEngine`); ``None``: in this process.
+            The output is byte-identical either way.
 
     Raises:
         DatasetError: empty input, a non-text document, a dtype that
@@ -178,9 +179,7 @@ def build_pretrain_cache(
         if engine is None:
             entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
         else:
-            from dlmstore.datasets.build.ray_build import build_pretrain_on_ray
-
-            entries, router = build_pretrain_on_ray(spec, labelled, stop, out, clock, engine)
+            entries, router = engine.build_pretrain(spec, labelled, stop, out, clock)
         seen = router.read
         if not any(router.docs.values()):
             what = (

@@ -18,8 +18,13 @@ attempt, so a retry rewrites the same bytes. A build that fails leaves
 its finished spill files: rerunning the command loads them instead of
 tokenizing again.
 
-Ray is imported here and nowhere else; without it, :func:`ray_session`
-says how to install it.
+:class:`RayEngine` is the :class:`~.engines.Engine` a builder receives to
+run here: its methods are :func:`ray_session`, :func:`build_pretrain_on_ray`
+and :func:`build_sft_on_ray`. The builders never import this module; it
+imports what it needs of them one way (:mod:`.sft`'s ``check_some``,
+:mod:`.pretrain`'s spec type). Ray is
+imported here and nowhere else, inside functions (:func:`import_ray`);
+without it, :func:`ray_session` says how to install it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +56,7 @@ from dlmstore.datasets.build.blocks import (
 )
 from dlmstore.datasets.build.chat import ChatEncoding
 from dlmstore.datasets.build.encoding import TextEncoder
-from dlmstore.datasets.build.engines import RayEngine
+from dlmstore.datasets.build.engines import DEFAULT_BLOCK_DOCS
 from dlmstore.datasets.build.output import Clock, batched
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
@@ -78,6 +84,61 @@ def import_ray() -> Any:
             "--engine ray needs Ray, which is not installed", hint=f"install it: {INSTALL_HINT}"
         ) from None
     return ray
+
+
+@dataclass(frozen=True)
+class RayEngine:
+    """Build on Ray: an :class:`~.engines.Engine` run by this module's functions.
+
+    Args:
+        address: the cluster (``host:port`` of its head, ``ray://...`` or
+            ``auto``); ``None``: the ``RAY_ADDRESS`` environment variable,
+            else a local Ray started for the build and stopped after.
+        workers: the CPUs of the local Ray started for the build, so
+            at most that many tasks run at once; on a Ray already
+            running (a cluster), the build keeps ``2 * workers`` tasks in
+            flight and Ray runs as many as it has CPUs for (default: the
+            CPUs of the cluster).
+        block_docs: documents per tokenizing task; the output does not
+            depend on it.
+    """
+
+    address: str | None = None
+    workers: int | None = None
+    block_docs: int = DEFAULT_BLOCK_DOCS
+
+    def resolved_address(self) -> str | None:
+        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+    def session(self) -> AbstractContextManager[tuple[Any, int]]:
+        """:func:`ray_session`: Ray connected (or started) for the builds inside."""
+        return ray_session(self)
+
+    def build_pretrain(
+        self,
+        spec: PretrainSpec,
+        labelled: Iterator[tuple[str, str | None]],
+        stop: dict[str, bool],
+        out: Path,
+        clock: Clock,
+    ) -> tuple[list[FileEntry], PretrainRouter]:
+        """:func:`build_pretrain_on_ray` on this engine."""
+        return build_pretrain_on_ray(spec, labelled, stop, out, clock, self)
+
+    def build_sft(
+        self,
+        examples: Iterable[Any],
+        out: Path,
+        chat: ChatEncoding,
+        encoder: TextEncoder,
+        dtype_name: str,
+        val_frac: float,
+        seed: int,
+        clock: Clock,
+        name: str,
+    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int]:
+        """:func:`build_sft_on_ray` on this engine."""
+        return build_sft_on_ray(examples, out, chat, encoder, dtype_name, val_frac, seed, clock, self, name)
 
 
 @contextmanager

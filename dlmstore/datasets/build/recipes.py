@@ -15,6 +15,10 @@ Sources are independent: one that fails (unreachable offline, a bad local
 file) is recorded with its one-line reason and the others still build.
 roam is built only from a local folder; gutenberg is a stub (directories
 and a meta.json with ``"built": false``) unless given a local folder.
+
+This is the layer that composes builders and engines: ``--engine`` becomes
+an engine here (:func:`engine_for`, which imports :mod:`.ray_build` only
+when Ray is asked for) and is handed to the builders.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 from dlmstore.datasets.build import catalog as src
 from dlmstore.datasets.build.encoding import TextEncoder
-from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.engines import Engine, engine_session
 from dlmstore.datasets.build.local import data_files, iter_local_records, iter_local_texts, read_text_file
 from dlmstore.datasets.build.output import BuildResult, ProgressFn
 from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
@@ -138,6 +142,21 @@ def encoder_for_base(base: str) -> TextEncoder:
     return encoder
 
 
+def engine_for(engine: str, *, ray_address: str | None = None, workers: int | None = None) -> Engine | None:
+    """The engine for a ``--engine`` value: ``None`` (this process) for ``local``, else a Ray engine.
+
+    Raises:
+        DatasetError: ``ray`` without Ray installed (checked here, before
+            anything is loaded or written).
+    """
+    if engine == "local":
+        return None
+    from dlmstore.datasets.build.ray_build import RayEngine, import_ray
+
+    import_ray()
+    return RayEngine(address=ray_address, workers=workers)
+
+
 def build_pretrain_from(
     source: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -149,7 +168,7 @@ def build_pretrain_from(
     train_tokens: int | None = None,
     val_tokens: int | None = None,
     progress: ProgressFn | None = None,
-    engine: RayEngine | None = None,
+    engine: Engine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
@@ -201,7 +220,7 @@ def build_sft_from(
     base: str = DEFAULT_BASE,
     store_dir: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
-    engine: RayEngine | None = None,
+    engine: Engine | None = None,
     **options: Any,
 ) -> DatasetBuild:
     """Build an SFT dataset from local JSONL/Parquet conversations and register it.
@@ -236,7 +255,7 @@ def build_all(
     local: dict[str, str] | None = None,
     only: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
-    engine: RayEngine | None = None,
+    engine: Engine | None = None,
 ) -> BuildAllResult:
     """Build every source of the spec into ``cache_dir`` and register each there.
 
@@ -309,7 +328,7 @@ def _fineweb(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
-    engine: RayEngine | None,
+    engine: Engine | None,
 ) -> BuildResult:
     common: dict[str, Any] = {
         "tokenizer": encoder,
@@ -354,7 +373,7 @@ def _wikitext(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
-    engine: RayEngine | None,
+    engine: Engine | None,
 ) -> BuildResult:
     name, config = "wikitext", o.wikitext_config
     train: Iterable[str]
@@ -403,7 +422,7 @@ def _local_folder(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
-    engine: RayEngine | None,
+    engine: Engine | None,
 ) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
     import torch
@@ -444,7 +463,7 @@ def _sft(
     seed: int,
     o: BuildAllOptions,
     progress: ProgressFn | None,
-    engine: RayEngine | None,
+    engine: Engine | None,
 ) -> BuildResult:
     dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
     source: dict[str, Any]

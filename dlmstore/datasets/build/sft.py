@@ -33,7 +33,7 @@ import numpy as np
 from dlmstore import __version__
 from dlmstore.datasets.build.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
 from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
-from dlmstore.datasets.build.engines import RayEngine, engine_session
+from dlmstore.datasets.build.engines import Engine, engine_session
 from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
@@ -77,7 +77,7 @@ def build_sft_cache(
     tokenizer_sha256: str | None = None,
     batch_examples: int = DEFAULT_BATCH_EXAMPLES,
     progress: ProgressFn | None = None,
-    engine: RayEngine | None = None,
+    engine: Engine | None = None,
 ) -> BuildResult:
     """Tokenize conversations into ``out_dir``; returns what was written.
 
@@ -119,10 +119,8 @@ def build_sft_cache(
         clock = Clock(name, progress)
         seen = 0
         if engine is not None:
-            from dlmstore.datasets.build.ray_build import build_sft_on_ray
-
-            entries, counts, offset_counts, filled, seen = build_sft_on_ray(
-                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, engine, name
+            entries, counts, offset_counts, filled, seen = engine.build_sft(
+                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, name
             )
         else:
             files = {
