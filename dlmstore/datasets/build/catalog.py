@@ -10,7 +10,7 @@ from torch). Every source also reads a local copy (``--local NAME=PATH``:
 Parquet/JSONL/text files, see :mod:`.local`).
 
 A source that cannot be reached or read raises
-:class:`~.errors.SourceUnavailableError` with one line naming it and how
+:class:`~dlmstore.errors.SourceUnavailableError` with one line naming it and how
 to point it at local files, whether the failure happens when the dataset
 is opened or later while streaming; build-all records it and goes on with
 the other sources.

@@ -20,7 +20,7 @@ elsewhere.
 The dataset holds no position: ``state_dict()`` is ``{"epoch",
 "total_samples"}`` and the sampler/loader track where an epoch is
 (:mod:`.sampler`, :mod:`.loader`). Pages read are released from the
-process every ``release_bytes`` (:class:`~.formats.ResidencyBudget`), so
+process every ``release_bytes`` (:class:`~dlmstore.datasets.formats.ResidencyBudget`), so
 RSS stays flat however large the dataset.
 """
 
