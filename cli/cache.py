@@ -172,7 +172,8 @@ def _open_to_verify(path: str) -> Store:
     from pathlib import Path
 
     from dlmstore.errors import DlmError
-    from dlmstore.store.database import DB_NAME, open_store, open_store_at
+    from dlmstore.store.connection import DB_NAME
+    from dlmstore.store.database import open_store, open_store_at
 
     if Path(path).is_dir():
         if not (Path(path) / DB_NAME).is_file():

@@ -20,7 +20,7 @@ from dlmstore.corpus.show import summarize
 from dlmstore.corpus.tokenize import TokenizeSummary, tokenize_document
 from dlmstore.home import store_dir
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
-from dlmstore.store.database import DB_NAME
+from dlmstore.store.connection import DB_NAME
 
 from .helpers import VALID_ID, write_doc
 

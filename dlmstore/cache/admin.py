@@ -36,8 +36,8 @@ from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.cache.uses import fold
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
-from dlmstore.store.connection import read_only
-from dlmstore.store.database import DB_NAME, Store
+from dlmstore.store.connection import DB_NAME, read_only
+from dlmstore.store.database import Store
 from dlmstore.store.regular_files import file_kind
 
 #: When another process has the store open, unregistered files younger than

@@ -27,7 +27,7 @@ from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
 from dlmstore.sources.expand import SourceProvenance
 from dlmstore.sources.statcache import StatCache
-from dlmstore.store.database import DB_NAME
+from dlmstore.store.connection import DB_NAME
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def register_in(store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLik
 
 def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[str, object] | None:
     """The meta.json a store recorded for ``dataset_dir``; ``None`` when it is not registered."""
-    from dlmstore.store.database import first_value
+    from dlmstore.store.connection import first_value
 
     with store.read() as conn:
         value = first_value(

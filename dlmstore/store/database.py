@@ -54,7 +54,6 @@ from dlmstore import __version__
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreDamagedError, StoreError, StoreVersionError
 from dlmstore.home import store_dir
-from dlmstore.migrations import HEAD_REVISION, REVISIONS
 from dlmstore.store import highwater
 from dlmstore.store.connection import (
     BUSY_TIMEOUT_S,
@@ -65,6 +64,7 @@ from dlmstore.store.connection import (
     read_only,
 )
 from dlmstore.store.flock import FileLock, store_lock
+from dlmstore.store.revisions import HEAD_REVISION, REVISIONS, script_location
 from dlmstore.ulid import new_ulid
 
 #: What a statement can raise: SQLite's errors, and the decode error of a
@@ -388,10 +388,8 @@ def _upgrade(db_path: Path, revision: str | None) -> None:
     from alembic.config import Config
     from sqlalchemy import create_engine
 
-    import dlmstore.migrations
-
     config = Config()
-    config.set_main_option("script_location", str(Path(dlmstore.migrations.__file__).parent))
+    config.set_main_option("script_location", str(script_location()))
     engine = create_engine(f"sqlite:///{db_path}", connect_args={"timeout": BUSY_TIMEOUT_S})
     try:
         with engine.connect() as conn:

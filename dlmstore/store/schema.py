@@ -35,7 +35,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from dlmstore.migrations import HEAD_REVISION, REVISIONS
+from dlmstore.store.revisions import HEAD_REVISION, REVISIONS
 
 __all__ = ["HEAD_REVISION", "REVISIONS", "metadata"]
 

@@ -37,8 +37,7 @@ from typing import Any, Literal
 
 from dlmstore.errors import DlmError, StoreDamagedError, StoreError
 from dlmstore.home import dlm_home, store_dir
-from dlmstore.store.connection import first_value, read_only
-from dlmstore.store.database import DB_NAME
+from dlmstore.store.connection import DB_NAME, first_value, read_only
 from dlmstore.store.flock import STORE_LOCK_NAME, FileLock
 from dlmstore.ulid import is_valid_ulid
 
@@ -238,7 +237,7 @@ def describe_store(folder: Path) -> StoreListing:
 
 def _read(db: Path) -> tuple[StoreStatus, str | None, str | None, LastRun | None, int | None]:
     """Status, document last seen, newest run and cache entries of one store.db, read-only."""
-    from dlmstore.migrations import HEAD_REVISION, REVISIONS
+    from dlmstore.store.revisions import HEAD_REVISION, REVISIONS
 
     with read_only(db) as conn:
         revision = _optional(conn, "SELECT version_num FROM alembic_version")
