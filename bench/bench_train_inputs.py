@@ -141,9 +141,9 @@ def pipeline(base: Path, dataset: Path) -> None:
 
     from dlmstore.bases import load_model, resolve_base
     from dlmstore.datasets.read.sampler import RankPartitionSampler
-    from dlmstore.train.examples import Collator, training_examples
-    from dlmstore.train.inputs import DatasetSpec, check_dataset_input
-    from dlmstore.train.supervised import EpochBatches, EpochLoader
+    from dlmstore.train.data.examples import Collator, training_examples
+    from dlmstore.train.data.inputs import DatasetSpec, check_dataset_input
+    from dlmstore.train.loops.supervised import EpochBatches, EpochLoader
 
     meta = json.loads((dataset / "meta.json").read_text())
     spec = DatasetSpec(path=dataset, weight=1.0, split="train", origin="bench")

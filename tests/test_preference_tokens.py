@@ -22,7 +22,7 @@ from dlmstore.corpus.pass_result import PassResult
 from dlmstore.corpus.tokenize import tokenize_pass
 from dlmstore.document.rows import Row
 from dlmstore.errors import TrainingError
-from dlmstore.train.preference_data import (
+from dlmstore.train.data.preference_data import (
     DPO_COLUMNS,
     ORPO_COLUMNS,
     check_preferences,

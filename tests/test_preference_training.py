@@ -120,12 +120,12 @@ def test_phase_sft_then_phase_preference_gives_the_all_runs_adapter(doc: Path) -
 def test_phase_preference_without_an_sft_adapter_is_an_error_before_the_model_loads(
     doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.train.trainer as trainer
+    import dlmstore.train.stages as stages
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(trainer, "_load_model", no_model)
+    monkeypatch.setattr(stages, "load_base_model", no_model)
     result = CliRunner().invoke(cli, ["-q", "train", str(doc), "--phase", "preference"])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [

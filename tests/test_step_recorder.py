@@ -11,7 +11,7 @@ from dlmstore.home import store_dir
 from dlmstore.progress import ProgressUpdate, reporting
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
-from dlmstore.train.callbacks import FLUSH_EVERY, StepRecorder
+from dlmstore.train.loops.callbacks import FLUSH_EVERY, StepRecorder
 
 from .helpers import VALID_ID
 

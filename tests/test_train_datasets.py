@@ -16,7 +16,7 @@ from dlmstore.cli.main import cli
 from dlmstore.errors import TrainingError
 from dlmstore.lock.policy import compare
 from dlmstore.store.digests import file_sha256
-from dlmstore.train.inputs import DatasetSpec, check_dataset_input, parse_dataset_option
+from dlmstore.train.data.inputs import DatasetSpec, check_dataset_input, parse_dataset_option
 from tests.helpers import make_lock, write_doc
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -119,7 +119,7 @@ def build_sft(tmp_path: Path, base: Path) -> Path:
 def test_an_sft_dataset_trains_its_assistant_tokens_only_mixed_with_a_pretrain_dataset_and_the_rows(
     tmp_path: Path, tiny_base: Path, pretrain: Path, tokenizer: Any
 ) -> None:
-    from dlmstore.train.examples import SftExamples
+    from dlmstore.train.data.examples import SftExamples
 
     chats = build_sft(tmp_path, tiny_base)
     doc = dataset_doc(tmp_path, tiny_base).read_text().replace("max_steps: 3", "max_steps: 8")
@@ -158,7 +158,7 @@ def load_model_is_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr("dlmstore.train.trainer._load_model", refuse)
+    monkeypatch.setattr("dlmstore.train.stages.load_base_model", refuse)
 
 
 @pytest.mark.parametrize(
@@ -299,7 +299,7 @@ def test_a_dataset_rebuilt_under_the_same_path_warns_against_the_lock_and_strict
 def test_packed_windows_do_not_train_across_documents_and_keep_the_models_label_alignment(
     pretrain: Path,
 ) -> None:
-    from dlmstore.train.examples import PackedWindows
+    from dlmstore.train.data.examples import PackedWindows
 
     windows = PackedWindows(pretrain, "train", 64)
     item = windows[0]
@@ -320,7 +320,7 @@ def test_a_window_of_several_documents_attends_within_each_document_only(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from dlmstore.train.examples import Collator, PackedWindows, Tagged
+    from dlmstore.train.data.examples import Collator, PackedWindows, Tagged
 
     windows = Tagged(PackedWindows(pretrain, "train", 64))
     item = next(windows[i] for i in range(len(windows)) if "position_ids" in windows[i])

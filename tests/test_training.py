@@ -126,7 +126,7 @@ def test_cli_overrides_change_steps_and_seed(doc: Path) -> None:
 def test_an_interrupted_run_is_failed_registers_nothing_and_the_next_run_works(
     doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlmstore.train.callbacks import StepRecorder
+    from dlmstore.train.loops.callbacks import StepRecorder
 
     def interrupt(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt

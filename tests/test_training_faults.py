@@ -32,7 +32,7 @@ from dlmstore.lock import LOCK_NAME, check_lock, lock_history, lock_transaction
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import finish_run, start_run
 from dlmstore.train.adapters import VERSIONS_DIR, save_version, stage_version, sweep_debris
-from dlmstore.train.integrity import check_adapter_weights, check_logged
+from dlmstore.train.loops.integrity import check_adapter_weights, check_logged
 from dlmstore.train.trainer import train_document
 
 from .helpers import VALID_ID, make_lock, write_doc
@@ -144,7 +144,7 @@ def test_a_learning_rate_of_inf_is_refused_when_the_document_is_read(tmp_path: P
 def test_weights_that_diverge_after_the_last_logged_step_are_refused_before_they_are_staged(
     tmp_path: Path, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlmstore.train.callbacks as callbacks
+    import dlmstore.train.loops.callbacks as callbacks
 
     monkeypatch.setattr(callbacks, "check_logged", lambda *a, **k: None)  # only the weights gate is left
     doc = _doc(tmp_path, base, "learning_rate: 1.0e+308")
@@ -237,7 +237,7 @@ def test_a_lock_that_cannot_be_written_fails_the_run_and_registers_no_adapter(
 def test_a_run_of_both_phases_interrupted_in_the_preference_phase_registers_neither_adapter(
     tmp_path: Path, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlmstore.train.callbacks import StepRecorder
+    from dlmstore.train.loops.callbacks import StepRecorder
 
     original = StepRecorder.on_step_end
 

@@ -13,8 +13,8 @@ from dlmstore.document.parser import parse_text
 from dlmstore.errors import DocumentError, TrainingError
 from dlmstore.home import store_dir
 from dlmstore.train import plan as plan_module
+from dlmstore.train.loops.reporting import TENSORBOARD_ENV, reporting, tensorboard_dir
 from dlmstore.train.plan import Hardware, check_settings, resolve_plan, sft_config_kwargs
-from dlmstore.train.reporting import TENSORBOARD_ENV, reporting, tensorboard_dir
 from dlmstore.train.trainer import train_document
 
 from .helpers import VALID_ID, write_doc
@@ -66,14 +66,14 @@ def test_a_missing_reporter_package_is_one_error_naming_the_pip_extra() -> None:
 def test_dlm_train_refuses_a_missing_reporter_before_the_model_loads(
     tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlmstore.train import trainer
+    from dlmstore.train import stages
 
     monkeypatch.setattr(plan_module, "probe_hardware", lambda: CPU)
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(trainer, "_load_model", no_model)
+    monkeypatch.setattr(stages, "load_base_model", no_model)
     doc = write_doc(
         tmp_path / "doc.dlm", frontmatter=f"base_model: {tiny_base}\ntraining:\n  report_to: trackio\n"
     )

@@ -137,7 +137,7 @@ def capture_lock(
         run_id: the ``runs.id`` of this run.
         license_acceptance: the accepted licence record, for bases that need one.
         datasets: the identities of the token datasets the run trains on
-            (:meth:`dlmstore.train.inputs.DatasetInput.identity`).
+            (:meth:`dlmstore.train.data.inputs.DatasetInput.identity`).
     """
     from dlmstore.lock.identity import base_model_identity
 

@@ -17,7 +17,7 @@ model sha256, licence, timestamps, run ids) are recorded but never compared.
   training terms, and a run with a preference phase against one without
   shows as ``preference.method: None -> 'dpo'``.
 * ``datasets.<path>#<split>.meta_sha256`` (a token dataset the run mixed
-  in, ``dlmstore.train.inputs``): WARN. The same folder now holds other
+  in, ``dlmstore.train.data.inputs``): WARN. The same folder now holds other
   bytes (rebuilt, or edited in place), which the document does not show;
   ``--strict-lock`` makes it an error. A dataset added or dropped, or a
   weight changed, is ALLOW: the document or the command line says so.

@@ -78,7 +78,7 @@ def run_identity(
     files changed under the same name is another base.
     """
     from dlmstore.lock.identity import base_model_identity
-    from dlmstore.train.inputs import inputs_sha256
+    from dlmstore.train.data.inputs import inputs_sha256
 
     revision, sha256 = base_model_identity(ref)
     return CheckpointIdentity(

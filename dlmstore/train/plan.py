@@ -360,7 +360,7 @@ def sft_config_kwargs(plan: TrainingPlan, output_dir: str) -> dict[str, Any]:
 
     Besides the plan: one log line per step (the step recorder stores it),
     no checkpoints (the adapter is saved by dlmstore), reporting only to
-    ``training.report_to`` (:mod:`dlmstore.train.reporting`), no
+    ``training.report_to`` (:mod:`dlmstore.train.loops.reporting`), no
     progress bar (dlmstore draws its own) and no loader workers.
     """
     kwargs = _trainer_kwargs(plan, output_dir, epochs=plan.num_epochs, learning_rate=plan.learning_rate)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlmstore.store.events import TokenizationEvent
+from dlmstore.train.data.usage import DatasetUse
 from dlmstore.train.plan import TrainingPlan
-from dlmstore.train.usage import DatasetUse
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ class Tagged(Dataset[Item]):
 
 
 def open_examples(inputs: Sequence[Any], sequence_len: int) -> list[Dataset[Item]]:
-    """One dataset per checked :class:`~dlmstore.train.inputs.DatasetInput`."""
+    """One dataset per checked :class:`~dlmstore.train.data.inputs.DatasetInput`."""
     out: list[Dataset[Item]] = []
     for item in inputs:
         if item.kind == "pretrain":

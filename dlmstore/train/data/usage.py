@@ -1,7 +1,7 @@
 """What a train run trained on: each rank's positions and counts, each dataset's share.
 
 During the SFT phase every rank's collator counts the items and tokens it
-trains per input (:class:`~dlmstore.train.examples.Collator`). At the end
+trains per input (:class:`~dlmstore.train.data.examples.Collator`). At the end
 each rank writes the positions it trained on to a file of its own,
 ``runs/<run>/sft-rank<r>.samples.npy``; the counts are gathered to rank 0,
 which registers them in one transaction: ``run_ranks`` (one row per rank)

@@ -10,7 +10,7 @@ DPO/ORPO ``rewards/chosen``, ``rewards/margins``, ``rewards/accuracies``,
 TRL metric is stored without a schema change.
 
 A logged loss or gradient norm that is NaN or infinite stops the run at
-that step (``dlmstore.train.integrity.check_logged``): the step is recorded,
+that step (``dlmstore.train.loops.integrity.check_logged``): the step is recorded,
 so ``dlm metrics --run-id`` shows where it diverged, and the
 :class:`TrainingError` fails the run before anything is registered.
 
@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 
 from dlmstore.clock import utc_now
 from dlmstore.progress import Task
-from dlmstore.train.integrity import check_logged
+from dlmstore.train.loops.integrity import check_logged
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store

@@ -5,7 +5,7 @@ accepts it: DLM bounds ``learning_rate`` below only) turns the loss and
 the gradients into inf or NaN within a step or two, and from then on every
 adapter weight is NaN. Before these checks such a run ended with exit 0
 and a registered adapter that ``dlm prompt`` would load. Two gates, as in
-DLM (``dlm/train/integrity.py``):
+DLM (``dlm/train/loops/integrity.py``):
 
 * :func:`check_logged`, on every logged step (the step recorder calls it):
   a loss or gradient norm that is not finite stops the run at that step;

@@ -13,7 +13,7 @@ copy of the base weights in memory:
 * ORPO has no reference model.
 
 The rows arrive pre-tokenized from the cache
-(``dlmstore.train.preference_data``), and the trainer classes used skip
+(``dlmstore.train.data.preference_data``), and the trainer classes used skip
 TRL's own tokenization. Only the trainable adapter is saved.
 """
 
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlmstore.document.frontmatter import PreferenceSettings
     from dlmstore.store.database import Store
+    from dlmstore.train.loops.fit import PhaseFit
     from dlmstore.train.plan import TrainingPlan
-    from dlmstore.train.trainer import PhaseFit
 
 
 def load_policy(base_model: Any, adapter_dir: Path) -> Any:
@@ -57,11 +57,14 @@ def fit_preference(
     from transformers import PrinterCallback, ProgressCallback
 
     from dlmstore.determinism import seed_everything
-    from dlmstore.train.callbacks import StepRecorder
+    from dlmstore.train.data.preference_data import (
+        pretokenized_dpo_trainer_class,
+        pretokenized_orpo_trainer_class,
+    )
+    from dlmstore.train.loops.callbacks import StepRecorder
+    from dlmstore.train.loops.fit import run_trainer
+    from dlmstore.train.loops.reporting import reporting
     from dlmstore.train.plan import preference_config_kwargs
-    from dlmstore.train.preference_data import pretokenized_dpo_trainer_class, pretokenized_orpo_trainer_class
-    from dlmstore.train.reporting import reporting
-    from dlmstore.train.trainer import run_trainer
 
     datasets.disable_progress_bars()
     # The same seed as a run that trains only this phase: `all` and `sft`
@@ -74,7 +77,7 @@ def fit_preference(
         kwargs = preference_config_kwargs(plan, settings, str(output))
         recorder = StepRecorder(store, run_id, phase="preference")
         t0 = time.perf_counter()
-        # training.report_to (dlmstore.train.reporting): reporters are set up while the trainer is built.
+        # training.report_to (dlmstore.train.loops.reporting): reporters are set up while the trainer is built.
         report = reporting(  # only rank 0 (the one with the store) reports
             plan.report_to if store is not None else (),
             store_path=Path(output) if store is None else store.path,

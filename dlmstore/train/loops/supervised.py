@@ -1,4 +1,4 @@
-"""The SFT phase: a LoRA adapter trained on the examples of :mod:`dlmstore.train.examples`.
+"""The SFT phase: a LoRA adapter trained on the examples of :mod:`dlmstore.train.data.examples`.
 
 The trainer is transformers' ``Trainer`` with two things of ours:
 
@@ -33,8 +33,8 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 
 from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.train.checkpoints import CheckpointIdentity, checkpoint_writes, register, write_rank_state
+from dlmstore.train.data.examples import TOKENS_KEY, Collator
 from dlmstore.train.distributed import World, barrier
-from dlmstore.train.examples import TOKENS_KEY, Collator
 
 
 class EpochBatches(Sampler[list[int]]):
@@ -199,18 +199,18 @@ def fit_sft(
     store_path: Path,
     dlm_id: str,
 ) -> Any:
-    """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.trainer.PhaseFit`.
+    """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.loops.fit.PhaseFit`.
 
     ``store`` is None on ranks other than 0 (they record nothing).
     """
     from peft import LoraConfig, get_peft_model
     from transformers import set_seed
 
-    from dlmstore.train.callbacks import StepRecorder
     from dlmstore.train.checkpoints import read_rank_state
+    from dlmstore.train.loops.callbacks import StepRecorder
+    from dlmstore.train.loops.fit import run_trainer
+    from dlmstore.train.loops.reporting import reporting
     from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
-    from dlmstore.train.reporting import reporting
-    from dlmstore.train.trainer import run_trainer
 
     checkpointing = bool(checkpoint_steps)
     # without checkpoints the trainer still wants an output folder; it writes nothing there
@@ -242,7 +242,7 @@ def fit_sft(
             dlm_id=dlm_id,
             run_id=run_id,
             phase="sft",
-        ) as report_names:  # training.report_to (dlmstore.train.reporting)
+        ) as report_names:  # training.report_to (dlmstore.train.loops.reporting)
             args = TrainingArguments(**kwargs, **report_names)
             trainer = SftTrainer(
                 model=peft_model,

@@ -1,0 +1,465 @@
+"""The stages of ``dlm train``, each taking and returning typed values.
+
+:func:`dlmstore.train.trainer.train_document` is the pipeline; this module
+is its steps, in the order they run:
+
+1. :func:`resolve` (every rank) - the document, its base model, the seed,
+   the token datasets asked for and this machine's precision: a
+   :class:`Setup`. Bad settings fail here, before anything is opened.
+2. :func:`locate` (rank 0) - the base's converted folder and tokenizer
+   fingerprint: a :class:`BaseFiles`.
+3. :func:`begin` (rank 0, store open, run recorded) - debris swept, the
+   checkpoint to resume found, the token datasets checked, the lock
+   validated: a :class:`Begun`.
+4. :func:`tokenize` (rank 0) - the cached tokenize pass, recorded as the
+   run's tokenization event: a :class:`Tokenized`.
+5. :func:`prepare` (rank 0) - the phases decided and the adapter the
+   preference phase starts from: a :class:`Prepared`, which rank 0 hands
+   every other rank (``dlmstore.train.distributed.share``).
+6. :func:`train_phases` (every rank) - the model loaded once, each phase
+   trained (:mod:`dlmstore.train.loops`) and, on rank 0, its adapter
+   staged: a :class:`Trained`.
+7. :func:`publish` (rank 0) - the staged adapters published and registered
+   with the run's lock, as one unit.
+
+Every stage's cost is a field of what it returns, and the pipeline adds
+them up into ``TrainTimings`` (``bench/bench_train.py`` prints the split).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlmstore.bases import BaseModelRef
+    from dlmstore.cache.preferences import TokenizedPreferences
+    from dlmstore.corpus.pass_result import PassResult, TokenizedRows
+    from dlmstore.document.frontmatter import TrainingSettings
+    from dlmstore.document.parser import Document
+    from dlmstore.lock.run import PendingLock
+    from dlmstore.store.database import Store
+    from dlmstore.train.adapters import AdapterVersion, StagedVersion
+    from dlmstore.train.checkpoints import Checkpoint
+    from dlmstore.train.data.inputs import DatasetInput, DatasetSpec
+    from dlmstore.train.distributed import World
+    from dlmstore.train.loops.fit import PhaseFit
+    from dlmstore.train.phases import PhasePlan
+    from dlmstore.train.plan import Hardware, Precision, TrainingPlan
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line asks of a run (``dlm train``'s options; see ``train_document``)."""
+
+    phase: str = "all"
+    no_cache: bool = False
+    max_steps: int | None = None
+    epochs: int | None = None
+    seed: int | None = None
+    lock_mode: str = "validate"
+    datasets: Sequence[str] = ()
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every rank resolves before anything is opened: the document, its base, this machine."""
+
+    document: Document
+    ref: BaseModelRef
+    seed: int
+    specs: list[DatasetSpec]
+    hardware: Hardware
+    precision: Precision
+    started: float  # perf_counter at the start of the run
+    framework_import: float  # seconds importing torch, transformers, trl, peft, datasets
+
+    @property
+    def settings(self) -> TrainingSettings:
+        return self.document.frontmatter.training
+
+
+@dataclass(frozen=True)
+class BaseFiles:
+    """The base model's converted folder and its tokenizer's fingerprint (rank 0)."""
+
+    folder: Path
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A recorded run, started: what it resumes, the datasets it trains on, its lock (rank 0)."""
+
+    tokenizer: Any  # the loaded Hugging Face tokenizer
+    inputs: list[DatasetInput]
+    checkpoint: Checkpoint | None
+    resumed_from: int | None
+    lock: PendingLock
+    startup: float  # seconds from the start of the run, less the framework import
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """The run's tokenize pass: its result, materialized (rank 0)."""
+
+    result: PassResult
+    rows: TokenizedRows
+    preferences: TokenizedPreferences
+    source_warnings: tuple[str, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What rank 0 prepares before the model loads, and hands every other rank."""
+
+    run_id: int
+    store_path: Path
+    rows: TokenizedRows
+    preferences: TokenizedPreferences
+    phases: PhasePlan
+    parent: AdapterVersion | None  # the SFT adapter a run without SFT starts its preference phase from
+    inputs: list[DatasetInput]
+    resume: Checkpoint | None
+    resumed_from: int | None
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What training the planned phases gave: one fit per phase, and (rank 0) their staged adapters."""
+
+    fits: list[PhaseFit]
+    staged: list[StagedVersion]
+    plan: TrainingPlan
+    model_load: float
+    accounting: dict[str, Any] | None  # this rank's SFT accounting (``dlmstore.train.data.usage``)
+
+
+def resolve(path: str, options: Options) -> Setup:
+    """Parse the document and check its training settings against this machine (every rank).
+
+    Raises:
+        DocumentError, SourceError: the document is invalid.
+        BaseModelError: the base model cannot be resolved.
+        TrainingError: the settings ask for what this machine cannot train,
+            or a ``--dataset`` option is malformed.
+    """
+    from dlmstore.bases import resolve_base
+    from dlmstore.document.parser import parse_document
+    from dlmstore.train.data.inputs import dataset_specs
+    from dlmstore.train.plan import check_settings, probe_hardware
+
+    started = time.perf_counter()
+    document = parse_document(path)
+    settings = document.frontmatter.training
+    specs = dataset_specs(document, options.datasets)
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    t0 = time.perf_counter()
+    _import_frameworks()
+    framework_import = time.perf_counter() - t0
+    hardware = probe_hardware()
+    return Setup(
+        document=document,
+        ref=ref,
+        seed=settings.seed if options.seed is None else options.seed,
+        specs=specs,
+        hardware=hardware,
+        precision=check_settings(settings, hardware),
+        started=started,
+        framework_import=framework_import,
+    )
+
+
+def locate(setup: Setup) -> BaseFiles:
+    """The base's folder and fingerprint; converts a built-in base once and fails fast on a broken one."""
+    from dlmstore.bases import model_source, tokenizer_source
+    from dlmstore.fingerprint import tokenizer_sha256
+
+    tokenizer_source(setup.ref)
+    folder = model_source(setup.ref)
+    return BaseFiles(folder=Path(folder), fingerprint=tokenizer_sha256(setup.ref))
+
+
+def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Options, world: World) -> Begun:
+    """Sweep what dead runs left, find the checkpoint to resume, check the datasets, validate the lock.
+
+    Raises:
+        TrainingError: no checkpoint to resume, or it belongs to another
+            setup; a token dataset cannot train.
+        LockValidationError: the runtime differs from the lock in an ERROR field.
+    """
+    from dlmstore.bases import load_tokenizer
+    from dlmstore.lock import begin_lock
+    from dlmstore.store.runs import set_resumed_from
+    from dlmstore.train.adapters import sweep_debris
+    from dlmstore.train.checkpoints import check_identity, resumable, run_identity, sweep_unregistered
+    from dlmstore.train.data.inputs import check_dataset_input, context_length
+
+    sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
+    resumed_from, checkpoint = resumable(store, before=run_id) if options.resume else (None, None)
+    if resumed_from is not None:
+        set_resumed_from(store, run_id, resumed_from)
+    sweep_unregistered(store)
+    tokenizer = load_tokenizer(setup.ref)
+    inputs = [
+        check_dataset_input(
+            spec,
+            tokenizer_sha256=base.fingerprint,
+            vocab_size=len(tokenizer),
+            sequence_len=setup.settings.sequence_len,
+            context_len=context_length(base.folder),
+        )  # fmt: skip
+        for spec in setup.specs
+    ]
+    if checkpoint is not None:
+        check_identity(
+            checkpoint, run_identity(setup.document, setup.ref, inputs, world.size, setup.seed, None),
+            fields=("base_model", "dlm_sha256", "inputs_sha256", "world_size", "seed"),
+        )  # fmt: skip
+    lock = begin_lock(
+        store, setup.document, setup.ref, seed=setup.seed, run_id=run_id, mode=options.lock_mode,
+        datasets=[item.identity() for item in inputs],
+    )  # fmt: skip
+    return Begun(
+        tokenizer=tokenizer,
+        inputs=inputs,
+        checkpoint=checkpoint,
+        resumed_from=resumed_from,
+        lock=lock,
+        startup=time.perf_counter() - setup.started - setup.framework_import,
+    )
+
+
+def tokenize(
+    store: Store, run_id: int, setup: Setup, base: BaseFiles, begun: Begun, options: Options
+) -> Tokenized:
+    """The same pass as ``dlm tokenize`` (through the cache unless ``--no-cache``), recorded for this run."""
+    from dlmstore.collector import paused
+    from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.corpus.tokenize import tokenize_pass
+    from dlmstore.sources.statcache import StatCache
+    from dlmstore.store.events import record_tokenization_event
+
+    settings = setup.settings
+    use_cache = settings.cache.enabled and not options.no_cache
+    mode = "bypassed" if options.no_cache else ("on" if settings.cache.enabled else "off")
+    t0 = time.perf_counter()
+    with paused():  # one object per source file, none in a cycle (dlmstore.collector)
+        stats = StatCache.load(store) if use_cache else None
+        corpus = load_corpus(setup.document, stat_cache=stats)
+        result = tokenize_pass(
+            store, corpus, run_id=run_id, tokenizer_sha256=base.fingerprint,
+            load_tokenizer=lambda: begun.tokenizer, use_cache=use_cache, cache_mode=mode,
+            max_bytes=settings.cache.max_bytes,
+        )  # fmt: skip
+    record_tokenization_event(
+        store, run_id, result.event, tokenizer_sha256=base.fingerprint, sequence_len=settings.sequence_len
+    )
+    if stats is not None:
+        stats.save(store)
+    rows, preferences = result.rows, result.preferences
+    if rows is None or preferences is None:  # a materializing pass always returns both
+        raise RuntimeError("the tokenize pass returned no token arrays")
+    return Tokenized(
+        result=result,
+        rows=rows,
+        preferences=preferences,
+        source_warnings=corpus.expansion.warnings,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def prepare(
+    store: Store, run_id: int, setup: Setup, begun: Begun, tokenized: Tokenized, options: Options
+) -> Prepared:
+    """Decide the phases and find the adapter a preference-only run starts from.
+
+    Raises:
+        TrainingError: nothing to train for the phases asked, or no SFT
+            adapter for the preference phase to start from.
+    """
+    from dlmstore.train.phases import plan_phases, starting_adapter
+
+    document = setup.document
+    phases = plan_phases(
+        options.phase, setup.settings.preference, path=str(document.path),
+        sft_rows=len(tokenized.rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
+    )  # fmt: skip
+    return Prepared(
+        run_id=run_id,
+        store_path=store.path,
+        rows=tokenized.rows,
+        preferences=tokenized.preferences,
+        phases=phases,
+        parent=starting_adapter(store, document) if phases.needs_prior_adapter else None,
+        inputs=begun.inputs,
+        resume=begun.checkpoint,
+        resumed_from=begun.resumed_from,
+    )
+
+
+def train_phases(
+    store: Store | None, prepared: Prepared, setup: Setup, tokenizer: Any, world: World, options: Options
+) -> Trained:
+    """Load the model once and train the planned phases; stage each phase's adapter (rank 0).
+
+    ``store`` is None on the other ranks, which train the same phases on
+    their share and stage nothing. Nothing is published: on any failure the
+    staged folders are removed.
+    """
+    from dlmstore.train.checkpoints import check_identity, run_folder, run_identity
+    from dlmstore.train.data.examples import training_examples
+    from dlmstore.train.data.preference_data import training_preferences
+    from dlmstore.train.loops.preference import fit_preference, load_policy
+    from dlmstore.train.loops.supervised import fit_sft
+    from dlmstore.train.plan import dlm_target_modules, resolve_plan
+
+    document, ref, seed = setup.document, setup.ref, setup.seed
+    settings = setup.settings
+    phases, parent, checkpoint = prepared.phases, prepared.parent, prepared.resume
+    fits: list[PhaseFit] = []
+    staged: list[StagedVersion] = []
+    accounting: dict[str, Any] | None = None
+    with warnings.catch_warnings(), _aborting(staged):
+        # transformers deprecation notices about its own internals are noise here
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        t0 = time.perf_counter()
+        model = load_base_model(ref, settings.adapter, setup.precision, seed=seed)
+        base_params = model.num_parameters()
+        if parent is not None:
+            model = load_policy(model, prepared.store_path / parent.path)
+        model_load = time.perf_counter() - t0
+        plan = resolve_plan(
+            settings, setup.hardware, base_params=base_params, auto_target_modules=dlm_target_modules(ref),
+            epochs=options.epochs, max_steps=options.max_steps, seed=seed,
+        )  # fmt: skip
+        identity = run_identity(document, ref, prepared.inputs, world.size, seed, plan)
+        if checkpoint is not None:
+            check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
+        if phases.sft:
+            t0 = time.perf_counter()
+            dataset, names = training_examples(
+                prepared.rows, prepared.inputs, sequence_len=settings.sequence_len, seed=seed
+            )
+            dataset_seconds = time.perf_counter() - t0
+            fit = fit_sft(
+                store, prepared.run_id, model, tokenizer, dataset, len(names), plan, world=world,
+                checkpoint_steps=settings.checkpoint_steps,
+                checkpoint_dir=run_folder(prepared.store_path, prepared.run_id),
+                identity=identity, resume_from=None if checkpoint is None else checkpoint.path,
+                store_path=prepared.store_path, dlm_id=document.dlm_id,
+            )  # fmt: skip
+            fit.dataset_seconds = dataset_seconds
+            accounting = fit.accounting
+            if store is not None:
+                staged.append(_stage(store, prepared.run_id, document, fit))
+            fits.append(fit)
+            model = fit.model
+            plan = fit.plan
+        if phases.preference:
+            t0 = time.perf_counter()
+            preference_dataset = training_preferences(
+                prepared.preferences, tokenizer, settings.preference.method, settings.sequence_len
+            )
+            dataset_seconds = time.perf_counter() - t0
+            fit = fit_preference(
+                store, prepared.run_id, model, tokenizer, preference_dataset, plan, settings.preference
+            )
+            fit.dataset_seconds = dataset_seconds
+            fits.append(fit)
+            if store is not None:
+                staged.append(_stage(store, prepared.run_id, document, fit, parent=parent))
+            if not phases.sft:
+                plan = fit.plan
+    return Trained(fits=fits, staged=staged, plan=plan, model_load=model_load, accounting=accounting)
+
+
+def publish(
+    store: Store, trained: Trained, lock: PendingLock, setup: Setup, prepared: Prepared
+) -> list[AdapterVersion]:
+    """Publish the staged adapters and register them with the run's lock, as one unit.
+
+    The folders are renamed to their versions, then one transaction inserts
+    their rows and the lock record and writes ``dlm.lock`` before it
+    commits. On any failure the published folders are removed again, so the
+    run registers all its adapters and its lock, or nothing. The save time
+    is added to the last fit's.
+    """
+    from dlmstore.lock import commit_lock
+    from dlmstore.train.adapters import commit_versions
+    from dlmstore.train.checkpoints import remove_finished
+
+    preference = setup.settings.preference if prepared.phases.preference else None
+    t0 = time.perf_counter()
+    adapters = commit_versions(store, trained.staged, lambda: commit_lock(store, lock, preference=preference))
+    remove_finished(
+        store, run_id=prepared.run_id
+    )  # this run's checkpoints, and older ones nothing can resume any more
+    trained.fits[-1].save_seconds += time.perf_counter() - t0
+    return adapters
+
+
+@contextmanager
+def _aborting(staged: list[StagedVersion]) -> Iterator[None]:
+    """Remove the staged folders in ``staged`` when the block fails."""
+    try:
+        yield
+    except BaseException:
+        for item in staged:
+            item.abort()
+        raise
+
+
+def _stage(
+    store: Store, run_id: int, document: Document, fit: PhaseFit, *, parent: AdapterVersion | None = None
+) -> StagedVersion:
+    """Write, check and stage a phase's adapter; ``parent`` is the prior SFT adapter, if any.
+
+    A preference phase after this run's SFT phase has ``parent`` None: its
+    parent is the SFT adapter staged before it.
+    """
+    from dlmstore.train.adapters import stage_version
+
+    t0 = time.perf_counter()
+    staged = stage_version(
+        store, run_id=run_id, write=fit.save, base_model=document.base_model, steps=fit.steps,
+        final_loss=fit.final_loss, phase=fit.phase, method=fit.method,
+        parent_version=None if parent is None else parent.version,
+        parent_staged=fit.phase == "preference" and parent is None,
+    )  # fmt: skip
+    fit.save_seconds = time.perf_counter() - t0
+    return staged
+
+
+def _import_frameworks() -> None:
+    """Import the training stack up front, so its cost is measured as one phase."""
+    import datasets  # noqa: F401
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    import trl  # noqa: F401
+
+
+def load_base_model(ref: BaseModelRef, adapter: str, precision: Precision, *, seed: int) -> Any:
+    """The base model in the plan's precision (4-bit for QLoRA), seeded and deterministic first."""
+    from dlmstore.bases import load_model
+    from dlmstore.determinism import apply_determinism, seed_everything
+    from dlmstore.train.plan import model_load_kwargs
+
+    seed_everything(seed)
+    apply_determinism()
+    model = load_model(ref, **model_load_kwargs(adapter, precision))
+    if adapter == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        # What peft and bitsandbytes require before LoRA wraps a 4-bit model
+        # (DLM does the same, without gradient checkpointing unless memory is short).
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # type: ignore[no-untyped-call]
+    return model
