@@ -43,12 +43,14 @@ demo: install
 	@echo "store.db is plain SQLite; ask it anything, e.g. the hit rate per run:"
 	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
 
-# Lint, formatting and types are part of the test command, so style is never
+# Lint, formatting, types and the layers (import-linter's contract in
+# pyproject.toml) are part of the test command, so style is never
 # a review topic. `make format` applies what `lint` checks.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: install
 	$(VENV)/bin/ruff check --fix .
