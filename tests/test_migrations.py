@@ -105,6 +105,10 @@ SEEDS: dict[str, list[str]] = {
         "X'2F7372632F612E7079', X'02', 0, '{}', X'0100000000000000', '{}')",
         "UPDATE cache_entries SET checksum = checksum",
     ],
+    "0011": [
+        "UPDATE checkpoints SET files = '{\"a.bin\": \"sha256:00\"}', rows_sha256 = 'sha256:r', "
+        "plan_sha256 = 'sha256:p'",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -138,6 +142,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0010": (
         "SELECT s.document, s.run_id, length(s.entry_ids), t.changes FROM pass_snapshots s, cache_totals t",
         [("/doc.dlm", 3, 8, 1)],
+    ),
+    "0011": (
+        "SELECT (SELECT count(*) FROM document_paths), (SELECT max(last_run_id) FROM document_paths), "
+        "c.files, c.rows_sha256, c.plan_sha256 FROM checkpoints c",
+        [(1, 3, '{"a.bin": "sha256:00"}', "sha256:r", "sha256:p")],
     ),
 }
 

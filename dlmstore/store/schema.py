@@ -478,8 +478,38 @@ checkpoints = Table(
     Column("grad_accum", Integer, nullable=False, comment="Micro-batches per optimizer step."),
     Column("seed", Integer, nullable=False, comment="The run's seed."),
     Column("created_at", Text, nullable=False, comment="When the checkpoint was registered."),
+    Column(
+        "files",
+        Text,
+        comment="JSON object: each file of the folder (relative path) -> its sha256, taken when the "
+        "checkpoint was registered and checked before it is resumed; NULL before revision 0011.",
+    ),
+    Column(
+        "rows_sha256",
+        Text,
+        comment="sha256 over the keys of the rows the run trains on (sources included); NULL before 0011.",
+    ),
+    Column(
+        "plan_sha256",
+        Text,
+        comment="sha256 over every training setting that changes the adapter, overrides included; "
+        "NULL before 0011.",
+    ),
     CheckConstraint("phase IN ('sft', 'preference')", name="checkpoints_phase"),
     comment="Complete checkpoints of interrupted or running train runs (`dlm train --resume`).",
+)
+
+document_paths = Table(
+    "document_paths",
+    metadata,
+    Column(
+        "path", Text, primary_key=True, comment="Absolute, resolved path of a document that used this store."
+    ),
+    Column("first_seen_at", Text, nullable=False, comment="When a run first read the document there."),
+    Column("last_seen_at", Text, nullable=False, comment="When a run last read the document there."),
+    Column("last_run_id", Integer, ForeignKey("runs.id"), comment="The newest run that read it there."),
+    comment="Every path a document that used this store was read at; `dlm stores gc` removes a store only "
+    "when every one of them is gone.",
 )
 
 lock_records = Table(
