@@ -14,15 +14,28 @@ exact reader configuration to use. Checks, cheapest first:
 * SFT: offsets start at 0 and increase inside the tokens file; the mask
   has one 0/1 byte per token;
 * ``deep`` (default): every sha256; every token id below the vocabulary
-  size; the token before each document start is EOS; every SFT example
-  trains at least one token. These read every byte once, in chunks whose
-  pages are released as it goes.
+  size (and below ``vocab_size`` when the caller trains with one); the
+  token before each document start is EOS; every SFT example trains at
+  least one token.
+
+The deep checks read every byte once: one pass per file, in 1 MiB chunks
+read into a buffer (no mapping, so resident memory stays flat), each chunk
+hashed and, for a tokens or mask file, reduced to its largest value while
+it is in the CPU cache (ids below the vocabulary, mask bytes 0 or 1). The
+files are read by a pool of threads, one file at a time each: hashlib and
+numpy's reductions release the GIL, so the pass runs at the speed of the
+disk or of sha256 on every core. ``dlm train`` runs this check on each
+dataset before the model loads (:mod:`dlmstore.train.data.inputs`);
+``bench/bench_dataset_checks.py`` measures it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +53,11 @@ from dlmstore.datasets.formats import (
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
 from dlmstore.errors import DatasetError
 from dlmstore.plural import plural
-from dlmstore.store.digests import file_sha256
-from dlmstore.store.regular_files import file_kind
+from dlmstore.progress import Task
+from dlmstore.store.regular_files import file_kind, open_regular
 
-CHUNK = 1 << 24
+#: Bytes read, hashed and reduced at a time: small enough to stay in the CPU cache between the two.
+CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -94,10 +108,30 @@ class ValidationReport:
     reader: ReaderConfig | None
 
 
+@dataclass(frozen=True)
+class FileDigest:
+    """What one pass over a file found: its sha256 and, for a tokens or mask file, its largest value."""
+
+    sha256: str
+    top: int | None  # None: not a tokens/mask file, or an empty one
+
+
 def check_dataset(
-    path: str | os.PathLike[str], *, tokenizer_sha256: str | None = None, deep: bool = True
+    path: str | os.PathLike[str],
+    *,
+    tokenizer_sha256: str | None = None,
+    deep: bool = True,
+    vocab_size: int | None = None,
 ) -> ValidationReport:
-    """Check the dataset in ``path``; never raises for a problem of the dataset itself."""
+    """Check the dataset in ``path``; never raises for a problem of the dataset itself.
+
+    Args:
+        path: the dataset folder (the one holding meta.json).
+        tokenizer_sha256: the tokenizer in use; another one is a problem.
+        deep: also read every byte (sha256, token ids, EOS, mask); ``False`` is ``--quick``.
+        vocab_size: the vocabulary of the tokenizer in use, when smaller than
+            the recorded one: ids must be below both.
+    """
     root = Path(path).resolve()
     problems: list[str] = []
     try:
@@ -115,14 +149,89 @@ def check_dataset(
         token_file = _open_entry(root, meta, entry, problems)
         if token_file is not None:
             files[entry.path] = token_file
-            if deep and file_sha256(token_file.path) != entry.sha256:
-                problems.append(f"{token_file.path}: sha256 differs from {META_NAME} (the file changed)")
+    tops: dict[str, int | None] = {}
+    if deep:
+        listed = [entry for entry in meta.files if entry.path in files]
+        digests = digest_files(
+            [(files[e.path], e.role in ("tokens", "loss_mask")) for e in listed],
+            task=f"verifying {root.name}",
+        )
+        for entry, digest in zip(listed, digests, strict=True):
+            path = files[entry.path].path
+            if isinstance(digest, OSError):
+                problems.append(f"cannot read {path}: {digest.strerror}")
+                del files[entry.path]
+            else:
+                if digest.sha256 != entry.sha256:
+                    problems.append(f"{path}: sha256 differs from {META_NAME} (the file changed)")
+                tops[entry.path] = digest.top
     _check_strays(root, meta, problems)
+    limit = meta.vocab_size if vocab_size is None else min(vocab_size, meta.vocab_size)
     if meta.kind == "pretrain":
-        _check_pretrain(root, meta, files, problems, deep)
+        _check_pretrain(root, meta, files, problems, tops if deep else None, limit)
     else:
-        _check_sft(root, meta, files, problems, deep)
+        _check_sft(root, meta, files, problems, tops if deep else None, limit)
     return _report(root, problems, meta, len(files), deep)
+
+
+def digest_files(files: Sequence[tuple[TokenFile, bool]], *, task: str) -> list[FileDigest | OSError]:
+    """One pass over each file, several files at once: ``(file, find its largest value)`` -> digest.
+
+    A file that cannot be read (gone, no permission, swapped for a FIFO
+    since it was checked) gives its ``OSError`` instead of a digest. The
+    files done are reported as progress ``task``.
+    """
+    if not files:
+        return []
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    digests: list[FileDigest | OSError] = []
+    with (
+        Task(task, total=len(files), unit="files") as progress,
+        ThreadPoolExecutor(min(cores, len(files)), thread_name_prefix="dlm-verify") as pool,
+    ):
+        for digest in pool.map(lambda job: _digest(*job), files):
+            digests.append(digest)
+            progress.advance()
+    return digests
+
+
+def _digest(token_file: TokenFile, find_top: bool) -> FileDigest | OSError:
+    """sha256 of the whole file and, with ``find_top``, the largest element after its header."""
+    digest = hashlib.sha256()
+    top: int | None = None
+    skip = token_file.offset  # a .npy header is hashed, not reduced
+    itemsize = token_file.dtype.itemsize
+    buffer = memoryview(bytearray(CHUNK))
+    try:
+        fd, _ = open_regular(token_file.path)  # non-blocking, fstat-checked: a swapped-in FIFO never hangs
+        with open(fd, "rb", buffering=0) as handle:
+            while filled := _fill(handle, buffer):
+                chunk = buffer[:filled]
+                digest.update(chunk)
+                if find_top:
+                    body = chunk[min(skip, filled) :]
+                    skip = max(skip - filled, 0)
+                    body = body[: len(body) - len(body) % itemsize]
+                    if len(body):
+                        value = int(np.frombuffer(body, dtype=token_file.dtype).max())
+                        top = value if top is None else max(top, value)
+    except OSError as exc:
+        return exc
+    return FileDigest(sha256="sha256:" + digest.hexdigest(), top=top)
+
+
+def _fill(handle: Any, buffer: memoryview) -> int:
+    """Read into ``buffer`` until it is full or the file ends (so chunks hold whole items)."""
+    filled = 0
+    while filled < len(buffer):
+        count = handle.readinto(buffer[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
 
 
 def _report(
@@ -180,7 +289,12 @@ def _check_strays(root: Path, meta: DatasetMeta, problems: list[str]) -> None:
 
 
 def _check_pretrain(
-    root: Path, meta: DatasetMeta, files: dict[str, TokenFile], problems: list[str], deep: bool
+    root: Path,
+    meta: DatasetMeta,
+    files: dict[str, TokenFile],
+    problems: list[str],
+    tops: dict[str, int | None] | None,
+    limit: int,
 ) -> None:
     eos = meta.raw.get("eos_token_id")
     for split in SPLITS:
@@ -218,8 +332,8 @@ def _check_pretrain(
                     f"{index.path}: document starts are not increasing positions inside the shard"
                 )
                 continue
-            if deep:
-                _check_ids(shard, meta.vocab_size, problems)
+            if tops is not None:
+                _check_top(shard, tops.get(entry.path), limit, problems)
                 before = np.asarray(starts[starts > 0]) - 1
                 ends_ok = bool(np.all(shard.array[before] == eos)) if len(before) else True
                 if len(starts) and starts[0] == 0 and previous_last is not None:
@@ -237,7 +351,12 @@ def _check_pretrain(
 
 
 def _check_sft(
-    root: Path, meta: DatasetMeta, files: dict[str, TokenFile], problems: list[str], deep: bool
+    root: Path,
+    meta: DatasetMeta,
+    files: dict[str, TokenFile],
+    problems: list[str],
+    tops: dict[str, int | None] | None,
+    limit: int,
 ) -> None:
     for split in SPLITS:
         names = sft_names(split)
@@ -261,31 +380,23 @@ def _check_sft(
                 f"{root / META_NAME}: {split}_examples disagrees with {offsets.path.name} "
                 f"({len(starts)} offsets)"
             )
-        if deep and len(tokens):
-            _check_ids(tokens, meta.vocab_size, problems)
-            values = np.unique(mask.array)
-            if not set(values.tolist()) <= {0, 1}:
+        if tops is not None and len(tokens):
+            _check_top(tokens, tops.get(names["tokens"]), limit, problems)
+            if (tops.get(names["loss_mask"]) or 0) > 1:
                 problems.append(f"{mask.path} holds values other than 0 and 1")
             elif len(starts):
-                trained = np.add.reduceat(mask.array.astype(np.int64), starts)
+                trained = np.maximum.reduceat(mask.array, starts)  # per example: any token trained
                 if np.any(trained == 0):
                     problems.append(
                         f"{mask.path}: no token trained in {plural(int(np.sum(trained == 0)), 'example')}"
                     )
-            tokens.release()
-            mask.release()
+                mask.release()
 
 
-def _check_ids(token_file: TokenFile, vocab_size: int, problems: list[str]) -> None:
-    array = token_file.array
-    for start in range(0, len(array), CHUNK):
-        top = int(array[start : start + CHUNK].max())
-        if top >= vocab_size:
-            problems.append(
-                f"{token_file.path}: token id {top} is not below the vocabulary size {vocab_size}"
-            )
-            return
-        token_file.release()
+def _check_top(token_file: TokenFile, top: int | None, limit: int, problems: list[str]) -> None:
+    """A token file's largest id (from its digest) must be below the vocabulary."""
+    if top is not None and top >= limit:
+        problems.append(f"{token_file.path}: token id {top} is not below the vocabulary size {limit}")
 
 
 def reader_config(root: Path, meta: DatasetMeta) -> ReaderConfig:

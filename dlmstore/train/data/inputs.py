@@ -14,11 +14,28 @@ before any model loads, what cannot train correctly:
 * a token dtype that cannot hold the base's vocabulary;
 * a split the dataset does not have;
 * windows longer than the model's context (``sequence_len`` above the
-  base's ``max_position_embeddings``).
+  base's ``max_position_embeddings``);
+* files that are not what meta.json lists: the one checker behind ``dlm
+  data validate`` (:func:`dlmstore.datasets.validate.check_dataset`, deep)
+  runs on the whole dataset. Every listed file must be a regular file
+  (a FIFO, device, socket or a symlink to one is refused by its kind from
+  ``stat``, never opened for reading) of the recorded size and sha256; no
+  unlisted shard may lie beside them; each ``.docs.npy`` must be int64
+  document starts, increasing, inside its shard; every token id must be
+  below the training tokenizer's vocabulary (an id past the embedding
+  would otherwise end the run in an ``IndexError`` mid-training).
 
-What passes is a :class:`DatasetInput`: the dataset's identity (its
-meta.json sha256 names every byte of it, since meta.json lists each file's
-sha256) and what the run records about it in ``run_datasets``.
+The meta.json sha256 the run records (``run_datasets``, the lock) names
+every byte of the dataset only because those checks hold: meta.json lists
+each file's sha256, and the files are read and hashed here, every run.
+That costs one read of the data the run maps anyway, hashed on every core
+(``bench/bench_dataset_checks.py`` prints it beside a training step; see
+docs/datasets.md). A "verified at" record keyed on size and times would
+skip that read, but it cannot see bit rot or a write that keeps them, so a
+run verifies instead of trusting one.
+
+What passes is a :class:`DatasetInput`: the dataset's identity and what
+the run records about it in ``run_datasets``.
 """
 
 from __future__ import annotations
@@ -182,6 +199,7 @@ def check_dataset_input(
             f"context of {context_len} tokens",
             hint=f"set training.sequence_len to {context_len} or less",
         )
+    verify_dataset(spec, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size)
     return DatasetInput(
         path=str(spec.path),
         kind=meta.kind,
@@ -194,6 +212,26 @@ def check_dataset_input(
         tokens=sum(f.token_count for f in files),
         eos_token_id=meta.raw.get("eos_token_id"),
     )
+
+
+def verify_dataset(spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int) -> None:
+    """Every file of ``spec``'s dataset as its meta.json records it, every token id in the vocabulary.
+
+    Raises:
+        TrainingError: naming the dataset and the first problem found (the
+            hint says how to list every one).
+    """
+    from dlmstore.datasets.validate import check_dataset
+    from dlmstore.plural import plural
+
+    report = check_dataset(spec.path, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size)
+    if report.problems:
+        more = len(report.problems) - 1
+        raise TrainingError(
+            f"{spec.origin} {spec.path}: {report.problems[0]}"
+            + (f" (and {plural(more, 'more problem')})" if more else ""),
+            hint=f"`dlm data validate {spec.path}` lists every problem; rebuild the dataset with `dlm data build`",
+        )
 
 
 def inputs_sha256(inputs: Sequence[DatasetInput]) -> str:
