@@ -155,17 +155,6 @@ def _imported_names(path: Path) -> set[str]:
     return names
 
 
-def test_the_library_never_imports_the_cli_or_the_migrations() -> None:
-    """cli/ and migrations/ install as dlmstore.cli and dlmstore.migrations from folders beside dlmstore/."""
-    upward = {
-        str(path.relative_to(ROOT)): sorted(
-            name for name in _imported_names(path) if name.startswith(("dlmstore.cli", "dlmstore.migrations"))
-        )
-        for path in PACKAGE.rglob("*.py")
-    }
-    assert {path: names for path, names in upward.items() if names} == {}
-
-
 def test_the_migrations_import_only_the_store() -> None:
     imported = {
         name
