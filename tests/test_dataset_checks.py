@@ -76,6 +76,20 @@ def test_a_shard_replaced_by_a_fifo_is_refused_by_its_kind_before_the_model_load
     nothing_recorded()
 
 
+def test_a_reader_refuses_a_fifo_among_the_shards_instead_of_reading_the_others(sharded: Path) -> None:
+    from dlmstore.datasets.read.mmap_dataset import MemoryMappedDataset
+    from dlmstore.errors import DatasetFileError
+
+    shard(sharded, 1).unlink()
+    os.mkfifo(shard(sharded, 1))
+    with pytest.raises(DatasetFileError) as info:
+        MemoryMappedDataset(sharded / "train", 64, "shard_*.bin", pack_sequences=True)
+    assert info.value.message == f"{shard(sharded, 1)} is a FIFO, not a regular file"
+    assert info.value.hint == (
+        f"a token file is a regular file; run `dlm data validate {sharded}` or rebuild the dataset"
+    )
+
+
 def test_a_symlink_to_a_fifo_in_place_of_a_document_index_is_refused_by_its_kind(
     tmp_path: Path, tiny_base: Path, sharded: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

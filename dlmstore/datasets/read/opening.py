@@ -1,7 +1,9 @@
 """Opening token files for reading: the dtype from meta.json, the sizes checked.
 
-Every reader opens its files through :func:`open_token_files`, so they all
-refuse the same bad inputs with the same messages: a raw file whose dtype
+The pretrain readers find their files with :func:`glob_token_files`, and
+every reader opens them through :func:`open_token_files`, so they all
+refuse the same bad inputs with the same messages: a token file that is not a regular file (a FIFO,
+by its kind, never skipped), a raw file whose dtype
 is not recorded (no meta.json and no ``dtype=``), a file whose size
 disagrees with meta.json (truncated, padded, cut mid-token), a dataset
 built by another tokenizer than the caller's, a recorded vocabulary that
@@ -12,6 +14,7 @@ opening a dataset costs no pass over its tokens.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ import numpy as np
 from dlmstore.datasets.formats import TokenFile, token_dtype
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, check_tokenizer, find_meta_dir, load_meta
 from dlmstore.errors import DatasetError, DatasetFileError
+from dlmstore.store.regular_files import file_kind
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,12 @@ def open_token_files(
 
 
 def glob_token_files(directory: str | os.PathLike[str], pattern: str) -> list[Path]:
-    """Sorted token files matching ``pattern`` (document-index sidecars excluded)."""
+    """Sorted token files matching ``pattern`` (document-index sidecars excluded).
+
+    A match that is not a regular file (a FIFO, a device, a folder) is
+    refused by its kind rather than skipped, so a reader never trains on
+    the shards around it as if they were all.
+    """
     from dlmstore.datasets.formats import is_doc_index
 
     root = Path(directory)
@@ -108,7 +117,19 @@ def glob_token_files(directory: str | os.PathLike[str], pattern: str) -> list[Pa
             f"{root} is not a directory",
             hint="point the reader at a split directory such as <dataset>/train",
         )
-    found = sorted(p for p in root.glob(pattern) if p.is_file() and not is_doc_index(p))
+    found = sorted(p for p in root.glob(pattern) if not is_doc_index(p))
+    for path in found:
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:  # a dangling symlink, no permission
+            raise DatasetFileError(
+                f"cannot read {path}: {exc.strerror}", hint=f"run `dlm data validate {root.parent}`"
+            ) from None
+        if not stat.S_ISREG(mode):  # skipping it would train on the other shards only
+            raise DatasetFileError(
+                f"{path} is {file_kind(mode)}, not a regular file",
+                hint=f"a token file is a regular file; run `dlm data validate {root.parent}` or rebuild the dataset",
+            )
     if not found:
         raise DatasetFileError(
             f"no file in {root} matches {pattern!r}",
