@@ -38,7 +38,13 @@ if TYPE_CHECKING:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue the newest train run, which was interrupted, from its last checkpoint.",
+    help="Continue the newest interrupted train run from its last checkpoint whose files verify.",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over: train from the first step, and once this run completes remove the checkpoints of "
+    "interrupted runs (without it they are kept for --resume).",
 )
 @click.option(
     "--nproc",
@@ -52,7 +58,8 @@ if TYPE_CHECKING:
 @click.pass_context
 def train_command(
     ctx: click.Context, path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None,
-    seed: int | None, datasets: tuple[str, ...], resume: bool, nproc: int, lock_mode: str, as_json: bool,
+    seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int, lock_mode: str,
+    as_json: bool,
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
@@ -67,14 +74,19 @@ def train_command(
 
     Token datasets (training.datasets, --dataset) are mixed in by weight.
     A run writes a checkpoint into the store every training.checkpoint_steps
-    steps; --resume continues an interrupted run from the last one. --nproc N
-    trains on N processes, each on its own share of every epoch.
+    steps, with the sha256 of each of its files; --resume verifies them and
+    continues the newest interrupted run from its last sound checkpoint. An
+    interrupted run's checkpoints are kept until it is resumed to the end or
+    a run started with --fresh completes. --nproc N trains on N processes,
+    each on its own share of every epoch.
     """
+    if resume and fresh:
+        raise click.UsageError("--resume and --fresh cannot be combined; pass one of them")
     if nproc > 1:
         from dlmstore.train.launch import launch
 
         arguments = _rank_arguments(
-            path, phase, no_cache, max_steps, epochs, seed, datasets, resume, lock_mode, as_json
+            path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
         )
         ctx.exit(launch(arguments, nproc))
     from dlmstore.train.distributed import current_world
@@ -86,7 +98,7 @@ def train_command(
     with progress_shown(as_json=as_json or not world.is_main):  # only rank 0 reports
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, datasets=datasets, resume=resume,
+            lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh,
         )  # fmt: skip
     if world.is_main:
         _print_summary(summary, as_json)
@@ -140,7 +152,7 @@ def _rewards(metrics: dict[str, float]) -> str:
 
 def _rank_arguments(
     path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None, seed: int | None,
-    datasets: tuple[str, ...], resume: bool, lock_mode: str, as_json: bool,
+    datasets: tuple[str, ...], resume: bool, fresh: bool, lock_mode: str, as_json: bool,
 ) -> list[str]:  # fmt: skip
     """``dlm train`` arguments for each rank: this command's, without ``--nproc``."""
     from .lock import LOCK_FLAGS
@@ -155,6 +167,7 @@ def _rank_arguments(
     for dataset in datasets:
         args += ["--dataset", dataset]
     args += ["--resume"] if resume else []
+    args += ["--fresh"] if fresh else []
     args += [flag for flag, mode in LOCK_FLAGS.items() if mode == lock_mode]
     args += ["--json"] if as_json else []
     return args

@@ -170,7 +170,7 @@ def test_a_full_disk_at_a_checkpoint_stops_the_run_in_one_line_and_resume_ends_w
 
 def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path: Path, tiny_base: Path) -> None:
     doc = write_doc(tmp_path / "doc.dlm", "Prose.\n", f"base_model: {tiny_base}\n")
-    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc), "--resume"])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == "error: nothing to resume: this store has no train run"
 
@@ -190,7 +190,7 @@ def test_a_checkpoint_of_another_document_version_seed_or_dataset_is_refused_wit
     with pytest.raises(TrainingError, match="from step 2: the token datasets or their weights changed since"):
         train_document(str(doc), resume=True, datasets=[str(other)])
     doc.write_text(doc.read_text() + "\nAn edit.\n")
-    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc), "--resume"])
     assert result.exit_code == 1
     assert "cannot resume run 1 from step 2: the document changed since the checkpoint" in result.stderr
 
@@ -205,7 +205,7 @@ def test_a_checkpoint_of_a_base_whose_files_changed_under_the_same_name_is_refus
         train_document(str(doc))
     config = json.loads((base / "config.json").read_text())
     (base / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-6}))
-    result = CliRunner().invoke(cli, ["train", str(doc), "--resume"])
+    result = CliRunner().invoke(cli, ["-q", "train", str(doc), "--resume"])
     assert result.exit_code == 1
     first = result.stderr.splitlines()[0]
     assert first.startswith(

@@ -3,23 +3,44 @@
 Every ``training.checkpoint_steps`` optimizer steps the trainer writes
 ``<store>/checkpoints/run<N>/checkpoint-<step>/``: the adapter, optimizer
 and scheduler state, each rank's RNG state and the trainer state
-(transformers' own checkpoint), plus what dlmstore adds for each rank: the
-positions it has trained on and its per-source counts
-(``dlm-rank<r>.npy`` / ``dlm-rank<r>.json``). Once every rank has written
-its part, rank 0 fsyncs the folder and inserts its ``checkpoints`` row:
-the row is the commit point, so a folder without a row (the process died
-while writing it) is never resumed from and is swept by the next run. The
-two newest checkpoints of a run are kept (the older one still counts while
-the newer one is written).
+(transformers' own checkpoint), plus what dlmstore adds: each rank's
+trained positions and per-source counts (``dlm-rank<r>.npy`` /
+``dlm-rank<r>.json``) and the settings the run trains with
+(``dlm-plan.json``). Once every rank has written its part, rank 0 fsyncs
+the folder, takes the sha256 of every file in it and inserts its
+``checkpoints`` row with them: the row is the commit point, so a folder
+without a row (the process died while writing it) is never resumed from
+and is swept by the next run. The two newest checkpoints of a run are kept
+(the older one still counts while the newer one is written).
+
+**Identity is content, checked where it is used.** Before a run resumes,
+every file of the checkpoint is hashed again and compared with the row: a
+file that differs, is missing or was not there when the checkpoint was
+written makes the checkpoint damaged, and the previous registered
+checkpoint of the run that verifies is resumed instead (with a warning);
+none: one error naming the checkpoint and the file. A checkpoint written
+before the checksums existed (migration 0011) cannot be verified and is
+refused. A file that verifies but still cannot be loaded (it was written
+damaged) is one error naming it
+(:func:`dlmstore.train.loops.supervised.loading`), never a traceback.
 
 A checkpoint records what it is only valid for: the document's sha256, its
 base model (by name and by what the name resolved to), the identity of the
-token datasets and their weights, the world size, the micro-batch size,
-the gradient accumulation and the seed. Resuming
-under any other value is refused with the reason, since "step 120" would
-then name other samples or another model. A run that completes removes the
-checkpoints of every run that is not running: ``--resume`` only ever
-continues the newest train run, so nothing older can be resumed any more.
+token datasets and their weights, the rows the run trains on (their keys,
+so a file under ``training.sources`` edited after the interrupt counts),
+the world size, the micro-batch size, the gradient accumulation, the seed
+and every other setting that changes the adapter, the command line's
+overrides included (:func:`plan_settings`). Resuming under any other value
+is refused with the reason, since "step 120" would then name other samples
+or another model.
+
+An interrupted run stays resumable until it is resumed to completion or
+the user starts over explicitly: ``--resume`` continues the newest train
+run that stopped with checkpoints (a later run that failed before its
+first checkpoint, a typo'd ``--dataset``, does not hide it), and a run that
+completes removes its own checkpoints and those of the runs it continued,
+but an interrupted run's only when it was started with ``--fresh``
+(:func:`remove_finished`).
 
 What a resume restores is exactly the interrupted run's state, so it ends
 with the adapter the uninterrupted run would have produced, byte for byte
@@ -31,7 +52,9 @@ start (the same result, more work).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,18 +67,31 @@ import numpy as np
 from dlmstore.clock import utc_now
 from dlmstore.datasets.build.writers import npy_bytes
 from dlmstore.errors import StoreError, TrainingError
+from dlmstore.plural import plural
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
+from dlmstore.store.digests import file_sha256
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from dlmstore.store.database import Store
 
 CHECKPOINTS_DIR = "checkpoints"
 KEEP = 2  # checkpoints kept per run
+#: The settings a run trains with (:func:`plan_settings`), written into each checkpoint.
+PLAN_FILE = "dlm-plan.json"
+FRESH_HINT = (
+    "start over with `dlm train DOC --fresh` (the interrupted run's checkpoints go once it completes)"
+)
 
 
 @dataclass(frozen=True)
 class CheckpointIdentity:
-    """What a checkpoint is valid for; a resume must match every field."""
+    """What a checkpoint is valid for; a resume must match every field.
+
+    ``rows_sha256`` is None until the tokenize pass has run and
+    ``plan_sha256`` until the plan is resolved (as the batch fields are 0).
+    """
 
     dlm_sha256: str
     base_model: str
@@ -64,12 +100,21 @@ class CheckpointIdentity:
     micro_batch_size: int
     grad_accum: int
     seed: int
+    rows_sha256: str | None = None
+    plan_sha256: str | None = None
 
 
 def run_identity(
-    document: Any, ref: Any, inputs: Sequence[Any], world_size: int, seed: int, plan: Any
+    document: Any,
+    ref: Any,
+    inputs: Sequence[Any],
+    world_size: int,
+    seed: int,
+    plan: Any,
+    *,
+    rows_sha256: str | None = None,
 ) -> CheckpointIdentity:
-    """What a run's checkpoints are valid for; the batch fields are 0 until ``plan`` is known.
+    """What a run's checkpoints are valid for; the plan's fields are 0/None until ``plan`` is known.
 
     The base is ``<base>@<identity>``: the base's name (a local base's
     resolved folder, so ``./m`` and ``./m/`` are one base) and what it
@@ -89,18 +134,71 @@ def run_identity(
         micro_batch_size=0 if plan is None else plan.micro_batch_size,
         grad_accum=0 if plan is None else plan.grad_accum,
         seed=seed,
+        rows_sha256=rows_sha256,
+        plan_sha256=None if plan is None else _digest(json.dumps(plan_settings(plan), sort_keys=True)),
     )
+
+
+def plan_settings(plan: Any) -> dict[str, Any]:
+    """The settings of a ``TrainingPlan`` that change the adapter, besides the identity's own columns.
+
+    The micro-batch size, gradient accumulation and seed have columns of
+    their own; ``report_to`` and the derived effective batch change nothing
+    trained. ``num_epochs`` counts only when ``max_steps`` is unset (the
+    trainer ignores it otherwise). The device and precision are here as
+    resolved, so a checkpoint written on a GPU is not resumed on a CPU.
+    """
+    return {
+        "device": plan.device,
+        "adapter": plan.adapter,
+        "precision": plan.precision,
+        "lora_r": plan.lora_r,
+        "lora_alpha": plan.lora_alpha,
+        "lora_dropout": plan.lora_dropout,
+        "target_modules": plan.target_modules,
+        "learning_rate": plan.learning_rate,
+        "lr_scheduler": plan.lr_scheduler,
+        "warmup_ratio": plan.warmup_ratio,
+        "optimizer": plan.optimizer,
+        "sequence_len": plan.sequence_len,
+        "max_steps": plan.max_steps,
+        "num_epochs": plan.num_epochs if plan.max_steps is None else None,
+    }
+
+
+def rows_sha256(row_keys: Sequence[str], preference_keys: Sequence[str]) -> str:
+    """One digest over the keys of the rows a run trains on, in order (a row key names its content)."""
+    return _digest("\n".join(row_keys) + "\n\0preferences\n" + "\n".join(preference_keys))
+
+
+def _digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A registered checkpoint (a ``checkpoints`` row whose folder exists)."""
+    """A registered checkpoint (a ``checkpoints`` row whose files verify)."""
 
     run_id: int
     phase: str
     step: int
     path: Path
     identity: CheckpointIdentity
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """What ``--resume`` continues: the stopped run, its checkpoint and what was skipped on the way.
+
+    Attributes:
+        run_id: the run whose checkpoint is resumed (``runs.resumed_from`` of the new run).
+        checkpoint: its newest checkpoint whose files verify.
+        warnings: one line per newer checkpoint skipped because it is damaged.
+    """
+
+    run_id: int
+    checkpoint: Checkpoint
+    warnings: tuple[str, ...]
 
 
 def run_folder(store_path: Path, run_id: int) -> Path:
@@ -118,19 +216,13 @@ def write_rank_state(folder: Path, rank: int, state: dict[str, Any]) -> None:
 
 
 def read_rank_state(folder: Path, rank: int) -> dict[str, Any]:
-    """What :func:`write_rank_state` wrote for ``rank``.
-
-    Raises:
-        TrainingError: the files are missing or unreadable (the checkpoint is damaged).
+    """What :func:`write_rank_state` wrote for ``rank`` (the caller turns a damaged file into an error:
+    :func:`dlmstore.train.loops.supervised.loading`).
     """
-    try:
-        samples = np.load(folder / f"dlm-rank{rank}.npy", allow_pickle=False)
-        counts = json.loads((folder / f"dlm-rank{rank}.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise TrainingError(
-            f"{folder}: the checkpoint's state of rank {rank} cannot be read ({exc})",
-            hint="start the run again without --resume",
-        ) from None
+    samples = np.load(folder / f"dlm-rank{rank}.npy", allow_pickle=False)
+    counts = json.loads((folder / f"dlm-rank{rank}.json").read_text())
+    if not isinstance(counts, dict):
+        raise ValueError("not a JSON object")
     return {"samples": samples.tolist(), **counts}
 
 
@@ -159,75 +251,172 @@ def checkpoint_writes(folder: Path, step: int) -> Iterator[None]:
         ) from None
 
 
+def folder_sha256(folder: Path) -> dict[str, str]:
+    """Each file under ``folder`` (path relative to it, ``/``-separated) -> its ``sha256:`` digest."""
+    files: dict[str, str] = {}
+    for directory, subfolders, names in os.walk(folder):
+        subfolders.sort()
+        for name in sorted(names):
+            path = Path(directory) / name
+            files[path.relative_to(folder).as_posix()] = file_sha256(path)
+    return files
+
+
 def register(
-    store: Store, run_id: int, phase: str, step: int, folder: Path, identity: CheckpointIdentity
+    store: Store,
+    run_id: int,
+    phase: str,
+    step: int,
+    folder: Path,
+    identity: CheckpointIdentity,
+    settings: dict[str, Any],
 ) -> None:
-    """Make ``folder`` durable, then record it; forget rows whose folders the trainer rotated away."""
+    """Write the run's ``settings`` (:data:`PLAN_FILE`) into ``folder``, make it durable, take the sha256
+    of every file in it and record it; forget rows whose folders the trainer rotated away.
+    """
+    write_bytes_atomic(folder / PLAN_FILE, json.dumps(settings, sort_keys=True, indent=1).encode())
     fsync_tree(folder)
+    files = json.dumps(folder_sha256(folder), sort_keys=True)
     relative = str(folder.relative_to(store.path))
     with store.write() as conn:
         conn.execute(
             "INSERT OR REPLACE INTO checkpoints (run_id, phase, step, path, dlm_sha256, base_model, "
-            "inputs_sha256, world_size, micro_batch_size, grad_accum, seed, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "inputs_sha256, world_size, micro_batch_size, grad_accum, seed, created_at, files, rows_sha256, "
+            "plan_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, phase, step, relative, identity.dlm_sha256, identity.base_model, identity.inputs_sha256,
-             identity.world_size, identity.micro_batch_size, identity.grad_accum, identity.seed, utc_now()),
+             identity.world_size, identity.micro_batch_size, identity.grad_accum, identity.seed, utc_now(),
+             files, identity.rows_sha256, identity.plan_sha256),
         )  # fmt: skip
         rows = conn.execute("SELECT id, path FROM checkpoints WHERE run_id = ?", (run_id,)).fetchall()
         gone = [(row["id"],) for row in rows if not (store.path / row["path"]).is_dir()]
         conn.executemany("DELETE FROM checkpoints WHERE id = ?", gone)
 
 
-def resumable(store: Store, *, before: int) -> tuple[int, Checkpoint]:
-    """The newest train run older than run ``before`` (the resuming one), which must have stopped,
-    and its newest complete checkpoint.
+def resumable(store: Store, *, before: int) -> Resumption:
+    """The newest train run older than run ``before`` (the resuming one) that stopped with checkpoints,
+    and its newest checkpoint whose files verify.
 
     Checkpoints of the runs it resumed count too (a resumed run killed
-    before its first checkpoint still continues from its parent's).
+    before its first checkpoint still continues from its parent's). Runs
+    that failed before their first checkpoint, and completed runs, are
+    passed over: they leave nothing to continue, and an older interrupted
+    run stays resumable behind them.
 
     Raises:
-        TrainingError: there is no train run, the newest one completed or is
-            still running, or it stopped before its first checkpoint.
+        TrainingError: there is no train run, the newest one is still
+            running, no stopped run has checkpoints, their folders are gone,
+            or no checkpoint of the run verifies.
     """
     hint = "start a new run with `dlm train DOC` (without --resume)"
     with store.read() as conn:
-        run = conn.execute(
-            "SELECT id, status FROM runs WHERE command = 'train' AND id < ? ORDER BY id DESC LIMIT 1",
-            (before,),
-        ).fetchone()
-        if run is None:
+        runs = conn.execute(
+            "SELECT id, status FROM runs WHERE command = 'train' AND id < ? ORDER BY id DESC", (before,)
+        ).fetchall()
+        if not runs:
             raise TrainingError("nothing to resume: this store has no train run", hint=hint)
-        if run["status"] == "completed":
-            raise TrainingError(f"nothing to resume: the newest train run ({run['id']}) completed", hint=hint)
-        if run["status"] == "running":
+        if runs[0]["status"] == "running":
             raise TrainingError(
-                f"train run {run['id']} is still running",
+                f"train run {runs[0]['id']} is still running",
                 hint="wait for it to finish, or stop it and then resume",
             )
-        chain = [run["id"]]
-        while True:
-            parent = conn.execute("SELECT resumed_from FROM runs WHERE id = ?", (chain[-1],)).fetchone()
-            if parent is None or parent["resumed_from"] is None or parent["resumed_from"] in chain:
+        for run in runs:
+            if run["status"] != "failed":
+                continue
+            chain = _chain(conn, run["id"])
+            marks = ",".join("?" * len(chain))
+            rows = conn.execute(
+                f"SELECT * FROM checkpoints WHERE run_id IN ({marks}) ORDER BY step DESC, id DESC", chain
+            ).fetchall()
+            if rows:
                 break
-            chain.append(parent["resumed_from"])
-        marks = ",".join("?" * len(chain))
-        rows = conn.execute(
-            f"SELECT * FROM checkpoints WHERE run_id IN ({marks}) ORDER BY step DESC, id DESC", chain
-        ).fetchall()
-    for row in rows:
-        folder = store.path / row["path"]
-        if (folder / "trainer_state.json").is_file():
+        else:
+            newest = runs[0]
+            if newest["status"] == "completed":
+                raise TrainingError(
+                    f"nothing to resume: the newest train run ({newest['id']}) completed", hint=hint
+                )
+            raise TrainingError(
+                f"nothing to resume: train run {newest['id']} stopped before its first checkpoint "
+                "(one is written every training.checkpoint_steps steps)",
+                hint=hint,
+            )
+    checkpoint, warnings = _verified(store, rows)
+    return Resumption(checkpoint.run_id, checkpoint, warnings)
+
+
+def _chain(conn: sqlite3.Connection, run_id: int) -> list[int]:
+    """Run ``run_id`` and the runs it resumed, newest first."""
+    chain = [run_id]
+    while True:
+        parent = conn.execute("SELECT resumed_from FROM runs WHERE id = ?", (chain[-1],)).fetchone()
+        if parent is None or parent["resumed_from"] is None or parent["resumed_from"] in chain:
+            return chain
+        chain.append(parent["resumed_from"])
+
+
+def _verified(store: Store, rows: Sequence[Any]) -> tuple[Checkpoint, tuple[str, ...]]:
+    """The newest of ``rows`` (newest first) whose files verify, and a warning per newer one skipped.
+
+    Raises:
+        TrainingError: every folder is gone, or no checkpoint verifies.
+    """
+    folders = [store.path / row["path"] for row in rows]
+    if not any(folder.is_dir() for folder in folders):
+        raise TrainingError(
+            f"nothing to resume: the checkpoints of train run {rows[0]['run_id']} are gone from "
+            f"{run_folder(store.path, rows[0]['run_id'])}",
+            hint=FRESH_HINT,
+        )
+    damaged: list[tuple[Path, str]] = []
+    for row, folder in zip(rows, folders, strict=True):
+        problem = _damage(folder, row["files"])
+        if problem is None:
             identity = CheckpointIdentity(
                 dlm_sha256=row["dlm_sha256"], base_model=row["base_model"], inputs_sha256=row["inputs_sha256"],
                 world_size=row["world_size"], micro_batch_size=row["micro_batch_size"],
-                grad_accum=row["grad_accum"], seed=row["seed"],
+                grad_accum=row["grad_accum"], seed=row["seed"], rows_sha256=row["rows_sha256"],
+                plan_sha256=row["plan_sha256"],
             )  # fmt: skip
-            return run["id"], Checkpoint(row["run_id"], row["phase"], row["step"], folder, identity)
+            checkpoint = Checkpoint(row["run_id"], row["phase"], row["step"], folder, identity)
+            warnings = tuple(
+                f"checkpoint {bad} is damaged ({why}): resuming from {folder} (step {row['step']}) instead"
+                for bad, why in damaged
+            )
+            return checkpoint, warnings
+        damaged.append((folder, problem))
+    (newest, why), older = damaged[0], len(damaged) - 1
+    also = "" if not older else f", and so {'is' if older == 1 else 'are'} the {plural(older, 'older one')}"
     raise TrainingError(
-        f"nothing to resume: train run {run['id']} stopped before its first checkpoint "
-        "(one is written every training.checkpoint_steps steps)",
-        hint=hint,
+        f"cannot resume train run {rows[0]['run_id']}: checkpoint {newest} is damaged ({why}){also}",
+        hint=FRESH_HINT,
     )
+
+
+def _damage(folder: Path, recorded: str | None) -> str | None:
+    """Why checkpoint ``folder`` does not match the sha256s ``recorded`` when it was registered (None: it does)."""
+    if recorded is None:
+        return "it was written before dlmstore recorded checkpoint checksums and cannot be verified"
+    if not folder.is_dir():
+        return "its folder is gone"
+    expected: dict[str, str] = json.loads(recorded)
+    present = {
+        (Path(directory) / name).relative_to(folder).as_posix()
+        for directory, _, names in os.walk(folder)
+        for name in names
+    }
+    for name in sorted(expected):
+        if name not in present:
+            return f"{name} is missing"
+    for name in sorted(present - expected.keys()):
+        return f"{name} was not in it when it was written"
+    for name, sha256 in sorted(expected.items()):
+        try:
+            actual = file_sha256(folder / name)
+        except OSError as exc:
+            return f"{name} cannot be read: {exc.strerror or exc}"
+        if actual != sha256:
+            return f"{name} differs from the sha256 taken when it was written"
+    return None
 
 
 #: Field -> words for the refusal message.
@@ -235,15 +424,31 @@ _FIELDS = {
     "dlm_sha256": ("the document", "changed since"),
     "base_model": ("base_model", "differs from"),
     "inputs_sha256": ("the token datasets or their weights", "changed since"),
+    "rows_sha256": (
+        "the rows the run trains on (a file under training.sources was added, removed or edited)",
+        "changed since",
+    ),
     "world_size": ("the number of processes", "differs from"),
     "micro_batch_size": ("the micro-batch size", "differs from"),
     "grad_accum": ("gradient accumulation", "differs from"),
     "seed": ("the seed", "differs from"),
+    "plan_sha256": ("the training settings", "differ from"),
 }
+_HIDDEN = ("dlm_sha256", "inputs_sha256", "rows_sha256", "plan_sha256")
 
 
-def check_identity(checkpoint: Checkpoint, current: CheckpointIdentity, *, fields: tuple[str, ...]) -> None:
+def check_identity(
+    checkpoint: Checkpoint,
+    current: CheckpointIdentity,
+    *,
+    fields: tuple[str, ...],
+    settings: dict[str, Any] | None = None,
+) -> None:
     """Refuse to resume ``checkpoint`` when one of ``fields`` differs from ``current``.
+
+    ``settings`` (:func:`plan_settings` of the current plan) lets a
+    ``plan_sha256`` refusal name the settings that differ, read from the
+    checkpoint's verified :data:`PLAN_FILE`.
 
     Raises:
         TrainingError: naming the first field that differs, with both values.
@@ -252,35 +457,77 @@ def check_identity(checkpoint: Checkpoint, current: CheckpointIdentity, *, field
         old, new = getattr(checkpoint.identity, name), getattr(current, name)
         if old != new:
             what, verb = _FIELDS[name]
-            shown = "" if name in ("dlm_sha256", "inputs_sha256") else f" ({old} then, {new} now)"
+            shown = "" if name in _HIDDEN else f" ({old} then, {new} now)"
+            if name == "plan_sha256" and settings is not None:
+                shown = _settings_changed(checkpoint.path / PLAN_FILE, settings)
             raise TrainingError(
                 f"cannot resume run {checkpoint.run_id} from step {checkpoint.step}: {what} {verb} "
                 f"the checkpoint{shown}",
-                hint="resume with what the run had, or start a new run without --resume",
+                hint="resume with what the run had (its command-line options and environment included), "
+                "or start over with --fresh",
             )
 
 
-def remove_finished(store: Store, *, run_id: int) -> list[str]:
-    """Remove the checkpoints (rows and folders) of run ``run_id``, which completed, and of every run
-    that is not running; return the folders removed.
+def _settings_changed(path: Path, settings: dict[str, Any]) -> str:
+    """`` (max_steps 6 then, 8 now)``: each setting that differs from the checkpoint's; empty when unknown."""
+    try:
+        then = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(then, dict):
+        return ""
 
-    Folders of finished runs that have no row (a checkpoint cut off while
-    being written) go too.
+    def shown(value: Any) -> str:
+        if value is None:
+            return "unset"
+        return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+    changed = [
+        f"{key} {shown(then.get(key))} then, {shown(settings.get(key))} now"
+        for key in sorted(settings.keys() | then.keys())
+        if then.get(key) != settings.get(key)
+    ]
+    return f" ({'; '.join(changed)})" if changed else ""
+
+
+def remove_finished(store: Store, *, run_id: int, fresh: bool = False) -> list[str]:
+    """Remove the checkpoints that run ``run_id``, which completed, leaves nothing to resume from;
+    return a warning for each interrupted run whose checkpoints are kept.
+
+    Removed (rows and folders): this run's, those of the runs it resumed,
+    registered ones whose folder is gone, folders of stopped runs that have
+    no row (a checkpoint cut off while being written) and, when ``fresh``
+    (``dlm train --fresh``: the user started over), those of every run that
+    is not running. Without ``fresh`` an interrupted run's checkpoints stay,
+    so ``--resume`` can still continue it.
     """
     root = store.path / CHECKPOINTS_DIR
-    removed: list[str] = []
+    kept: dict[int, int] = {}  # stopped run -> its newest checkpoint's step
     with store.write() as conn:
         running = {row["id"] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")}
         running.discard(run_id)
-        keep = sorted(running)
-        conn.execute(f"DELETE FROM checkpoints WHERE run_id NOT IN ({','.join('?' * len(keep))})", keep)
+        done = set(_chain(conn, run_id))
+        rows = conn.execute("SELECT id, run_id, step, path FROM checkpoints ORDER BY step").fetchall()
+        stale = []
+        for row in rows:
+            owner = row["run_id"]
+            if owner in running:
+                continue
+            if fresh or owner in done or not (store.path / row["path"]).is_dir():
+                stale.append((row["id"],))
+            else:
+                kept[owner] = row["step"]
+        conn.executemany("DELETE FROM checkpoints WHERE id = ?", stale)
         for folder in sorted(root.glob("run*")) if root.is_dir() else []:
             owner = folder.name.removeprefix("run")
-            if owner.isdigit() and int(owner) in running:
+            if owner.isdigit() and (int(owner) in running or int(owner) in kept):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
-            removed.append(str(folder.relative_to(store.path)))
-    return removed
+    return [
+        f"the checkpoints of interrupted train run {owner} are kept (the newest at step {step}): "
+        "`dlm train --resume` continues it, `dlm train --fresh` starts over and removes them"
+        for owner, step in sorted(kept.items())
+    ]
 
 
 def sweep_unregistered(store: Store) -> list[str]:

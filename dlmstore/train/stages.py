@@ -9,18 +9,21 @@ is its steps, in the order they run:
 2. :func:`locate` (rank 0) - the base's converted folder and tokenizer
    fingerprint: a :class:`BaseFiles`.
 3. :func:`begin` (rank 0, store open, run recorded) - debris swept, the
-   checkpoint to resume found, the token datasets checked, the lock
-   validated: a :class:`Begun`.
+   checkpoint to resume found and its files verified, the token datasets
+   checked, the lock validated: a :class:`Begun`.
 4. :func:`tokenize` (rank 0) - the cached tokenize pass, recorded as the
    run's tokenization event: a :class:`Tokenized`.
-5. :func:`prepare` (rank 0) - the phases decided and the adapter the
+5. :func:`prepare` (rank 0) - the rows' identity taken (and checked
+   against the checkpoint's), the phases decided and the adapter the
    preference phase starts from: a :class:`Prepared`, which rank 0 hands
    every other rank (``dlmstore.train.distributed.share``).
-6. :func:`train_phases` (every rank) - the model loaded once, each phase
-   trained (:mod:`dlmstore.train.loops`) and, on rank 0, its adapter
-   staged: a :class:`Trained`.
+6. :func:`train_phases` (every rank) - the model loaded once, the plan
+   resolved (and checked against the checkpoint's), each phase trained
+   (:mod:`dlmstore.train.loops`) and, on rank 0, its adapter staged: a
+   :class:`Trained`.
 7. :func:`publish` (rank 0) - the staged adapters published and registered
-   with the run's lock, as one unit.
+   with the run's lock, as one unit; the checkpoints nothing can resume
+   from any more removed.
 
 Every stage's cost is a field of what it returns, and the pipeline adds
 them up into ``TrainTimings`` (``bench/bench_train.py`` prints the split).
@@ -28,6 +31,7 @@ them up into ``TrainTimings`` (``bench/bench_train.py`` prints the split).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -65,6 +69,7 @@ class Options:
     lock_mode: str = "validate"
     datasets: Sequence[str] = ()
     resume: bool = False
+    fresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class Begun:
     resumed_from: int | None
     lock: PendingLock
     startup: float  # seconds from the start of the run, less the framework import
+    warnings: tuple[str, ...]  # newer checkpoints passed over because they are damaged
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ class Prepared:
     inputs: list[DatasetInput]
     resume: Checkpoint | None
     resumed_from: int | None
+    rows_sha256: str  # the identity of the rows the run trains on (its checkpoints record it)
 
 
 @dataclass(frozen=True)
@@ -191,8 +198,8 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
     """Sweep what dead runs left, find the checkpoint to resume, check the datasets, validate the lock.
 
     Raises:
-        TrainingError: no checkpoint to resume, or it belongs to another
-            setup; a token dataset cannot train.
+        TrainingError: no checkpoint to resume, none that verifies, or it
+            belongs to another setup; a token dataset cannot train.
         LockValidationError: the runtime differs from the lock in an ERROR field.
     """
     from dlmstore.bases import load_tokenizer
@@ -203,9 +210,10 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
     from dlmstore.train.data.inputs import check_dataset_input, context_length
 
     sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
-    resumed_from, checkpoint = resumable(store, before=run_id) if options.resume else (None, None)
-    if resumed_from is not None:
-        set_resumed_from(store, run_id, resumed_from)
+    resumption = resumable(store, before=run_id) if options.resume else None
+    checkpoint = None if resumption is None else resumption.checkpoint
+    if resumption is not None:
+        set_resumed_from(store, run_id, resumption.run_id)
     sweep_unregistered(store)
     tokenizer = load_tokenizer(setup.ref)
     inputs = [
@@ -231,9 +239,10 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
         tokenizer=tokenizer,
         inputs=inputs,
         checkpoint=checkpoint,
-        resumed_from=resumed_from,
+        resumed_from=None if resumption is None else resumption.run_id,
         lock=lock,
         startup=time.perf_counter() - setup.started - setup.framework_import,
+        warnings=() if resumption is None else resumption.warnings,
     )
 
 
@@ -279,15 +288,21 @@ def tokenize(
 def prepare(
     store: Store, run_id: int, setup: Setup, begun: Begun, tokenized: Tokenized, options: Options
 ) -> Prepared:
-    """Decide the phases and find the adapter a preference-only run starts from.
+    """Take the rows' identity, decide the phases and find the adapter a preference-only run starts from.
 
     Raises:
-        TrainingError: nothing to train for the phases asked, or no SFT
+        TrainingError: the rows differ from the checkpoint's (a source file
+            changed), nothing to train for the phases asked, or no SFT
             adapter for the preference phase to start from.
     """
+    from dlmstore.train.checkpoints import check_identity, rows_sha256
     from dlmstore.train.phases import plan_phases, starting_adapter
 
     document = setup.document
+    rows = rows_sha256(tokenized.rows.row_keys, tokenized.preferences.row_keys)
+    if begun.checkpoint is not None:
+        current = dataclasses.replace(begun.checkpoint.identity, rows_sha256=rows)
+        check_identity(begun.checkpoint, current, fields=("rows_sha256",))
     phases = plan_phases(
         options.phase, setup.settings.preference, path=str(document.path),
         sft_rows=len(tokenized.rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
@@ -302,6 +317,7 @@ def prepare(
         inputs=begun.inputs,
         resume=begun.checkpoint,
         resumed_from=begun.resumed_from,
+        rows_sha256=rows,
     )
 
 
@@ -314,7 +330,7 @@ def train_phases(
     their share and stage nothing. Nothing is published: on any failure the
     staged folders are removed.
     """
-    from dlmstore.train.checkpoints import check_identity, run_folder, run_identity
+    from dlmstore.train.checkpoints import check_identity, plan_settings, run_folder, run_identity
     from dlmstore.train.data.examples import training_examples
     from dlmstore.train.data.preference_data import training_preferences
     from dlmstore.train.loops.preference import fit_preference, load_policy
@@ -340,9 +356,14 @@ def train_phases(
             settings, setup.hardware, base_params=base_params, auto_target_modules=dlm_target_modules(ref),
             epochs=options.epochs, max_steps=options.max_steps, seed=seed,
         )  # fmt: skip
-        identity = run_identity(document, ref, prepared.inputs, world.size, seed, plan)
+        identity = run_identity(
+            document, ref, prepared.inputs, world.size, seed, plan, rows_sha256=prepared.rows_sha256
+        )
         if checkpoint is not None:
-            check_identity(checkpoint, identity, fields=("micro_batch_size", "grad_accum"))
+            check_identity(
+                checkpoint, identity, fields=("micro_batch_size", "grad_accum", "plan_sha256"),
+                settings=plan_settings(plan),
+            )  # fmt: skip
         if phases.sft:
             t0 = time.perf_counter()
             dataset, names = training_examples(
@@ -382,9 +403,11 @@ def train_phases(
 
 
 def publish(
-    store: Store, trained: Trained, lock: PendingLock, setup: Setup, prepared: Prepared
-) -> list[AdapterVersion]:
-    """Publish the staged adapters and register them with the run's lock, as one unit.
+    store: Store, trained: Trained, lock: PendingLock, setup: Setup, prepared: Prepared, options: Options
+) -> tuple[list[AdapterVersion], list[str]]:
+    """Publish the staged adapters and register them with the run's lock, as one unit; remove the
+    checkpoints nothing can resume from any more. Returns the adapters and a warning per interrupted
+    run whose checkpoints are kept (``--fresh`` removes them).
 
     The folders are renamed to their versions, then one transaction inserts
     their rows and the lock record and writes ``dlm.lock`` before it
@@ -399,11 +422,9 @@ def publish(
     preference = setup.settings.preference if prepared.phases.preference else None
     t0 = time.perf_counter()
     adapters = commit_versions(store, trained.staged, lambda: commit_lock(store, lock, preference=preference))
-    remove_finished(
-        store, run_id=prepared.run_id
-    )  # this run's checkpoints, and older ones nothing can resume any more
+    kept = remove_finished(store, run_id=prepared.run_id, fresh=options.fresh)
     trained.fits[-1].save_seconds += time.perf_counter() - t0
-    return adapters
+    return adapters, kept
 
 
 @contextmanager

@@ -79,6 +79,7 @@ def train_document(
     lock_mode: str = "validate",
     datasets: Sequence[str] = (),
     resume: bool = False,
+    fresh: bool = False,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -94,8 +95,11 @@ def train_document(
             (``--strict-lock`` / ``--update-lock`` / ``--ignore-lock``).
         datasets: ``DIR[:WEIGHT]`` token datasets to train on besides
             ``training.datasets`` (``--dataset``).
-        resume: continue the newest train run, which was interrupted, from
-            its last checkpoint (``--resume``).
+        resume: continue the newest train run that stopped with
+            checkpoints from its newest one whose files verify (``--resume``).
+        fresh: start over (``--fresh``): once this run completes, the
+            checkpoints of interrupted runs are removed; without it they are
+            kept, so ``--resume`` can still continue them.
 
     Launched as one of several ranks (``dlm train --nproc``, torchrun),
     rank 0 does everything that touches the store and every rank trains on
@@ -115,13 +119,14 @@ def train_document(
             a preference row cannot train, the settings ask for what this
             machine cannot train (``dlmstore.train.plan.check_settings``), a
             token dataset cannot train (``dlmstore.train.data.inputs``), or there
-            is no checkpoint to resume or it belongs to another setup.
+            is no checkpoint to resume, none that verifies, one that cannot
+            be loaded, or it belongs to another setup.
     """
     from dlmstore.train.distributed import current_world, join, leave
 
     options = Options(
         phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-        lock_mode=lock_mode, datasets=datasets, resume=resume,
+        lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh,
     )  # fmt: skip
     world = current_world()
     join(world)
@@ -157,8 +162,8 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
             trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options)
             write_rank_samples(store.path, run_id, world, trained.accounting)
             uses = record_usage(store, run_id, prepared.inputs, gather_accounting(world, trained.accounting))
-            adapters = stages.publish(store, trained, begun.lock, setup, prepared)
-    summary = _summarize(setup, begun, tokenized, prepared, trained, adapters, uses, world)
+            adapters, kept = stages.publish(store, trained, begun.lock, setup, prepared, options)
+    summary = _summarize(setup, begun, tokenized, prepared, trained, adapters, uses, world, kept)
     share(world, summary)
     return summary
 
@@ -187,6 +192,7 @@ def _summarize(
     adapters: list[AdapterVersion],
     uses: list[DatasetUse],
     world: World,
+    kept: list[str],
 ) -> TrainSummary:
     """What ``dlm train`` returns (and ``--json`` prints): the run, each phase, the timings."""
     from dlmstore.corpus.show import document_warnings
@@ -245,5 +251,7 @@ def _summarize(
             *tokenized.source_warnings,
             *tokenized.result.warnings,
             *phases.warnings,
+            *begun.warnings,
+            *kept,
         ],  # fmt: skip
     )

@@ -11,7 +11,10 @@ The trainer is transformers' ``Trainer`` with two things of ours:
   is a pure function of the seed, so it sees exactly what the
   uninterrupted run would have;
 * checkpoints in the store (:mod:`dlmstore.train.checkpoints`), each rank
-  adding its trained positions, rank 0 registering the folder.
+  adding its trained positions, rank 0 registering the folder. A resumed
+  run loads a checkpoint whose files were verified against their sha256;
+  one that still cannot be loaded (written damaged) stops the run with one
+  error naming the file (:func:`loading`), not the library's traceback.
 
 The adapter is applied with peft after seeding, as TRL's ``SFTTrainer``
 does; the loss is the model's own causal-LM loss over the ``labels`` the
@@ -21,18 +24,33 @@ without cross-document targets, an SFT dataset's assistant spans).
 
 from __future__ import annotations
 
+import json
+import pickle
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
 from torch.utils.data import DataLoader, Sampler
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from dlmstore.datasets.read.sampler import RankPartitionSampler
-from dlmstore.train.checkpoints import CheckpointIdentity, checkpoint_writes, register, write_rank_state
+from dlmstore.errors import TrainingError
+from dlmstore.train.checkpoints import (
+    FRESH_HINT,
+    CheckpointIdentity,
+    checkpoint_writes,
+    plan_settings,
+    register,
+    write_rank_state,
+)
 from dlmstore.train.data.examples import TOKENS_KEY, Collator
 from dlmstore.train.distributed import World, barrier
 
@@ -95,19 +113,24 @@ class SftTrainer(Trainer):
         with checkpoint_writes(Path(self._get_output_dir(trial=trial)) / f"checkpoint-{step}", step):
             super()._save_checkpoint(model, trial)
 
-    def _load_from_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         t0 = time.perf_counter()
-        super()._load_from_checkpoint(*args, **kwargs)
+        with loading(Path(resume_from_checkpoint), ("adapter_model.safetensors", "adapter_config.json")):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
         self.restore_seconds += time.perf_counter() - t0
 
-    def _load_optimizer_and_scheduler(self, *args: Any, **kwargs: Any) -> None:
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         t0 = time.perf_counter()
-        super()._load_optimizer_and_scheduler(*args, **kwargs)
+        with loading(Path(checkpoint or "."), ("optimizer.pt", "scheduler.pt")):
+            super()._load_optimizer_and_scheduler(checkpoint)
         self.restore_seconds += time.perf_counter() - t0
 
-    def _load_rng_state(self, *args: Any, **kwargs: Any) -> None:
+    def _load_rng_state(self, checkpoint: str | None) -> None:
         t0 = time.perf_counter()
-        super()._load_rng_state(*args, **kwargs)
+        args = self.args
+        name = "rng_state.pth" if args.world_size <= 1 else f"rng_state_{args.process_index}.pth"
+        with loading(Path(checkpoint or "."), (name,)):
+            super()._load_rng_state(checkpoint)
         self.restore_seconds += time.perf_counter() - t0
 
     def compute_loss(
@@ -163,13 +186,20 @@ class CheckpointRecorder(TrainerCallback):
     """After the trainer writes a checkpoint: each rank adds its state, rank 0 registers the folder."""
 
     def __init__(
-        self, store: Any, run_id: int, world: World, collator: Any, identity: CheckpointIdentity
+        self,
+        store: Any,
+        run_id: int,
+        world: World,
+        collator: Any,
+        identity: CheckpointIdentity,
+        settings: dict[str, Any],
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.world = world
         self.collator = collator
         self.identity = identity
+        self.settings = settings
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -178,7 +208,15 @@ class CheckpointRecorder(TrainerCallback):
         barrier(self.world)
         if self.store is not None:
             with checkpoint_writes(folder, int(state.global_step)):  # its fsync
-                register(self.store, self.run_id, "sft", int(state.global_step), folder, self.identity)
+                register(
+                    self.store,
+                    self.run_id,
+                    "sft",
+                    int(state.global_step),
+                    folder,
+                    self.identity,
+                    self.settings,
+                )
         barrier(self.world)
 
 
@@ -204,7 +242,7 @@ def fit_sft(
     ``store`` is None on ranks other than 0 (they record nothing).
     """
     from peft import LoraConfig, get_peft_model
-    from transformers import set_seed
+    from transformers import TrainerState, set_seed
 
     from dlmstore.train.checkpoints import read_rank_state
     from dlmstore.train.loops.callbacks import StepRecorder
@@ -227,9 +265,19 @@ def fit_sft(
         collator = Collator(_pad_id(tokenizer), sources)
         callbacks: list[Any] = [recorder]
         if checkpointing:
-            callbacks.append(CheckpointRecorder(store, run_id, world, collator, identity))
+            callbacks.append(
+                CheckpointRecorder(store, run_id, world, collator, identity, plan_settings(plan))
+            )
         if resume_from is not None:
-            collator.restore(read_rank_state(resume_from, world.rank))
+            # the trainer reads trainer_state.json inside train(), where no method of ours can catch it
+            with loading(resume_from, ("trainer_state.json",)):
+                if not isinstance(
+                    TrainerState.load_from_json(str(resume_from / "trainer_state.json")).global_step, int
+                ):
+                    raise ValueError("global_step is not a number")
+            rank_files = (f"dlm-rank{world.rank}.npy", f"dlm-rank{world.rank}.json")
+            with loading(resume_from, rank_files):
+                collator.restore(read_rank_state(resume_from, world.rank))
         t0 = time.perf_counter()
         # Training builds no KV cache; without one, transformers reads position ids that
         # start again (a packed window of several documents) as separate sequences.
@@ -264,6 +312,78 @@ def fit_sft(
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: What loading a damaged checkpoint file raises: torch's zip reader (RuntimeError), its unpickler
+#: (UnpicklingError, UnicodeDecodeError, EOFError, KeyError), json (JSONDecodeError), safetensors
+#: (SafetensorError), numpy (ValueError) and what a state of the wrong shape raises (TypeError).
+_LOAD_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, ValueError, RuntimeError, EOFError, KeyError, TypeError, IndexError, zipfile.BadZipFile,
+    pickle.UnpicklingError, SafetensorError,
+)  # fmt: skip
+
+
+@contextmanager
+def loading(folder: Path, names: Sequence[str]) -> Iterator[None]:
+    """Turn a failure to load ``names`` from checkpoint ``folder`` into one error naming the file.
+
+    The files were verified against their sha256 before the run resumed, so
+    a failure here means a file was written damaged (or this library
+    version cannot read it). The file named is the first of ``names`` that
+    does not read back on its own, with why (:func:`_unreadable`); when
+    each does, all of them are named, with the library's reason.
+
+    Raises:
+        TrainingError: for any of the errors loading damaged bytes raises
+            (running out of memory is not one of them and propagates).
+    """
+    try:
+        yield
+    except Exception as exc:
+        if not _is_load_error(exc):
+            raise
+        name, reason = _unreadable(folder, names) or (" or ".join(names), _reason(exc))
+        raise TrainingError(
+            f"cannot resume from checkpoint {folder}: {name} cannot be loaded ({reason})", hint=FRESH_HINT
+        ) from None
+
+
+def _is_load_error(exc: Exception) -> bool:
+    return isinstance(exc, _LOAD_ERRORS) and not isinstance(exc, torch.OutOfMemoryError)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of what ``exc`` says (its type when it says nothing), at most 200 characters."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _unreadable(folder: Path, names: Sequence[str]) -> tuple[str, str] | None:
+    """The first of ``names`` whose bytes do not parse as their format, and why: JSON, a safetensors
+    header, an npy array, or a zip archive (what ``torch.save`` writes) whose every member matches its
+    CRC-32. Only run once loading failed.
+    """
+    for name in names:
+        path = folder / name
+        try:
+            if name.endswith(".json"):
+                json.loads(path.read_bytes())
+            elif name.endswith(".safetensors"):
+                with safe_open(str(path), framework="np"):
+                    pass
+            elif name.endswith(".npy"):
+                np.load(path, allow_pickle=False)
+            else:
+                with zipfile.ZipFile(path) as archive:
+                    member = archive.testzip()
+                if member is not None:
+                    return name, f"a damaged torch archive: {member} does not match its CRC-32"
+        except Exception as exc:
+            if not _is_load_error(exc):
+                raise
+            if isinstance(exc, zipfile.BadZipFile):
+                return name, f"a damaged torch archive: {_reason(exc)}"
+            return name, _reason(exc)
+    return None
 
 
 def _pad_id(tokenizer: Any) -> int:
