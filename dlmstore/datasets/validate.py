@@ -174,23 +174,27 @@ def check_dataset(
     return _report(root, problems, meta, len(files), deep)
 
 
-def digest_files(files: Sequence[tuple[TokenFile, bool]], *, task: str) -> list[FileDigest | OSError]:
+def digest_files(
+    files: Sequence[tuple[TokenFile, bool]], *, task: str, threads: int | None = None
+) -> list[FileDigest | OSError]:
     """One pass over each file, several files at once: ``(file, find its largest value)`` -> digest.
 
     A file that cannot be read (gone, no permission, swapped for a FIFO
     since it was checked) gives its ``OSError`` instead of a digest. The
-    files done are reported as progress ``task``.
+    files done are reported as progress ``task``; ``threads`` defaults to
+    one per core this process may run on.
     """
     if not files:
         return []
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            threads = os.cpu_count() or 1
     digests: list[FileDigest | OSError] = []
     with (
         Task(task, total=len(files), unit="files") as progress,
-        ThreadPoolExecutor(min(cores, len(files)), thread_name_prefix="dlm-verify") as pool,
+        ThreadPoolExecutor(min(threads, len(files)), thread_name_prefix="dlm-verify") as pool,
     ):
         for digest in pool.map(lambda job: _digest(*job), files):
             digests.append(digest)
