@@ -152,9 +152,10 @@ def cli(ctx: click.Context, quiet: bool, verbose: bool, traceback: bool) -> None
     from dlmstore.collector import no_collection_at_exit
 
     from .logs import configure_logging
-    from .render import QUIET_KEY
+    from .render import QUIET_KEY, file_names_pass_through_stdout
 
     no_collection_at_exit()
+    file_names_pass_through_stdout()
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose cannot be used together")
     ctx.meta[QUIET_KEY] = quiet

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -41,18 +43,37 @@ def emit_json(value: Any) -> None:
     """Print a dataclass (or plain data) as indented JSON on stdout."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    # A file name that is not UTF-8 reaches here holding surrogates (PEP 383);
+    # written as JSON's \udcNN escape it is valid UTF-8 and decodes back to
+    # the same str, which os functions turn back into the same bytes.
+    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 #: Characters escaped in messages: controls other than tab and newline, and
 #: the Unicode line and paragraph separators. A quoted line or file name
 #: holding one would otherwise break the message's line or drive the terminal
-#: (``\x1b[...``).
+#: (``\x1b[...``). A byte of a file name that is not UTF-8 (a surrogate,
+#: PEP 383) is shown ``\xNN``, as store.db records it (store/path_text.py).
 _UNPRINTABLE = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
     for code in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)
     if chr(code) not in "\t\n"
-}
+} | {code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)}
+
+
+def file_names_pass_through_stdout() -> None:
+    """Let stdout write a file name that is not UTF-8 as the bytes it is, instead of failing.
+
+    Python hands such a name around holding surrogates (PEP 383); its own
+    UTF-8 mode and the C locale write them back as the original bytes
+    (``surrogateescape``), as ``ls`` and ``find`` print names to a pipe, but
+    a ``strict`` stdout (any other UTF-8 locale) raises ``UnicodeEncodeError``.
+    Messages on stderr go through :func:`printable` instead (``\\xNN``).
+    """
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="surrogateescape")
 
 
 def printable(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .render import emit_json, human_bytes, is_quiet, json_option
+from .render import emit_json, human_bytes, is_quiet, json_option, printable
 
 
 @click.command("report")
@@ -15,7 +15,8 @@ from .render import emit_json, human_bytes, is_quiet, json_option
     default="report.html",
     show_default=True,
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write the page here (- for stdout).",
+    help="Write the page here (- for stdout). A symlink is followed and a file replaced keeps its "
+    "mode; the document itself is refused.",
 )
 @click.option(
     "--runs",
@@ -53,6 +54,6 @@ def report_command(path: str, output: str, train_runs: int, as_json: bool) -> No
     if output == "-":
         click.echo(render_page(report), nl=False)
         return
-    size = write_page(report, Path(output))
+    size = write_page(report, Path(output), inputs=(path, store.db_path))
     if not is_quiet():  # what was written is a note, not data: stdout stays empty, -q drops it
-        click.echo(f"wrote {output} ({human_bytes(size)})", err=True)
+        click.echo(f"wrote {printable(output)} ({human_bytes(size)})", err=True)

@@ -43,6 +43,7 @@ from dlmstore.plural import plural
 from dlmstore.sources.expand import anchor_dir
 from dlmstore.sources.proof import SourceProof
 from dlmstore.sources.walk import directive_root
+from dlmstore.store.path_text import path_text
 
 if TYPE_CHECKING:
     import sqlite3
@@ -169,7 +170,7 @@ def take(
         "file_stamps = excluded.file_stamps, cache_changes = excluded.cache_changes, "
         "pack_reach = excluded.pack_reach, entry_ids = excluded.entry_ids, result = excluded.result",
         (
-            os.path.realpath(document.path), where, document.sha256, tokenizer_sha256, sequence_len, run_id,
+            path_text(os.path.realpath(document.path)), where, document.sha256, tokenizer_sha256, sequence_len, run_id,
             utc_now(), dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, json.dumps(reach),
             pack_ids(entry_ids), json.dumps(asdict(counts)),
         ),
@@ -183,7 +184,7 @@ def load(conn: sqlite3.Connection, document: Document) -> PassSnapshot | None:
         "SELECT run_id, dlm_sha256, tokenizer_sha256, sequence_len, context, dir_paths, dir_stamps, "
         "file_paths, file_stamps, cache_changes, pack_reach, entry_ids, result FROM pass_snapshots "
         "WHERE document = ? AND dlm_sha256 = ?",
-        (os.path.realpath(document.path), document.sha256),
+        (path_text(os.path.realpath(document.path)), document.sha256),
     ).fetchone()
     if row is None:
         return None

@@ -13,26 +13,33 @@ the file says what it means. What changes:
 Edits are made in place, line by line, so comments, key order, quoting and
 line endings survive; only the ``training.dpo`` rewrite has to re-emit the
 frontmatter as YAML, which drops its comments (the result says so). The
-body is never touched. The new text must parse as a valid document before
-anything is written; then the original is copied to ``<path>.bak`` (unless
-``backup=False``) and the new text replaces it atomically.
+body is never touched: from the closing ``---`` on, the file is kept byte
+for byte, whatever its line endings (CRLF, LF or a mix); an edited
+frontmatter line keeps its own ending. The new text must parse as a valid
+document before anything is written; then the original is copied to
+``<path>.bak`` (unless ``backup=False``) and the new text replaces it
+atomically, as the user's file: a symlinked document is migrated where the
+link points and the link stays, and the file keeps its permission bits and
+owner (the backup takes the document's permission bits).
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dlmstore.document.loading import FrontmatterLoader
-from dlmstore.document.parser import parse_text
+from dlmstore.document.parser import document_bytes, parse_text
 from dlmstore.document.versions import CURRENT_DLM_VERSION, LEGACY_KEYS, upgrade
 from dlmstore.errors import DocumentError
-from dlmstore.store.atomic import write_bytes_atomic
+from dlmstore.store.atomic import SameAsInputError, replace_user_file
+from dlmstore.store.regular_files import NotRegularFileError
 
 
 @dataclass(frozen=True)
@@ -77,17 +84,15 @@ def migrate_document(
             document is not valid (nothing is written then).
     """
     shown = os.fspath(path)
-    try:
-        raw = Path(shown).read_bytes()
-    except OSError as exc:
-        raise DocumentError(shown, f"cannot read: {exc.strerror or exc}") from None
+    raw = document_bytes(shown)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentError(shown, f"not UTF-8 text (invalid byte at offset {exc.start})") from None
-    lines = text.split("\n")
-    bom = "\ufeff" if lines[0].startswith("\ufeff") else ""
-    bare = [line.rstrip("\r") for line in lines]
+    pieces = text.split("\n")  # each but the last was followed by "\n" in the file
+    bom = "\ufeff" if pieces[0].startswith("\ufeff") else ""
+    bare = [piece.rstrip("\r") for piece in pieces]
+    ends = [piece[len(line) :] + "\n" for piece, line in zip(pieces, bare, strict=True)]
     bare[0] = bare[0].removeprefix(bom)
     if bare[0] != "---" or "---" not in bare[1:]:
         parse_text(text, shown)  # raises the parser's own error for a missing frontmatter
@@ -107,11 +112,14 @@ def migrate_document(
     comments_dropped = upgraded is not data  # only the training.dpo step builds a new mapping
     if comments_dropped:
         new_yaml = _dump(upgraded, data)
+        new_ends = [ends[0]] * len(new_yaml)  # re-written whole: the opening fence's line ending
     else:
-        new_yaml = _edit_in_place(root, list(yaml_lines), renamed=bool(renamed))
-    newline = "\r\n" if lines[0].endswith("\r") else "\n"
-    new_lines = [bom + "---", *new_yaml, *bare[close:]]
-    new_text = newline.join(new_lines)
+        new_yaml, new_ends = list(yaml_lines), ends[1:close]
+        _edit_in_place(root, new_yaml, new_ends, renamed=bool(renamed), first_end=ends[0])
+    # Only frontmatter lines change: from the closing fence on, the text is
+    # kept byte for byte (every line keeps its own line ending, mixed or not).
+    head = "".join(line + end for line, end in zip(new_yaml, new_ends, strict=True))
+    new_text = bom + "---" + ends[0] + head + "\n".join(pieces[close:])
     new_text_lf = new_text.replace("\r\n", "\n")
     changed = new_text != text
     diff = "".join(
@@ -136,8 +144,8 @@ def migrate_document(
     if changed and not dry_run:
         if backup:
             backup_path = shown + ".bak"
-            write_bytes_atomic(Path(backup_path), raw)
-        write_bytes_atomic(Path(shown), new_text.encode("utf-8"))
+            _write(shown, backup_path, raw, backup=True)
+        _write(shown, shown, new_text.encode("utf-8"), backup=False)
         wrote = True
     return MigrationResult(
         path=shown,
@@ -151,6 +159,45 @@ def migrate_document(
         comments_dropped=comments_dropped,
         diff=diff,
     )
+
+
+def _write(shown: str, target: str, data: bytes, *, backup: bool) -> None:
+    """Write the migrated document, or its backup, as the user's file (one error line if it fails).
+
+    Both go through :func:`~dlmstore.store.atomic.replace_user_file`: a
+    symlinked document is migrated where its link points (the link stays),
+    and the document keeps its permission bits and owner. The backup takes
+    the document's permission bits (a private document keeps a private
+    backup) and must not be the document itself under another name.
+    """
+    try:
+        if backup:
+            mode = stat.S_IMODE(os.stat(shown).st_mode)
+            replace_user_file(target, data, inputs=(shown,), permissions=mode)
+        else:
+            replace_user_file(target, data)
+    except SameAsInputError:
+        raise DocumentError(
+            shown,
+            f"cannot keep the original as {target}: that is the document itself (a link to it)",
+            hint=f"remove {target}, or pass --no-backup",
+        ) from None
+    except NotRegularFileError as exc:
+        raise DocumentError(
+            shown,
+            f"cannot keep the original as {target}: it is {exc.strerror}",
+            hint=f"move {target} out of the way, or pass --no-backup",
+        ) from None
+    except OSError as exc:
+        raise DocumentError(
+            shown,
+            f"cannot write {target}: {exc.strerror or exc}; the document was not changed"
+            if backup
+            else f"cannot write the migrated document: {exc.strerror or exc}",
+            hint="make the folder writable"
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+            else None,
+        ) from None
 
 
 def _compose(yaml_text: str, shown: str) -> yaml.Node | None:
@@ -168,8 +215,15 @@ def _legacy_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
     return [(a, b) for (a, b) in LEGACY_KEYS if a == "training" and b in training]
 
 
-def _edit_in_place(root: yaml.Node | None, lines: list[str], *, renamed: bool) -> list[str]:
-    """The frontmatter lines with the version set and legacy keys renamed."""
+def _edit_in_place(
+    root: yaml.Node | None, lines: list[str], ends: list[str], *, renamed: bool, first_end: str
+) -> None:
+    """Set the version and rename legacy keys in the frontmatter ``lines``, in place.
+
+    ``ends`` holds each line's own line ending; a line added (``dlm_version``
+    where there was none) takes the ending of the line above it
+    (``first_end``, the opening fence's, at the top).
+    """
     top = root.value if isinstance(root, yaml.MappingNode) else []
     version_value = None
     id_line = None
@@ -194,7 +248,7 @@ def _edit_in_place(root: yaml.Node | None, lines: list[str], *, renamed: bool) -
     else:
         at = id_line + 1 if id_line is not None else 0
         lines.insert(at, f"dlm_version: {target}")
-    return lines
+        ends.insert(at, ends[at - 1] if at else first_end)
 
 
 def _dump(upgraded: dict[str, Any], original: dict[str, Any]) -> list[str]:

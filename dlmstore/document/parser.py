@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from dlmstore.document.frontmatter import Frontmatter
 from dlmstore.document.loading import load_frontmatter
 from dlmstore.document.sections import Section, normalise_newlines
 from dlmstore.errors import DocumentError, DocumentProblems
+from dlmstore.store.regular_files import NotRegularFileError, read_regular
 
 FRONTMATTER_FENCE = "---"
 
@@ -121,14 +123,7 @@ def parse_document(path: str | os.PathLike[str]) -> Document:
             valid .dlm document.
     """
     shown = os.fspath(path)
-    try:
-        data = Path(shown).read_bytes()
-    except FileNotFoundError:
-        raise DocumentError(shown, "no such file", hint=f"run `dlm init {shown}` to create one") from None
-    except IsADirectoryError:
-        raise DocumentError(shown, "is a directory, not a .dlm file") from None
-    except OSError as exc:
-        raise DocumentError(shown, f"cannot read: {exc.strerror or exc}") from None
+    data = document_bytes(shown)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -138,6 +133,32 @@ def parse_document(path: str | os.PathLike[str]) -> Document:
             hint="save the file as UTF-8",
         ) from None
     return _parse(text, shown, hashlib.sha256(data).hexdigest())
+
+
+def document_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the document file at ``path`` (a symlink is followed).
+
+    Read through :func:`~dlmstore.store.regular_files.read_regular`: a path
+    naming a FIFO, socket or device is refused by its kind before it is
+    opened, so a FIFO with no writer never hangs a command.
+
+    Raises:
+        DocumentError: the file is missing, is not a regular file, or cannot
+            be read; the message names ``path`` as given.
+    """
+    shown = os.fspath(path)
+    try:
+        return read_regular(shown)
+    except FileNotFoundError:
+        raise DocumentError(shown, "no such file", hint=f"run `dlm init {shown}` to create one") from None
+    except NotRegularFileError as exc:
+        if stat.S_ISDIR(exc.mode):
+            raise DocumentError(shown, "is a directory, not a .dlm file") from None
+        raise DocumentError(
+            shown, f"is {exc.strerror}", hint="a .dlm document is read from a regular file: save it to one"
+        ) from None
+    except OSError as exc:
+        raise DocumentError(shown, f"cannot read: {exc.strerror or exc}") from None
 
 
 def parse_text(text: str, path: str = "<string>") -> Document:

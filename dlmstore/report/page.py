@@ -16,6 +16,8 @@ nothing to draw says so in words instead of drawing an empty frame.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -25,7 +27,7 @@ from dlmstore.plural import plural
 from dlmstore.report.contents import LockEntry, StoreReport, TrainingRun
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
-from dlmstore.store.atomic import write_bytes_atomic
+from dlmstore.store.atomic import SameAsInputError, replace_user_file
 
 #: At most this many source folders get their own bar; the rest are summed in one.
 TOP_FOLDERS = 15
@@ -75,16 +77,26 @@ def render_page(report: StoreReport) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_page(report: StoreReport, path: Path) -> int:
+def write_page(report: StoreReport, path: Path, *, inputs: Iterable[str | os.PathLike[str]] = ()) -> int:
     """Write the page for ``report`` to ``path`` atomically; return its size in bytes.
 
+    ``path`` is the user's (:func:`~dlmstore.store.atomic.replace_user_file`):
+    a symlink there is followed, a file replaced keeps its mode, and a path
+    naming one of ``inputs`` (the document, the store database) is refused.
+
     Raises:
-        ReportError: the file cannot be written (a missing folder, no
-            permission, a full disk); nothing is left at ``path``.
+        ReportError: ``path`` is one of ``inputs``, is not a regular file, or
+            cannot be written (a missing folder, no permission, a full disk);
+            what was at ``path`` is left as it was.
     """
     data = render_page(report).encode("utf-8")
     try:
-        write_bytes_atomic(path, data)
+        replace_user_file(path, data, inputs=inputs)
+    except SameAsInputError as exc:
+        raise ReportError(
+            f"cannot write the report to {path}: {exc.strerror}",
+            hint="pass -o with another path (the default is report.html)",
+        ) from None
     except OSError as exc:
         raise ReportError(
             f"cannot write the report to {path}: {exc.strerror or exc}",

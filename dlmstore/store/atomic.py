@@ -16,6 +16,12 @@ on it:
   :func:`write_bytes_atomic` the one-call form. The ``.tmp`` suffix is
   what the sweepers look for (``dlm cache prune`` counts any ``*.tmp`` in
   ``tokens/`` as a leftover temp file).
+* :func:`replace_user_file` — the same dance for a file that is the
+  user's (``dlm report -o``, ``dlm migrate`` and its ``.bak``), done the
+  way an editor saves: a symlink is followed (its target is replaced, the
+  link stays), the replaced file keeps its permission bits and owner, a
+  path that is the command's own input is refused, and so is one that
+  names a directory, FIFO or device.
 * :class:`StagingDir` — a fresh directory beside the target, published by
   :meth:`~StagingDir.publish` (fsync every file and directory in it,
   chmod 0755, rename, fsync the parent). :func:`publish_dir` is the
@@ -32,12 +38,15 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, BinaryIO, Literal, TextIO, overload
+
+from dlmstore.store.regular_files import NotRegularFileError
 
 Existing = Literal["refuse", "replace", "keep"]
 
@@ -52,6 +61,8 @@ class AtomicFile:
             ``path`` exists (checked atomically with a hard link, not a
             racy ``exists()``).
         buffering: passed to ``open`` (streaming writers use large buffers).
+        permissions: the published file's permission bits (``mkstemp``
+            makes the temp file private; dlm's own files are 0644).
 
     Raises:
         OSError: the temp file cannot be created (missing or read-only
@@ -65,11 +76,13 @@ class AtomicFile:
         *,
         overwrite: bool = True,
         buffering: int = -1,
+        permissions: int = 0o644,
     ) -> None:
         if mode not in ("wb", "w"):
             raise ValueError(f"unsupported mode {mode!r}; expected 'wb' or 'w'")
         self.path = Path(path)
         self.overwrite = overwrite
+        self.permissions = permissions
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         self.tmp = Path(tmp)
         try:
@@ -91,7 +104,7 @@ class AtomicFile:
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
-            os.chmod(self.tmp, 0o644)  # mkstemp makes it private; published files are not
+            os.chmod(self.tmp, self.permissions)  # mkstemp makes it private; published files are not
             if self.overwrite:
                 os.replace(self.tmp, self.path)
             else:
@@ -146,6 +159,112 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, overwrite: 
     """Write ``data`` to ``path`` atomically (:func:`atomic_file` in one call)."""
     with atomic_file(path, overwrite=overwrite) as f:
         f.write(data)
+
+
+class SameAsInputError(OSError):
+    """An output path that names one of the command's own inputs (itself, or through a link)."""
+
+    def __init__(self, path: str, source: str) -> None:
+        super().__init__(errno.EEXIST, f"it is {source}, which this command reads", path)
+        self.source = source
+
+
+def replace_user_file(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    permissions: int | None = None,
+) -> Path:
+    """Write ``data`` to the user's file ``path`` atomically, keeping what makes it theirs.
+
+    * A symlink is followed, however many levels: the file it points at is
+      replaced (created, for a dangling link) and the link itself stays.
+    * The replaced file keeps its permission bits and its owner and group
+      (a process that may not give a file away keeps what it can: the
+      group when it is one of its own). A new file gets ``0666`` less the
+      umask, as ``>`` in a shell would.
+    * The write is :class:`AtomicFile`'s: temp file beside the target,
+      fsync, rename, fsync the folder.
+
+    Args:
+        path: the file to write.
+        data: its new bytes.
+        inputs: files the command reads; ``path`` naming any of them (the
+            same file, by name, symlink or hard link) is refused.
+        permissions: the permission bits to give the file instead of the
+            replaced file's (a backup takes its original's).
+
+    Returns:
+        The path written: ``path`` with every symlink resolved.
+
+    Raises:
+        SameAsInputError: ``path`` is one of ``inputs``.
+        NotRegularFileError: ``path`` names a directory, FIFO, socket or device.
+        OSError: a symlink loop (``ELOOP``), or the write failed (missing or
+            read-only folder, full disk); the file is then as it was.
+    """
+    shown = os.fspath(path)
+    target = Path(os.path.realpath(shown))
+    if os.path.islink(target):  # realpath stops where the links go round in a circle
+        raise OSError(errno.ELOOP, "a symlink loop", shown)
+    try:
+        old: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise NotRegularFileError(shown, old.st_mode)
+    for source in inputs:
+        if _same_file(target, old, os.fspath(source)):
+            raise SameAsInputError(shown, os.fspath(source))
+    if permissions is None:
+        permissions = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
+    pending = AtomicFile(target, permissions=permissions)
+    try:
+        if old is not None:
+            _keep_owner(pending.tmp, old)
+        pending.file.write(data)
+    except BaseException:
+        pending.abort()
+        raise
+    pending.commit()
+    return target
+
+
+def _same_file(target: Path, st: os.stat_result | None, source: str) -> bool:
+    """Whether ``target`` (stat ``st``, ``None`` when absent) is the file ``source``."""
+    try:
+        other = os.stat(source)
+    except OSError:
+        return os.path.realpath(source) == os.fspath(target)
+    return st is not None and (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino)
+
+
+def _keep_owner(tmp: Path, old: os.stat_result) -> None:
+    """Give ``tmp`` the owner and group of the file it replaces, as far as this process may."""
+    mine = os.stat(tmp)
+    if (mine.st_uid, mine.st_gid) == (old.st_uid, old.st_gid):
+        return
+    for uid, gid in ((old.st_uid, old.st_gid), (-1, old.st_gid)):
+        try:
+            os.chown(tmp, uid, gid)
+            return
+        except PermissionError:
+            continue  # only root gives a file away; a member of the group may still set it
+
+
+def _umask() -> int:
+    """The process's umask (read from ``/proc`` where it can be, so no thread sees it change)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class StagingDir:
