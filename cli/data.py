@@ -97,6 +97,12 @@ def data_group() -> None:
 @click.option("--roam-val-frac", default=0.10, show_default=True, help="Share of roam files in val.")
 @click.option("--shard-bytes", type=SIZE, default="128MiB", show_default=True)
 @click.option("--chat-format", default="auto", show_default=True, help="auto, chatml, llama3 or gemma.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Build into a --cache-dir dlm did not write (and into dataset folders there that dlm did not "
+    "write), replacing only the files a build writes.",
+)
 @_with_engine
 @json_option("dlmstore.datasets.build.recipes:BuildAllResult")
 def build_all_command(
@@ -105,6 +111,7 @@ def build_all_command(
     base: str,
     local: tuple[str, ...],
     only: tuple[str, ...],
+    force: bool,
     as_json: bool,
     engine: str,
     ray_address: str | None,
@@ -118,6 +125,10 @@ def build_all_command(
     unless given a local folder). SFT: dolly-15k and oasst1. A source that
     cannot be reached fails with one line saying how to point it at local
     files (--local NAME=PATH); the others still build. Exit 1 if any failed.
+
+    CACHE_DIR must be new, empty or a cache dlm wrote; each dataset folder
+    in it is written only when it is new, empty or a dataset dlm wrote
+    (--force: replace the dataset files of one it did not write).
     """
     from dlmstore.datasets.build.recipes import BuildAllOptions, build_all
     from dlmstore.errors import DatasetError
@@ -148,6 +159,7 @@ def build_all_command(
             only=list(only) or None,
             progress=BuildTasks(),
             engine=_engine(engine, ray_address, workers),
+            force=force,
         )
     if as_json:
         emit_json(result)
@@ -177,7 +189,16 @@ _common = [
         "--from", "source", required=True, type=click.Path(exists=True), help="Input file or folder."
     ),
     click.option(
-        "--out", required=True, type=click.Path(file_okay=False), help="Dataset directory to write."
+        "--out",
+        required=True,
+        type=click.Path(file_okay=False),
+        help="Dataset directory to write: new, empty, or a dataset dlm wrote (else --force).",
+    ),
+    click.option(
+        "--force",
+        is_flag=True,
+        help="Write into an --out folder dlm did not write, replacing its meta.json and "
+        "train/ val/ shards (nothing else is removed).",
     ),
     click.option("--name", default=None, help="Dataset name (default: the --out folder's name)."),
     click.option(
@@ -239,6 +260,9 @@ def build_pretrain_command(
     With --engine ray the documents are tokenized by Ray workers (a local
     Ray, or the cluster at --ray-address) into the same bytes; an
     interrupted build resumes where it stopped when run again.
+
+    --out must be a new or empty folder, or a dataset dlm wrote, apart from
+    --from; any other folder is refused unless --force.
     """
     from dlmstore.datasets.build.recipes import build_pretrain_from
 
@@ -267,7 +291,8 @@ def build_sft_command(
     """Tokenize local conversations (JSONL/Parquet) with an assistant-only loss mask.
 
     Each record is {"messages": [{"role", "content"}, ...]} or a
-    dolly-style {"instruction", "context", "response"}.
+    dolly-style {"instruction", "context", "response"}. --out: as for
+    `dlm data build pretrain`.
     """
     from dlmstore.datasets.build.recipes import build_sft_from
 

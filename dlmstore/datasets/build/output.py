@@ -6,16 +6,32 @@ Randomness goes through a seeded ``torch.Generator`` only (the spec forbids
 chunks of :data:`DRAW_CHUNK` values, drives the shuffle buffer, which
 reads the input in order on one process whatever the engine.
 
-A build first deletes the directory's ``meta.json`` (so a half-rebuilt
-directory never passes for a complete one), writes every file atomically,
-deletes files of an earlier build that this one did not write, writes
-``meta.json`` last, then deletes the working files of a parallel build
-(``.build/``, see :mod:`.blocks`).
+The output folder is the user's until dlm has shown it is not: before
+anything is written, connected or deleted, :func:`claim_out_dir` decides
+whether a build may write there. It may when the folder is absent, empty,
+or a dataset dlm wrote: a ``meta.json`` carrying dlm's format tag
+(:data:`~dlmstore.datasets.meta.FORMAT`), or the marker a build leaves in
+``.build/`` (:data:`BUILD_MARKER`) from its first write until it completes,
+so an interrupted build is dlm's to resume. Any other folder is refused,
+naming it, unless the caller consents (``--force``); even then a build
+removes only the names it writes itself (``meta.json``, ``train/`` and
+``val/`` shards and indexes, a ``.build/`` holding its marker). A
+``.build/`` folder without the marker is never removed: it is refused even
+with consent. An output folder that is, holds or sits inside one of its
+inputs is refused too.
+
+A build then marks the folder and deletes its ``meta.json`` (so a
+half-rebuilt directory never passes for a complete one), writes every file
+atomically, deletes shards of an earlier build that this one did not write,
+writes ``meta.json`` last, then deletes the working files (``.build/``:
+the marker, and a parallel build's spill files, see :mod:`.blocks`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,12 +39,20 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dlmstore.datasets.meta import META_NAME, FileEntry
+from dlmstore.datasets.meta import FORMAT, MAX_META_BYTES, META_NAME, FileEntry
 from dlmstore.errors import DatasetError
+from dlmstore.store.atomic import write_bytes_atomic
+from dlmstore.store.regular_files import load_json, read_regular
 
 DRAW_CHUNK = 4096
-#: A parallel build's working files, inside the output directory.
+#: A build's working files, inside the output directory.
 BUILD_DIR = ".build"
+#: Written in ``.build/`` when a build starts: the folder is a dataset dlm is building.
+BUILD_MARKER = "dlm-build"
+#: The lock files a store keeps beside its database: a folder holding only these is empty.
+_LOCK_FILES = frozenset({".store.lock", ".migrate.lock"})
+#: A pretrain shard or its document index (``shard_00003.bin``, ``shard_00003.docs.npy``).
+_SHARD_FILE = re.compile(r"shard_[0-9]{5,}\.(?:bin|docs\.npy)")
 T = TypeVar("T")
 
 
@@ -141,11 +165,74 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
-def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """Create the dataset directory and mark it incomplete (no meta.json)."""
+def claim_out_dir(
+    out_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+) -> Path:
+    """Check that a build may write into ``out_dir``; touches nothing.
+
+    Args:
+        out_dir: the dataset folder.
+        force: the user's consent to replace the dataset files in a folder
+            dlm did not write (only the names a build writes are replaced).
+        inputs: the files or folders the build reads.
+
+    Raises:
+        DatasetError: ``out_dir`` is, holds or sits inside an input; is not
+            a folder; holds a ``.build/`` dlm did not make; or (without
+            ``force``) holds files and is not a dataset dlm wrote.
+    """
     path = Path(out_dir)
+    _refuse_overlap(path, inputs)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return path
+    except NotADirectoryError:
+        raise DatasetError(
+            f"the dataset folder {path} is a file", hint="choose a new folder for the dataset"
+        ) from None
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot read the dataset folder {path}: {exc.strerror or exc}",
+            hint="choose a folder you can read and write",
+        ) from None
+    build = path / BUILD_DIR
+    if BUILD_DIR in names and not _marked(build):
+        raise DatasetError(
+            f"{build} is not a folder a dlm build made, and a build keeps its working files there",
+            hint=f"move {build} elsewhere, or choose a new folder for the dataset",
+        )
+    if force or BUILD_DIR in names or _is_dataset(path):
+        return path
+    theirs = [name for name in names if name not in _LOCK_FILES]
+    if not theirs:
+        return path
+    raise DatasetError(
+        f"{path} is not a folder dlm wrote: it holds {listing(path, theirs)}, and no {META_NAME} of a dlm dataset",
+        hint="choose a new or empty folder, or pass --force to let dlm replace the dataset files there "
+        f"({META_NAME}, train/ and val/ shards; nothing else is removed)",
+    )
+
+
+def listing(folder: Path, names: list[str]) -> str:
+    """``notes.txt, train/ and 2 more``: the first names in a folder, folders marked with ``/``."""
+    shown = [name + "/" if (folder / name).is_dir() else name for name in sorted(names)[:3]]
+    more = len(names) - len(shown)
+    if more:
+        return ", ".join(shown) + f" and {more} more"
+    return " and ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0]
+
+
+def prepare_out_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Claim the dataset directory (:func:`claim_out_dir`), mark it dlm's and incomplete (no meta.json)."""
+    path = claim_out_dir(out_dir, force=force)
+    build = path / BUILD_DIR
+    try:
+        build.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(build / BUILD_MARKER, FORMAT.encode())
         (path / META_NAME).unlink(missing_ok=True)
     except OSError as exc:
         raise DatasetError(
@@ -156,10 +243,53 @@ def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
 
 
 def remove_build_dir(out: Path) -> None:
-    """Delete a parallel build's working files (``<out>/.build``), once meta.json is written."""
-    import shutil
+    """Delete the build's working files (``<out>/.build``, with its marker), once meta.json is written."""
+    if _marked(out / BUILD_DIR):
+        shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
 
-    shutil.rmtree(out / BUILD_DIR, ignore_errors=True)
+
+def remove_stale(directory: Path, keep: set[str]) -> None:
+    """Delete the shards and indexes in ``directory`` that a new build did not write (nothing else)."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if _SHARD_FILE.fullmatch(path.name) and path.name not in keep:
+            path.unlink()
+
+
+def _refuse_overlap(out: Path, inputs: Iterable[str | os.PathLike[str]]) -> None:
+    here = Path(os.path.realpath(out))
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        if here == source:
+            where = "is"
+        elif here.is_relative_to(source):
+            where = "is inside"
+        elif source.is_relative_to(here):
+            where = "holds"
+        else:
+            continue
+        raise DatasetError(
+            f"the dataset folder {out} {where} the input {os.fspath(given)}",
+            hint="write the dataset to a folder apart from what it is built from",
+        )
+
+
+def _marked(build: Path) -> bool:
+    """Whether ``build`` is a ``.build`` folder a dlm build made (it holds the marker)."""
+    try:
+        return read_regular(build / BUILD_MARKER, limit=len(FORMAT)) == FORMAT.encode()
+    except OSError:
+        return False
+
+
+def _is_dataset(path: Path) -> bool:
+    """Whether ``path`` holds a ``meta.json`` carrying dlm's dataset format tag."""
+    try:
+        meta = load_json(read_regular(path / META_NAME, limit=MAX_META_BYTES))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def split_totals(entries: list[FileEntry], split: str) -> SplitTotals:

@@ -48,13 +48,15 @@ from dlmstore.datasets.build.output import (
     ProgressFn,
     batched,
     buffer_shuffle,
+    claim_out_dir,
     prepare_out_dir,
     remove_build_dir,
+    remove_stale,
     split_totals,
     text_of,
 )
 from dlmstore.datasets.build.routing import DRAW_RULE_TEXT, PretrainRouter, draw_splits
-from dlmstore.datasets.build.writers import BackgroundCommits, ShardedSplitWriter, remove_stale
+from dlmstore.datasets.build.writers import BackgroundCommits, ShardedSplitWriter
 from dlmstore.datasets.formats import MIB, SPLITS, TOKEN_DTYPES, check_dtype_fits, choose_token_dtype
 from dlmstore.datasets.meta import FORMAT, FileEntry, write_meta
 from dlmstore.errors import DatasetError
@@ -86,6 +88,7 @@ def build_pretrain_cache(
     batch_docs: int = DEFAULT_BATCH_DOCS,
     progress: ProgressFn | None = None,
     engine: Engine | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Tokenize ``texts`` into train/val shards under ``out_dir``; returns what was written.
 
@@ -111,10 +114,14 @@ def build_pretrain_cache(
         engine: where to build (an :class:`~.engines.Engine`, e.g.
             :class:`~.ray_build.RayEngine`); ``None``: in this process.
             The output is byte-identical either way.
+        force: write into a folder that is not a dataset dlm wrote,
+            replacing the dataset files there (see
+            :func:`~.output.claim_out_dir`; without it such a folder is refused).
 
     Raises:
         DatasetError: empty input, a non-text document, a dtype that
-            cannot hold the vocabulary, or no split rule.
+            cannot hold the vocabulary, no split rule, or an ``out_dir``
+            that is not dlm's (:func:`~.output.claim_out_dir`).
     """
     encoder = as_encoder(tokenizer, tokenizer_sha256)
     dtype_name = token_dtype or choose_token_dtype(encoder.vocab_size)
@@ -171,8 +178,9 @@ def build_pretrain_cache(
             "dlmstore_version": __version__,
         },
     )
+    claim_out_dir(out_dir, force=force)  # a folder that is not dlm's is refused before Ray is reached
     with engine_session(engine):  # connected before the output directory is touched
-        out = prepare_out_dir(out_dir)
+        out = prepare_out_dir(out_dir, force=force)
         clock = Clock(spec.name, progress)
         stop = dict.fromkeys(SPLITS, False)
         labelled = _labelled(texts, val_texts, shuffle_buffer, seed, stop)
@@ -195,7 +203,7 @@ def build_pretrain_cache(
             )
         for split in SPLITS:
             keep = {Path(e.path).name for e in entries if e.split == split}
-            remove_stale(out / split, "shard_*", keep)
+            remove_stale(out / split, keep)
         clock.tick(seen, sum(router.held.values()), final=True)
         totals = {
             f"{s}_{k}": getattr(split_totals(entries, s), k) for s in SPLITS for k in ("tokens", "docs")

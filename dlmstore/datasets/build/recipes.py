@@ -33,7 +33,7 @@ from dlmstore.datasets.build import catalog as src
 from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.datasets.build.engines import Engine, engine_session
 from dlmstore.datasets.build.local import data_files, iter_local_records, iter_local_texts, read_text_file
-from dlmstore.datasets.build.output import BuildResult, ProgressFn
+from dlmstore.datasets.build.output import BuildResult, ProgressFn, claim_out_dir, listing
 from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.build.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
@@ -169,6 +169,7 @@ def build_pretrain_from(
     val_tokens: int | None = None,
     progress: ProgressFn | None = None,
     engine: Engine | None = None,
+    force: bool = False,
     **options: Any,
 ) -> DatasetBuild:
     """Build a pretrain dataset from local files and register it (in ``out_dir`` by default).
@@ -176,12 +177,17 @@ def build_pretrain_from(
     Without ``val_frac`` or both budgets, 1% of documents go to val.
     ``engine``: build on Ray (``None``: in this process). Registration
     happens once, here on the driver, after every file and meta.json is written.
+    ``force``: write into a folder that is not a dataset dlm wrote
+    (:func:`~.output.claim_out_dir`); an ``out_dir`` that is, holds or sits
+    inside ``source`` is refused either way.
     """
+    claim_out_dir(out_dir, force=force, inputs=(source,))  # before Ray, the tokenizer or any write
     with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
         encoder = encoder_for_base(base)
         if val_frac is None and (train_tokens is None or val_tokens is None):
             val_frac = DEFAULT_PRETRAIN_VAL_FRAC
         data_files(source)  # a missing path fails before the output directory is touched
+        _check_store(store_dir or out_dir)
         with _store_held(store_dir or out_dir):
             result = build_pretrain_cache(
                 iter_local_texts(source, text_field=text_field),
@@ -194,9 +200,23 @@ def build_pretrain_from(
                 tokenizer_name=base,
                 progress=progress,
                 engine=engine,
+                force=force,
                 **options,
             )
             return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+
+
+def _check_store(directory: str | os.PathLike[str]) -> None:
+    """Open the store.db the build will register in, if there is one, before the build writes.
+
+    A database that cannot be registered in (damaged, newer, another
+    document's) is refused here, while the dataset folder is as it was.
+    """
+    from dlmstore.store.connection import DB_NAME
+    from dlmstore.store.database import open_store_at
+
+    if (Path(directory) / DB_NAME).exists():
+        open_store_at(Path(directory)).close()
 
 
 def _store_held(directory: str | os.PathLike[str]) -> FileLock:
@@ -221,16 +241,20 @@ def build_sft_from(
     store_dir: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
     engine: Engine | None = None,
+    force: bool = False,
     **options: Any,
 ) -> DatasetBuild:
     """Build an SFT dataset from local JSONL/Parquet conversations and register it.
 
     A record is ``{"messages": [...]}``, or a dolly-style
-    ``{"instruction", "context", "response"}``.
+    ``{"instruction", "context", "response"}``. ``force``: as for
+    :func:`build_pretrain_from`.
     """
+    claim_out_dir(out_dir, force=force, inputs=(source,))  # before Ray, the tokenizer or any write
     with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
         encoder = encoder_for_base(base)
         data_files(source)
+        _check_store(store_dir or out_dir)
         examples = (src.dolly_messages(r) for r in iter_local_records(source))
         with _store_held(store_dir or out_dir):
             result = build_sft_cache(
@@ -241,6 +265,7 @@ def build_sft_from(
                 source={"type": "local", "path": str(Path(source).resolve())},
                 progress=progress,
                 engine=engine,
+                force=force,
                 **options,
             )
             return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
@@ -256,12 +281,20 @@ def build_all(
     only: Sequence[str] | None = None,
     progress: ProgressFn | None = None,
     engine: Engine | None = None,
+    force: bool = False,
 ) -> BuildAllResult:
     """Build every source of the spec into ``cache_dir`` and register each there.
 
+    ``cache_dir`` must be absent, empty or a cache dlm wrote (its
+    ``tokenizer/`` folder holds dlm's ``meta.json``), unless ``force``; each
+    source's dataset folder is claimed as :func:`~.output.claim_out_dir`
+    says (a folder that fails is that source's failure), and none may
+    overlap the local folder it is built from.
+
     Raises:
-        DatasetError: an unknown source name in ``local`` or ``only`` (a
-            failing source does not raise; see ``BuildAllResult.failed``).
+        DatasetError: an unknown source name in ``local`` or ``only``, or a
+            ``cache_dir`` that is not dlm's (a failing source does not
+            raise; see ``BuildAllResult.failed``).
     """
     from dlmstore.store.database import open_store_at
 
@@ -270,23 +303,30 @@ def build_all(
         if name not in src.SOURCES:
             raise DatasetError(f"unknown source {name!r}", hint=f"sources: {', '.join(src.SOURCES)}")
     root = Path(cache_dir).resolve()
+    _claim_cache_dir(root, force=force)
     with engine_session(engine):  # one Ray for every source, reached before anything is written
         root.mkdir(parents=True, exist_ok=True)
         encoder = encoder_for_base(base)
         _save_tokenizer(root / "tokenizer", encoder)
         recipes: dict[str, Callable[[Path, str | None], BuildResult]] = {
-            "fineweb-edu": lambda out, path: _fineweb(out, path, encoder, seed, options, progress, engine),
-            "wikitext": lambda out, path: _wikitext(out, path, encoder, seed, options, progress, engine),
+            "fineweb-edu": lambda out, path: _fineweb(
+                out, path, encoder, seed, options, progress, engine, force
+            ),
+            "wikitext": lambda out, path: _wikitext(
+                out, path, encoder, seed, options, progress, engine, force
+            ),
             "roam": lambda out, path: _local_folder(
-                "roam", out, path, encoder, seed, options, progress, engine
+                "roam", out, path, encoder, seed, options, progress, engine, force
             ),
             "gutenberg": lambda out, path: _local_folder(
-                "gutenberg", out, path, encoder, seed, options, progress, engine
+                "gutenberg", out, path, encoder, seed, options, progress, engine, force
             ),
             "dolly-15k": lambda out, path: _sft(
-                "dolly-15k", out, path, encoder, seed, options, progress, engine
+                "dolly-15k", out, path, encoder, seed, options, progress, engine, force
             ),
-            "oasst1": lambda out, path: _sft("oasst1", out, path, encoder, seed, options, progress, engine),
+            "oasst1": lambda out, path: _sft(
+                "oasst1", out, path, encoder, seed, options, progress, engine, force
+            ),
         }
         outcomes = []
         with open_store_at(root) as store:
@@ -297,10 +337,11 @@ def build_all(
                         SourceOutcome(name, spec.kind, "skipped", str(out), "not selected (--only)")
                     )
                     continue
-                if name in ("roam", "gutenberg") and name not in local:
-                    outcomes.append(_absent_local(name, out, encoder, seed))
-                    continue
                 try:
+                    if name in ("roam", "gutenberg") and name not in local:
+                        outcomes.append(_absent_local(name, out, encoder, seed, force))
+                        continue
+                    claim_out_dir(out, force=force, inputs=[local[name]] if name in local else [])
                     result = recipes[name](out, local.get(name))
                     register_dataset(store, out)
                 except DatasetError as exc:
@@ -329,6 +370,7 @@ def _fineweb(
     o: BuildAllOptions,
     progress: ProgressFn | None,
     engine: Engine | None,
+    force: bool,
 ) -> BuildResult:
     common: dict[str, Any] = {
         "tokenizer": encoder,
@@ -341,6 +383,7 @@ def _fineweb(
         "tokenizer_name": encoder.name,
         "progress": progress,
         "engine": engine,
+        "force": force,
     }
     if path is not None:
         return build_pretrain_cache(
@@ -374,6 +417,7 @@ def _wikitext(
     o: BuildAllOptions,
     progress: ProgressFn | None,
     engine: Engine | None,
+    force: bool,
 ) -> BuildResult:
     name, config = "wikitext", o.wikitext_config
     train: Iterable[str]
@@ -411,6 +455,7 @@ def _wikitext(
         tokenizer_name=encoder.name,
         progress=progress,
         engine=engine,
+        force=force,
     )
 
 
@@ -423,6 +468,7 @@ def _local_folder(
     o: BuildAllOptions,
     progress: ProgressFn | None,
     engine: Engine | None,
+    force: bool,
 ) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
     import torch
@@ -451,6 +497,7 @@ def _local_folder(
         },
         progress=progress,
         engine=engine,
+        force=force,
     )
     return result
 
@@ -464,6 +511,7 @@ def _sft(
     o: BuildAllOptions,
     progress: ProgressFn | None,
     engine: Engine | None,
+    force: bool,
 ) -> BuildResult:
     dataset_id = o.dolly_dataset if name == "dolly-15k" else o.oasst_dataset
     source: dict[str, Any]
@@ -498,14 +546,16 @@ def _sft(
         tokenizer_name=encoder.name,
         progress=progress,
         engine=engine,
+        force=force,
     )
 
 
-def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> SourceOutcome:
+def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int, force: bool) -> SourceOutcome:
     if name == "roam":
         return SourceOutcome(
             name, "pretrain", "skipped", str(out), f"roam: no folder given; {src.local_hint('roam')}"
         )
+    claim_out_dir(out, force=force)  # the stub's meta.json goes only where dlm may write
     for split in ("train", "val"):
         (out / split).mkdir(parents=True, exist_ok=True)
     stub: dict[str, Any] = dict.fromkeys(REQUIRED)
@@ -529,6 +579,45 @@ def _absent_local(name: str, out: Path, encoder: TextEncoder, seed: int) -> Sour
     return SourceOutcome(
         name, "pretrain", "not built", str(out), "stub written (meta.json says built: false)"
     )
+
+
+def _claim_cache_dir(root: Path, *, force: bool) -> None:
+    """Refuse a ``--cache-dir`` that is not a cache dlm wrote (unless ``force``), and always a
+    ``tokenizer/`` folder there that dlm did not write (it is replaced whole)."""
+    try:
+        names = [name for name in os.listdir(root) if name not in (".store.lock", ".migrate.lock")]
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot use {root} as the cache folder: {exc.strerror or exc}",
+            hint="choose a new folder for --cache-dir",
+        ) from None
+    tokenizer = root / "tokenizer"
+    ours = _is_tokenizer_dir(tokenizer)
+    if "tokenizer" in names and not ours:
+        raise DatasetError(
+            f"{tokenizer} is not a tokenizer folder dlm wrote, and build-all replaces that folder whole",
+            hint=f"move {tokenizer} elsewhere, or choose a new folder for --cache-dir",
+        )
+    if names and not ours and not force:
+        raise DatasetError(
+            f"{root} is not a cache folder dlm wrote: it holds {listing(root, names)}, "
+            "and no tokenizer/ of a dlm cache",
+            hint="choose a new or empty folder for --cache-dir, or pass --force to build there "
+            "(only the dataset files dlm writes are replaced)",
+        )
+
+
+def _is_tokenizer_dir(path: Path) -> bool:
+    """Whether ``path`` holds the ``meta.json`` :func:`_save_tokenizer` writes."""
+    from dlmstore.store.regular_files import load_json, read_regular
+
+    try:
+        meta = load_json(read_regular(path / "meta.json", limit=1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("tokenizer_sha256"), str) and "base" in meta
 
 
 def _save_tokenizer(target: Path, encoder: TextEncoder) -> None:

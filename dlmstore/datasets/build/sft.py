@@ -39,6 +39,7 @@ from dlmstore.datasets.build.output import (
     Clock,
     ProgressFn,
     batched,
+    claim_out_dir,
     prepare_out_dir,
     remove_build_dir,
     split_totals,
@@ -78,6 +79,7 @@ def build_sft_cache(
     batch_examples: int = DEFAULT_BATCH_EXAMPLES,
     progress: ProgressFn | None = None,
     engine: Engine | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Tokenize conversations into ``out_dir``; returns what was written.
 
@@ -91,12 +93,13 @@ def build_sft_cache(
             preset name, or a :class:`ChatFormat`.
         token_dtype, name, config, streaming, source, tokenizer_name,
         tokenizer_sha256: as for :func:`build_pretrain_cache`.
-        batch_examples, progress, engine: as ``batch_docs``, ``progress``
-            and ``engine`` of :func:`build_pretrain_cache`.
+        batch_examples, progress, engine, force: as ``batch_docs``,
+            ``progress``, ``engine`` and ``force`` of :func:`build_pretrain_cache`.
 
     Raises:
         DatasetError: a malformed example (its position named), no usable
-            example, or a dtype that cannot hold the vocabulary.
+            example, a dtype that cannot hold the vocabulary, or an
+            ``out_dir`` that is not dlm's (:func:`~.output.claim_out_dir`).
     """
     if not 0.0 <= val_frac < 1.0:
         raise DatasetError(f"val_frac must be in [0, 1), not {val_frac}")
@@ -111,8 +114,9 @@ def build_sft_cache(
     check_dtype_fits(dtype_name, encoder.vocab_size, where=f"token dtype for {Path(out_dir)}")
     dtype = TOKEN_DTYPES[dtype_name]
     name = name or Path(out_dir).name
+    claim_out_dir(out_dir, force=force)  # a folder that is not dlm's is refused before Ray is reached
     with engine_session(engine):  # connected before the output directory is touched
-        out = prepare_out_dir(out_dir)
+        out = prepare_out_dir(out_dir, force=force)
         names = {s: sft_names(s) for s in SPLITS}
         filled = dict.fromkeys(SPLITS, 0)
         counts = {"skipped_empty": 0, "skipped_no_assistant": 0}

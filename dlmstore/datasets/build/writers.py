@@ -257,12 +257,3 @@ class ShardedSplitWriter:
         if self._shard is not None:
             self._shard.abort()
             self._shard = None
-
-
-def remove_stale(directory: Path, pattern: str, keep: set[str]) -> None:
-    """Delete files matching ``pattern`` in ``directory`` that a new build did not write."""
-    if not directory.is_dir():
-        return
-    for path in directory.glob(pattern):
-        if path.name not in keep:
-            path.unlink()
