@@ -156,11 +156,13 @@ def test_a_truncated_pack_stays_healed_after_repair(doc: Path) -> None:
     )
 
 
-def test_a_truncated_pack_healed_by_the_next_run_then_repaired_is_not_reported_again(doc: Path) -> None:
-    pack = _truncate_after_the_first_entry()
+def test_a_truncated_pack_healed_by_the_next_run_leaves_nothing_for_repair(doc: Path) -> None:
+    _truncate_after_the_first_entry()
     assert _dlm("tokenize", str(doc))[0] == 0  # the lost entry misses and is written to a new pack
-    code, stdout, _ = _dlm("cache", "verify", "--repair", str(doc))
-    assert code == 0 and stdout.splitlines()[0].startswith(f"repaired: short_pack: tokens/{pack.name}: ")
+    assert _dlm("cache", "verify", "--repair", str(doc))[:2] == (  # the pass settled the short pack
+        0,
+        "checked 2 entries in 2 token files: 0 problems, 0 remaining\n",
+    )
     assert _dlm("cache", "verify", str(doc))[:2] == (
         0,
         "checked 2 entries in 2 token files: 0 problems, 0 remaining\n",

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from dlmstore.cache.entries import drop_dead_packs, unlink_packs
+from dlmstore.cache.entries import drop_dead_packs, settle_packs, unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
 from dlmstore.cache.uses import fold
 from dlmstore.clock import iso_before, utc_now
@@ -497,18 +497,6 @@ def _repair_rows(store: Store, *, bad: list[int], missing: list[str], short: dic
                 "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                 (json.dumps(bad),),
             )
-        if missing:
-            conn.execute(
-                "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?)) "
-                "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)",
-                (json.dumps(missing),),
-            )
-        # A short pack keeps the entries that still read back (the bad ones
-        # are gone above) and is registered at the size it has, so the next
-        # verify does not find it short again.
-        conn.executemany(
-            "UPDATE token_packs SET bytes = ? WHERE path = ?", [(n, p) for p, n in short.items()]
-        )
         conn.execute(
             "UPDATE cache_totals SET entry_count = (SELECT COUNT(*) FROM cache_entries), "
             "bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries) WHERE id = 1"
@@ -517,5 +505,9 @@ def _repair_rows(store: Store, *, bad: list[int], missing: list[str], short: dic
             "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
             "WHERE pack_id = token_packs.id)"
         )
-        dead = drop_dead_packs(conn)
+        # As a lookup that meets the damage does: a short pack keeps the
+        # entries that still read back and is registered at the size it has
+        # (the next verify does not find it short again), a missing one goes.
+        sizes: dict[str, int | None] = {**dict.fromkeys(missing), **short}
+        dead = settle_packs(conn, sizes)
     unlink_packs(store, dead)

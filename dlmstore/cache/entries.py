@@ -15,6 +15,11 @@ tokens verifies each entry's CRC-32: a missing, truncated or damaged range is a
 miss (the row is dropped and the caller re-tokenizes), never an exception. A
 lookup that only counts (``verify=False``) reads no entry's bytes and checks
 only that its pack is there and long enough (see :meth:`TokenCache.lookup`).
+A lookup that finds a pack missing or short also settles the manifest in
+the transaction that drops the rows (:func:`settle_packs`): every entry of
+the pack that lies past its end goes, whichever tokenizer made it, the pack
+is registered at the size it has, and a pack left with no entry is dropped
+and its file removed, so ``dlm cache verify`` finds nothing left to repair.
 
 Every batch operation is one SQL statement over a JSON array of keys or ids
 (``json_each``), not one statement per entry: a warm lookup of 13K rows is
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +125,7 @@ class TokenCache:
         else:
             columns, packs = "e.id, e.row_key, e.pack_id, e.byte_offset + e.bytes, e.token_count", ""
         extents: dict[int, int] = {}
+        paths: dict[int, str] = {}
         counted = None
         rows: list[Any] = []
         with self.store.read() as conn:
@@ -153,6 +159,7 @@ class TokenCache:
                 size = self._reader.size
                 for pack_id, relpath in cursor.execute("SELECT id, path FROM token_packs"):
                     extents[pack_id] = -1 if (found := size(relpath)) is None else found
+                    paths[pack_id] = relpath
         if counted is not None:
             found_counts, found_ids = counted
             if found_ids:
@@ -164,6 +171,7 @@ class TokenCache:
         good: list[int] = []
         bad: list[int] = []
         damaged: list[str] = []
+        damaged_packs: set[str] = set()
         if verify:
             read = self._reader.read
             for entry_id, row_key, relpath, offset, nbytes, dtype, expected, _ in rows:
@@ -171,6 +179,7 @@ class TokenCache:
                 if data is None:
                     bad.append(entry_id)
                     damaged.append(row_key)
+                    damaged_packs.add(relpath)
                     continue
                 tokens[row_key] = (data, dtype)
                 counts[row_key] = nbytes // (2 if dtype == "uint16" else 4)  # what was read, not the row
@@ -183,6 +192,8 @@ class TokenCache:
                 else:
                     bad.append(entry_id)
                     damaged.append(row_key)
+                    damaged_packs.add(paths[pack_id])
+        dead: tuple[str, ...] = ()
         if good or bad:
             with self.store.write() as conn:
                 log_use(conn, good, run_id=run_id, used_at=utc_now())
@@ -191,6 +202,9 @@ class TokenCache:
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(bad),),
                     )
+                    # A bad entry in a short or missing pack: the manifest follows the file.
+                    dead = settle_packs(conn, {path: self._reader.size(path) for path in damaged_packs})
+        unlink_packs(self.store, dead)
         return Lookup(tokens, tuple(damaged), counts, good, changes)
 
     def _count_most(
@@ -334,6 +348,28 @@ def drop_dead_packs(conn: sqlite3.Connection) -> tuple[str, ...]:
     return dead
 
 
+def settle_packs(conn: sqlite3.Connection, sizes: Mapping[str, int | None]) -> tuple[str, ...]:
+    """Make the rows agree with packs as found on disk: ``{path: bytes on disk, None: missing}``.
+
+    Inside the caller's write transaction: every entry of a pack that
+    reaches past the pack's end is deleted (all of a missing pack's), a
+    short pack is registered at the size it has, and the packs left with no
+    entry are dropped. A pack at least as long as registered is left as it
+    is. Returns the dropped packs' paths: unlink them after the commit.
+    """
+    for relpath, size in sizes.items():
+        pack = first_value(conn, "SELECT id FROM token_packs WHERE path = ?", (relpath,))
+        if pack is None:
+            continue
+        conn.execute(
+            "DELETE FROM cache_entries WHERE pack_id = ? AND byte_offset + bytes > ?",
+            (pack, -1 if size is None else size),
+        )
+        if size is not None:
+            conn.execute("UPDATE token_packs SET bytes = ? WHERE id = ? AND bytes > ?", (size, pack, size))
+    return drop_dead_packs(conn)
+
+
 def unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
     for relpath in relpaths:
         (store.path / relpath).unlink(missing_ok=True)
@@ -347,5 +383,6 @@ __all__ = [
     "drop_dead_packs",
     "dtype_name",
     "evict",
+    "settle_packs",
     "unlink_packs",
 ]

@@ -236,7 +236,7 @@ def tokenize_pass(
         warnings = (
             f"{plural(len(damaged), 'cache entry', 'cache entries')} pointed at missing or damaged token "
             f"files; {'its row was' if len(damaged) == 1 else 'their rows were'} re-tokenized "
-            "(run `dlm cache verify --repair` to check the rest)",
+            "(`dlm cache verify` checks the rest)",
         )
     prefix_stats = None if prefix is None else prefix.stats()
     conversation_keys = [
