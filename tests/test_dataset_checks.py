@@ -90,6 +90,19 @@ def test_a_reader_refuses_a_fifo_among_the_shards_instead_of_reading_the_others(
     )
 
 
+def test_a_stray_fifo_among_the_shards_is_refused_before_the_model_loads(
+    tmp_path: Path, tiny_base: Path, sharded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stray = sharded / "train" / "shard_00099.bin"
+    os.mkfifo(stray)
+    load_model_is_never_called(monkeypatch)
+    code, lines = train(tmp_path, tiny_base, sharded)
+    assert (code, lines[0]) == (
+        1,
+        f"error: --dataset {sharded}: {stray} is not listed in meta.json (left over from another build?)",
+    )
+
+
 def test_a_symlink_to_a_fifo_in_place_of_a_document_index_is_refused_by_its_kind(
     tmp_path: Path, tiny_base: Path, sharded: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -288,7 +288,7 @@ def _check_strays(root: Path, meta: DatasetMeta, problems: list[str]) -> None:
         candidates.extend((root / split).glob("shard_*"))
         candidates.extend(root.glob(f"{split}_*"))
     for path in sorted(candidates):
-        if path.is_file() and path.resolve() not in listed:
+        if not path.is_dir() and path.resolve() not in listed:  # a stray FIFO too: readers refuse it
             problems.append(f"{path} is not listed in {META_NAME} (left over from another build?)")
 
 
