@@ -10,9 +10,25 @@ export TRANSFORMERS_VERBOSITY := error
 export TOKENIZERS_PARALLELISM := true
 DLM := DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install chromium demo test test-fast bench clean
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# The browser tests of `dlm report` (tests/test_report.py) drive a headless
+# Chromium, a system package rather than a Python one. When none is on PATH
+# (the names tests/chromium.py looks for) and we are root with apt-get, it is
+# installed from the distribution; otherwise those tests fail naming the
+# command to run. Silent when one is already there.
+CHROMIUM_NAMES := chromium chromium-browser google-chrome google-chrome-stable
+chromium:
+	@for name in $(CHROMIUM_NAMES); do command -v $$name >/dev/null 2>&1 && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Chromium (apt-get install chromium): the browser tests of dlm report drive it headless"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "note: no Chromium on PATH, so the browser tests of dlm report will fail; install it with" \
+			"\`apt-get update && apt-get install -y chromium\` (as root)"; \
+	fi
 
 # torch first, pinned to the CPU wheel, so no dependency resolves to a CUDA
 # build; the `ray` extra so the tests run the Ray build engine; the SmolLM2

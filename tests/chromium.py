@@ -4,7 +4,8 @@ The browser is driven through the DevTools protocol over a pipe
 (``--remote-debugging-pipe``: commands on fd 3, replies on fd 4, one JSON
 message per NUL-terminated record), so no port is opened and nothing but the
 ``chromium`` binary is needed. Debian's package installs it as
-``/usr/bin/chromium``; ``.ci/run`` installs it when it is missing.
+``/usr/bin/chromium``; ``make test`` and ``make demo`` install it when it is
+missing (the Makefile's ``chromium`` target, as root with apt-get).
 
 The page's console is read through the ``Log`` domain, enabled before the
 page is navigated to: it reports console errors and the browser's own
