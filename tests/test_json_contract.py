@@ -145,7 +145,9 @@ def test_every_command_prints_json_its_schema_validates(
     runner = CliRunner()
     doc = write_doc(tmp_path / "doc.dlm", body=BODY, frontmatter=f"base_model: {tiny_base}\n" + FRONT)
     inputs = _dataset_inputs(tmp_path / "inputs")
-    gone = write_doc(tmp_path / "gone.dlm", frontmatter=f"base_model: {tiny_base}\n")
+    # its own id: a store is orphaned only when every document that used it is gone
+    gone = tmp_path / "gone.dlm"
+    gone.write_text(f"---\ndlm_id: 01M8C5YP65PT8FTKM6458WPF7A\nbase_model: {tiny_base}\n---\nSome prose.\n")
     base = str(tiny_base)
     runs = [
         ["init", str(tmp_path / "new.dlm"), "--base-model", base],

@@ -1,16 +1,23 @@
-"""Runs: lifecycle, ids never reused, failures recorded."""
+"""Runs: lifecycle, ids never reused, failures recorded, a run whose process died failed by the next writer."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from dlmstore.cli.main import cli
+from dlmstore.home import store_dir
 from dlmstore.store.database import open_store
 from dlmstore.store.runs import get_run, list_runs, recorded_run, start_run
 
-from .helpers import VALID_ID
+from .helpers import VALID_ID, write_doc
 
 DOC = Path("/tmp/doc.dlm")
 
@@ -82,4 +89,57 @@ def test_a_run_left_running_by_a_killed_process_is_marked_failed_by_the_next_run
         start_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="ab")
         run = get_run(store, first)
         assert run is not None
-        assert (run.status, run.error) == ("failed", "the process ended without finishing the run")
+        assert (run.status, run.error) == (
+            "failed",
+            f"process {dead_pid} ended without finishing the run (killed?)",
+        )
+
+
+@pytest.fixture
+def dead_run(tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
+    """A document whose store holds a run still `running` whose process is gone: (document, run id, pid)."""
+    doc = write_doc(tmp_path / "doc.dlm")
+    ghost = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    pid = int(ghost.stdout)
+    with open_store(VALID_ID) as store:
+        run_id = start_run(store, command="train", dlm_path=doc, dlm_sha256="ab")
+    conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
+    conn.commit()
+    conn.close()
+    yield doc, run_id, pid
+
+
+def test_metrics_and_stores_show_a_run_whose_process_died_as_dead_and_write_nothing(
+    dead_run: tuple[Path, int, int],
+) -> None:
+    doc, run_id, pid = dead_run
+    metrics = CliRunner().invoke(cli, ["metrics", str(doc), "--json"])
+    assert metrics.exit_code == 0, metrics.output
+    (run,) = json.loads(metrics.stdout)["runs"]
+    reason = f"process {pid} ended without finishing the run (killed?)"
+    assert (run["run_id"], run["status"], run["error"]) == (run_id, "dead", reason)
+    assert f"{run_id:>5}  train     dead " in CliRunner().invoke(cli, ["metrics", str(doc)]).stdout
+    stores = json.loads(CliRunner().invoke(cli, ["stores", "--json"]).stdout)
+    assert stores["stores"][0]["last_run"]["status"] == "dead"
+    with open_store(VALID_ID, create=False) as store:
+        run = get_run(store, run_id)
+    assert run is not None and (run.status, run.error) == ("running", None)  # only looked
+
+
+@pytest.mark.parametrize(
+    "command", [["cache", "prune"], ["cache", "clear", "--force"], ["cache", "verify", "--repair"]]
+)
+def test_cache_maintenance_fails_a_run_whose_process_died_with_the_reason(
+    dead_run: tuple[Path, int, int], command: list[str]
+) -> None:
+    doc, run_id, pid = dead_run
+    result = CliRunner().invoke(cli, [*command[:2], str(doc), *command[2:]])
+    assert result.exit_code == 0, result.output
+    with open_store(VALID_ID, create=False) as store:
+        run = get_run(store, run_id)
+    assert run is not None
+    assert (run.status, run.error) == ("failed", f"process {pid} ended without finishing the run (killed?)")
+    assert run.finished_at is not None

@@ -39,6 +39,7 @@ from dlmstore.home import store_dir
 from dlmstore.store.connection import DB_NAME, read_only
 from dlmstore.store.database import Store
 from dlmstore.store.regular_files import file_kind
+from dlmstore.store.runs import fail_dead_runs
 
 #: When another process has the store open, unregistered files younger than
 #: this may belong to it (a writer that has not committed yet), so prune and
@@ -136,6 +137,7 @@ class PruneResult:
 def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_S) -> PruneResult:
     """Drop entries not used within ``older_than`` and reclaim their disk space."""
     cutoff = iso_before(older_than)
+    fail_dead_runs(store)  # a run whose process died is recorded failed by whoever writes next
     with store.write() as conn:
         fold(conn)  # uses still in the log count as uses
         removed, removed_bytes = conn.execute(
@@ -302,6 +304,7 @@ class ClearResult:
 
 def clear(store: Store) -> ClearResult:
     """Drop every cache entry and every pack file of the store."""
+    fail_dead_runs(store)
     with store.write() as conn:
         count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
         conn.execute("DELETE FROM cache_entries")
@@ -400,6 +403,8 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
             "restore store.db from a backup, or move it aside to start the store afresh"
         )
         return VerifyResult(0, 0, [Problem("damaged_database", DB_NAME, detail)])
+    if repair:
+        fail_dead_runs(store)
     problems = _history(store, repair)
     with store.read() as conn:
         packs = conn.execute("SELECT id, path, bytes FROM token_packs").fetchall()

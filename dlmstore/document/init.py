@@ -15,6 +15,7 @@ from dlmstore.document.versions import CURRENT_DLM_VERSION
 from dlmstore.errors import DocumentError
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import open_store
+from dlmstore.store.runs import record_document_path
 from dlmstore.ulid import new_ulid
 
 TEMPLATE = """\
@@ -108,8 +109,8 @@ def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> Init
         ) from None
     except OSError as exc:
         raise DocumentError(path, f"cannot write: {exc.strerror or exc}") from None
-    store = open_store(dlm_id)
-    store.close()
+    with open_store(dlm_id) as store:
+        record_document_path(store, target)  # so `dlm stores gc` knows the document before any run
     return InitResult(str(target), dlm_id, base_model, str(store.path))
 
 

@@ -25,6 +25,7 @@ from dlmstore.clock import iso_before
 from dlmstore.errors import DurationError
 from dlmstore.store.database import Store
 from dlmstore.store.events import TokenizationEvent
+from dlmstore.store.runs import shown_status
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -121,10 +122,13 @@ class RunMetrics:
     Attributes:
         run_id: The run's id (``runs.id``).
         command: ``tokenize`` or ``train``.
-        status: ``running``, ``completed`` or ``failed``.
+        status: ``running``, ``completed`` or ``failed``; ``dead`` for a run
+            still marked running whose process is gone (``dlm metrics``
+            writes nothing: the next command that writes to the store
+            records it as failed, with the same reason).
         started_at: When it started (ISO-8601 UTC).
         finished_at: When it ended; null while running.
-        error: One-line reason when it failed; null otherwise.
+        error: One-line reason when it failed or is dead; null otherwise.
         tokenization: Its tokenize pass's numbers; null when it did not get that far.
         training: What a train run produced; null for tokenize runs.
     """
@@ -176,7 +180,7 @@ def run_metrics(
     )
     with store.read() as conn:
         rows = conn.execute(
-            "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, "
+            "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, r.pid, "
             "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
             "e.cache_bytes_after, e.cache_mode "
             f"FROM (SELECT r.* {chosen}) AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
@@ -220,14 +224,15 @@ def run_metrics(
             training = TrainingInfo(
                 adapters=adapters.get(row["run_id"], []), steps=steps, losses=losses.get(row["run_id"], {})
             )
+        status, dead = shown_status(row["status"], row["pid"])
         runs.append(
             RunMetrics(
                 run_id=row["run_id"],
                 command=row["command"],
-                status=row["status"],
+                status=status,
                 started_at=row["started_at"],
                 finished_at=row["finished_at"],
-                error=row["error"],
+                error=dead or row["error"],
                 tokenization=event,
                 training=training,
             )

@@ -2,18 +2,38 @@
 
 A run is inserted as ``running`` before any work starts and finished as
 ``completed`` or ``failed``. :func:`recorded_run` wraps the whole lifecycle:
-an exception (Ctrl-C included) marks the run failed with a one-line reason
-and re-raises, so the store never keeps a run that claims to be running
-after its process is gone. Ids come from ``AUTOINCREMENT`` and are never
-reused: the high-water mark beside store.db (``dlmstore.store.highwater``)
-is raised once the run's row is committed and again when it finishes, so a
-store.db that loses its latest runs (its WAL deleted) is refused instead
-of handing an id out twice.
+an exception (Ctrl-C and SIGTERM included) marks the run failed with a
+one-line reason and re-raises, so the store never keeps a run that claims
+to be running after its process is gone. Ids come from ``AUTOINCREMENT``
+and are never reused: the high-water mark beside store.db
+(``dlmstore.store.highwater``) is raised once the run's row is committed
+and again when it finishes, so a store.db that loses its latest runs (its
+WAL deleted) is refused instead of handing an id out twice.
+
+**A run whose process died is failed by whoever notices.** A process
+killed with SIGKILL (or a machine that lost power) cannot mark its own
+run. Every command that opens a store to write (``dlm tokenize``, ``dlm
+train``, ``dlm cache prune|clear|verify --repair``) first marks each
+``running`` run whose process is gone ``failed``, with the reason
+(:data:`DEAD_RUN_REASON`): :func:`fail_dead_runs`. ``dlm metrics`` and
+``dlm stores`` only look: they show such a run as ``dead``
+(:func:`shown_status`) and write nothing. A process is gone when
+``kill(pid, 0)`` says there is no such process; a pid taken over by
+another process since counts as alive (the run stays ``running`` until
+that process ends too), which keeps a live run from ever being failed.
+
+**Every path a document was read at is kept.** The run's transaction
+also upserts the document's resolved path (symlinks followed,
+``os.path.realpath``) into ``document_paths``, as ``dlm init`` does when
+it creates the store: ``dlm stores gc`` removes a store only when every
+one of them is gone (``dlmstore.store.stores``). ``runs.dlm_path`` keeps
+the path as the command was given it.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,10 +43,14 @@ from dlmstore import __version__
 from dlmstore.clock import utc_now
 from dlmstore.store import highwater
 from dlmstore.store.database import Store
+from dlmstore.store.path_text import path_text
 
 _COLUMNS = "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
 
 RUN_COMMANDS = ("tokenize", "train")
+
+#: Why a run whose process is gone was failed (``{pid}``: the process recorded with it).
+DEAD_RUN_REASON = "process {pid} ended without finishing the run (killed?)"
 
 
 @dataclass(frozen=True)
@@ -46,30 +70,40 @@ class Run:
 
 
 def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1) -> int:
-    """Insert a ``running`` run and return its id.
+    """Insert a ``running`` run, record where its document is, and return the run's id.
 
-    Runs still marked ``running`` whose process is gone (killed with
-    SIGKILL, or the machine lost power) are marked ``failed`` first.
+    Runs still marked ``running`` whose process is gone are marked
+    ``failed`` first (:func:`fail_dead_runs`).
     """
     if command not in RUN_COMMANDS:
         raise ValueError(f"unknown run command {command!r}")
     with store.write() as conn:
-        running = conn.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
-        dead = [run_id for run_id, pid in running if pid is not None and not _alive(pid)]
-        if dead:
-            conn.executemany(
-                "UPDATE runs SET status = 'failed', finished_at = ?, "
-                "error = 'the process ended without finishing the run' WHERE id = ?",
-                [(utc_now(), run_id) for run_id in dead],
-            )
+        _fail_dead(conn)
+        now = utc_now()
         cursor = conn.execute(
             "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid, "
             "world_size) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
-            (command, utc_now(), str(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
+            (command, now, path_text(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
         )
         run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
+        _note_document_path(conn, dlm_path, now=now, run_id=run_id)
     highwater.record(store)
     return run_id
+
+
+def record_document_path(store: Store, dlm_path: Path) -> None:
+    """Record that the document at ``dlm_path`` uses ``store`` (``dlm init``, which starts no run)."""
+    with store.write() as conn:
+        _note_document_path(conn, dlm_path, now=utc_now(), run_id=None)
+
+
+def _note_document_path(conn: sqlite3.Connection, dlm_path: Path, *, now: str, run_id: int | None) -> None:
+    conn.execute(
+        "INSERT INTO document_paths (path, first_seen_at, last_seen_at, last_run_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (path) DO UPDATE SET last_seen_at = excluded.last_seen_at, "
+        "last_run_id = COALESCE(excluded.last_run_id, document_paths.last_run_id)",
+        (path_text(os.path.realpath(dlm_path)), now, now, run_id),
+    )
 
 
 def finish_run(store: Store, run_id: int, *, status: str, error: str | None = None) -> None:
@@ -84,8 +118,52 @@ def finish_run(store: Store, run_id: int, *, status: str, error: str | None = No
     highwater.record(store)  # counts what the run registered: lock records, adapters
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
+def fail_dead_runs(store: Store) -> list[int]:
+    """Mark ``failed`` every ``running`` run whose process is gone; their ids.
+
+    Every command that opens a store to write calls it (``start_run`` does).
+    """
+    with store.write() as conn:
+        return _fail_dead(conn)
+
+
+def _fail_dead(conn: sqlite3.Connection) -> list[int]:
+    running = conn.execute("SELECT id, pid FROM runs WHERE status = 'running'").fetchall()
+    dead = [(run_id, pid) for run_id, pid in running if not process_alive(pid)]
+    conn.executemany(
+        "UPDATE runs SET status = 'failed', finished_at = ?, error = ? WHERE id = ? AND status = 'running'",
+        [(utc_now(), DEAD_RUN_REASON.format(pid=pid), run_id) for run_id, pid in dead],
+    )
+    return [run_id for run_id, _ in dead]
+
+
+def fail_run_of(store: Store, pid: int, reason: str, *, since: str) -> int | None:
+    """Record ``reason`` on the newest run process ``pid`` started at or after ``since``, unless it completed.
+
+    Returns the run's id (``None`` when there is no such run).
+
+    The ``dlm train --nproc`` launcher calls it once its ranks have ended:
+    it alone knows that rank 1 was killed by SIGKILL, while rank 0 (whose
+    pid the run records) saw only a peer that stopped answering, or was
+    killed before it could write anything.
+    """
+    with store.write() as conn:
+        row = conn.execute(
+            "SELECT id, status FROM runs WHERE pid = ? AND started_at >= ? ORDER BY id DESC LIMIT 1",
+            (pid, since),
+        ).fetchone()
+        if row is None or row["status"] == "completed":
+            return None
+        conn.execute(
+            "UPDATE runs SET status = 'failed', finished_at = COALESCE(finished_at, ?), error = ? WHERE id = ?",
+            (utc_now(), reason, row["id"]),
+        )
+        return int(row["id"])
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` may still be running its run (``None``, not recorded: it may)."""
+    if pid is None or pid == os.getpid():
         return True
     try:
         os.kill(pid, 0)
@@ -94,6 +172,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def shown_status(status: str, pid: int | None) -> tuple[str, str | None]:
+    """How a read-only view shows a run: ``dead`` (and why) for one still ``running`` whose process is gone.
+
+    ``dlm metrics`` and ``dlm stores`` write nothing; the next command that
+    writes to the store records the run as ``failed`` with the same reason.
+    """
+    if status == "running" and not process_alive(pid):
+        return "dead", DEAD_RUN_REASON.format(pid=pid)
+    return status, None
 
 
 def set_resumed_from(store: Store, run_id: int, parent: int) -> None:
@@ -106,14 +195,22 @@ def set_resumed_from(store: Store, run_id: int, parent: int) -> None:
 def recorded_run(
     store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1
 ) -> Iterator[int]:
-    """Record a run around a block: completed on success, failed on any exception."""
+    """Record a run around a block: completed on success, failed on any exception.
+
+    Ctrl-C is recorded as ``interrupted``; a signal the CLI turned into an
+    exception (SIGTERM: ``dlmstore.errors.Terminated``) by what it says
+    (``terminated by SIGTERM``).
+    """
     run_id = start_run(
         store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256, world_size=world_size
     )
     try:
         yield run_id
     except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else (str(exc) or type(exc).__name__)
+        if isinstance(exc, KeyboardInterrupt):
+            reason = str(exc) or "interrupted"
+        else:
+            reason = str(exc) or type(exc).__name__
         finish_run(store, run_id, status="failed", error=reason.splitlines()[0] if reason else None)
         raise
     finish_run(store, run_id, status="completed")
