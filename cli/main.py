@@ -11,9 +11,11 @@ sqlalchemy, pydantic, torch or transformers before it needs them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import click
 
@@ -25,7 +27,9 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (1, "an error dlm reports as `error: ...` (bad input, a damaged store, a failed run); "
         "`dlm cache verify` when problems remain"),
     (2, "a usage error: an unknown option, a missing or invalid argument"),
-    (130, "interrupted (Ctrl-C)"),
+    (130, "interrupted (Ctrl-C, SIGINT): one `error: interrupted` line; a run is recorded as failed"),
+    (143, "terminated (SIGTERM, as `timeout`, systemd and CI send it): one `error: terminated by SIGTERM` "
+          "line; a run is recorded as failed, `dlm train --nproc` stops its ranks first"),
 )  # fmt: skip
 
 
@@ -84,22 +88,97 @@ class DlmGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from dlmstore.errors import DlmError
 
-        try:
-            return super().invoke(ctx)
-        except DlmError as exc:
-            if ctx.params.get("traceback") or _debug_env():
-                _reveal_causes(exc)
-                raise
-            from .render import printable
+        with _sigterm_raises():
+            try:
+                return super().invoke(ctx)
+            except DlmError as exc:
+                if ctx.params.get("traceback") or _debug_env():
+                    _reveal_causes(exc)
+                    raise
+                _fail(exc.reports(), 1)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (dlmstore.errors.Terminated)
+                import signal
 
-            for message, hint in exc.reports():
-                click.echo(f"error: {printable(message)}", err=True)
-                if hint:
-                    click.echo(f"hint: {printable(hint)}", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
+                signum = int(getattr(exc, "signum", signal.SIGINT))
+                _fail([(str(exc) or "interrupted", None)], 128 + signum, signum=signum)
+            except Exception as exc:
+                _crashed_in_a_rank(exc)
+                raise
+
+
+def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM raises :class:`~dlmstore.errors.Terminated` (once) while a command runs, as Ctrl-C raises
+    KeyboardInterrupt: the same cleanup runs, and the command ends with one ``error:`` line.
+
+    A second SIGTERM during that cleanup is ignored (SIGKILL still ends the
+    process). Only the main thread can set a handler; elsewhere nothing changes.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return contextlib.nullcontext()
+
+    def terminated(signum: int, _frame: object) -> None:
+        from dlmstore.errors import Terminated
+        from dlmstore.train.distributed import LAUNCHER_GONE, launcher_gone
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(signum, LAUNCHER_GONE if launcher_gone() else None)
+
+    @contextlib.contextmanager
+    def handled() -> Iterator[None]:
+        previous = signal.signal(signal.SIGTERM, terminated)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return handled()
+
+
+def _fail(reports: list[tuple[str, str | None]], code: int, *, signum: int | None = None) -> NoReturn:
+    """End the command with ``error:``/``hint:`` lines and ``code``.
+
+    A rank of ``dlm train --nproc`` hands them to its launcher instead,
+    which prints one report for the whole run; any distributed rank ends
+    without interpreter teardown (``dlmstore.train.distributed.exit_rank``).
+    """
+    from dlmstore.train.distributed import RankReport, exit_rank, report_fd
+
+    if report_fd() is not None:
+        RankReport(errors=() if signum else tuple(reports), signal=signum).send()
+    else:
+        from .render import printable
+
+        for message, hint in reports:
+            click.echo(f"error: {printable(message)}", err=True)
+            if hint:
+                click.echo(f"hint: {printable(hint)}", err=True)
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):  # a rank of several
+        exit_rank(code)
+    sys.exit(code)
+
+
+def _crashed_in_a_rank(exc: Exception) -> None:
+    """In a rank of ``dlm train --nproc``, tell the launcher about an exception no DlmError explains, and end.
+
+    Click's own exceptions (usage errors, exit) pass through untouched.
+    With ``DLM_DEBUG`` the traceback is printed too (rank 0's stderr is the terminal).
+    """
+    from dlmstore.train.distributed import RankReport, exit_rank, report_fd
+
+    if report_fd() is None or isinstance(
+        exc, (click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
+    ):
+        return
+    if _debug_env():
+        import traceback
+
+        traceback.print_exception(exc)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    RankReport(crash=f"{type(exc).__name__}: {first}" if first else type(exc).__name__).send()
+    exit_rank(1)
 
 
 def _debug_env() -> bool:

@@ -88,7 +88,7 @@ def train_command(
         arguments = _rank_arguments(
             path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
         )
-        ctx.exit(launch(arguments, nproc))
+        ctx.exit(launch(arguments, nproc, document=path))
     from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
 

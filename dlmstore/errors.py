@@ -91,6 +91,17 @@ class TrainingError(DlmError):
     """A document cannot be trained as written."""
 
 
+class RankError(TrainingError):
+    """What a rank of ``dlm train --nproc`` reported to its launcher, raised there as the rank raised it."""
+
+    def __init__(self, reports: list[tuple[str, str | None]]) -> None:
+        super().__init__(reports[0][0], hint=reports[0][1])
+        self.problems = reports
+
+    def reports(self) -> list[tuple[str, str | None]]:
+        return list(self.problems)
+
+
 class ReportError(DlmError):
     """The store report cannot be written where it was asked for."""
 
@@ -121,3 +132,19 @@ class SourceUnavailableError(DatasetError):
 
 class ResumeError(DatasetError):
     """A loader checkpoint does not match the loader it is being loaded into."""
+
+
+class Terminated(KeyboardInterrupt):
+    """A signal asked the process to stop (SIGTERM): raised where Ctrl-C raises KeyboardInterrupt.
+
+    Being a KeyboardInterrupt, it runs the cleanup Ctrl-C runs (a run is
+    recorded as failed, partial output removed, ranks and Ray stopped);
+    ``dlmstore.cli.main`` turns it into one ``error:`` line and exit 128 + the signal.
+    """
+
+    def __init__(self, signum: int, detail: str | None = None) -> None:
+        import signal
+
+        self.signum = signum
+        words = f"terminated by {signal.Signals(signum).name}"
+        super().__init__(f"{words}: {detail}" if detail else words)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
@@ -121,7 +123,15 @@ def test_dlm_exits_with_each_status_the_table_in_docs_cli_md_lists(
     interrupted = runner.invoke(cli, ["show", str(doc)])
     assert interrupted.stderr == "error: interrupted\n"
     statuses["interrupted"] = interrupted.exit_code
-    assert statuses == {"success": 0, "error": 1, "usage": 2, "interrupted": 130}
+
+    def sigterm(path: str) -> None:  # as `timeout` or systemd sends it: the command's handler raises
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("dlmstore.corpus.show.summarize", sigterm)
+    terminated = runner.invoke(cli, ["show", str(doc)])
+    assert terminated.stderr == "error: terminated by SIGTERM\n"
+    statuses["terminated"] = terminated.exit_code
+    assert statuses == {"success": 0, "error": 1, "usage": 2, "interrupted": 130, "terminated": 143}
     assert sorted(statuses.values()) == [status for status, _ in EXIT_CODES]
 
 

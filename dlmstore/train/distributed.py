@@ -11,19 +11,40 @@ it, so every rank fails with the same one-line message instead of waiting
 for a peer that is gone. Gradients are averaged by DDP (gloo on CPU, NCCL
 on CUDA) inside the trainer; each rank reads its own share of every epoch
 through :class:`~dlmstore.datasets.RankPartitionSampler`.
+
+A rank that ``dlm train --nproc`` started (:mod:`.launch`) is told so in
+its environment (:data:`LAUNCHER_ENV`, :data:`REPORT_FD_ENV`). It dies
+with the launcher: :func:`join` asks Linux to send it SIGTERM when the
+launcher ends (``prctl(PR_SET_PDEATHSIG)``), then checks that the launcher
+is still its parent, in case it ended before that took effect. It
+reports its own failure to the launcher rather than to a terminal
+(:func:`report_fd`): the launcher alone sees how every rank ended, and
+prints one ``error:`` line for the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from dlmstore.errors import DlmError, TrainingError
+from dlmstore.errors import DlmError, Terminated, TrainingError
 
 #: How long a rank waits for its peers (model load included) before giving up.
 TIMEOUT = timedelta(minutes=30)
+
+#: Set by ``dlm train --nproc`` in each rank's environment: the launcher's pid.
+LAUNCHER_ENV = "DLM_NPROC_LAUNCHER"
+
+#: Set with it: the descriptor (a file the launcher reads) a rank writes its failure report to.
+REPORT_FD_ENV = "DLM_NPROC_REPORT_FD"
+
+#: ``prctl`` option: the signal the kernel sends this process when its parent ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -67,9 +88,17 @@ def current_world() -> World:
 
 
 def join(world: World) -> None:
-    """Join the process group (gloo on CPU, NCCL with CUDA), once, before the ranks exchange anything."""
+    """Join the process group (gloo on CPU, NCCL with CUDA), once, before the ranks exchange anything.
+
+    A rank ``dlm train --nproc`` started is first bound to the launcher
+    (:func:`bind_to_launcher`).
+
+    Raises:
+        Terminated: the launcher already ended.
+    """
     if not world.distributed:
         return
+    bind_to_launcher()
     import torch
     import torch.distributed as dist
 
@@ -155,3 +184,80 @@ def exit_rank(code: int = 0) -> NoReturn:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def bind_to_launcher() -> None:
+    """Make this rank end (SIGTERM) when the ``dlm train --nproc`` that started it ends, however it ends.
+
+    Does nothing in a process no launcher of ours started (torchrun's ranks
+    are torchrun's to stop). Elsewhere than Linux only the launcher's
+    forwarding of SIGTERM and SIGINT stops the ranks.
+
+    Raises:
+        Terminated: the launcher ended before the binding took effect.
+    """
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if not launcher:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if launcher_gone():
+        raise Terminated(signal.SIGTERM, LAUNCHER_GONE)
+
+
+#: What a rank says when the launcher that started it is gone.
+LAUNCHER_GONE = "the `dlm train --nproc` launcher ended"
+
+
+def launcher_gone() -> bool:
+    """Whether this is a rank ``dlm train --nproc`` started whose launcher has ended (it has another parent)."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    return bool(launcher) and str(os.getppid()) != launcher
+
+
+def report_fd() -> int | None:
+    """The descriptor a rank ``dlm train --nproc`` started writes its failure report to; ``None`` in any other process."""
+    value = os.environ.get(REPORT_FD_ENV)
+    return int(value) if value and value.isdigit() and os.environ.get(LAUNCHER_ENV) else None
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """How a rank ``dlm train --nproc`` started failed, as it tells the launcher (one JSON object).
+
+    ``errors`` holds the ``(message, hint)`` pairs of a DlmError (what the
+    rank would have printed as ``error:``/``hint:`` lines); ``signal`` the
+    signal that stopped it (it exited 128 + signal); ``crash`` the first
+    line of any other exception (``RuntimeError: ...``).
+    """
+
+    errors: tuple[tuple[str, str | None], ...] = ()
+    signal: int | None = None
+    crash: str | None = None
+
+    def send(self) -> None:
+        """Write the report where the launcher reads it (nothing outside a launched rank)."""
+        fd = report_fd()
+        if fd is None:
+            return
+        payload = {"errors": [list(pair) for pair in self.errors], "signal": self.signal, "crash": self.crash}
+        try:
+            os.write(fd, json.dumps(payload).encode("utf-8", "backslashreplace"))
+        except OSError:  # the launcher's file is gone: it ended, and nobody reads the report
+            pass
+
+    @staticmethod
+    def read(data: bytes) -> RankReport | None:
+        """The report a rank wrote (``None`` when it wrote none, or not a whole one: it was killed)."""
+        try:
+            payload = json.loads(data.decode("utf-8"))
+            errors = tuple(
+                (str(message), None if hint is None else str(hint)) for message, hint in payload["errors"]
+            )
+            return RankReport(errors, payload["signal"], payload["crash"])
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -1,4 +1,4 @@
-"""``dlm train --nproc N``: start N ranks of the same ``dlm train`` on this machine.
+"""``dlm train --nproc N``: start N ranks of the same ``dlm train`` on this machine, and stop them together.
 
 Each rank is a child process running ``python -m dlmstore.cli.main train
 ...`` (the same arguments, without ``--nproc``) with the environment
@@ -6,9 +6,31 @@ torchrun would give it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free local
 port), and ``OMP_NUM_THREADS`` set to this machine's cores divided among
 the ranks, so N ranks do not oversubscribe the CPU. Rank 0 prints what a
-single-process run prints; the others are quiet. When one rank fails, the
-others are stopped and the launcher exits with the failing rank's status,
-so a failed run never leaves ranks waiting for a peer.
+single-process run prints; the others are quiet.
+
+**The ranks live and die with the launcher.** Each rank runs in a process
+group of its own, so a signal meant for the launcher (Ctrl-C at the
+terminal, SIGTERM from ``timeout``, systemd, CI or a scheduler) reaches
+the launcher alone, which forwards it to every rank's group and waits up
+to :data:`STOP_GRACE_S` seconds for them to record the run as failed and
+end, then kills what is left (SIGKILL). A launcher killed with SIGKILL
+cannot forward anything: each rank asked Linux to send it SIGTERM when
+the launcher ends (``dlmstore.train.distributed.bind_to_launcher``), so
+no rank trains on, publishes an adapter or writes ``dlm.lock`` after the
+command ended.
+
+**One rank's end is the run's end, told once.** When a rank fails, the
+others are stopped the same way, so a failed run never leaves ranks
+waiting for a peer. Ranks do not print their failure: each writes a
+:class:`~dlmstore.train.distributed.RankReport` to a file only the
+launcher reads, and the launcher, once every rank has ended, raises one
+error for the run (:func:`_verdict`), most telling first: a rank killed
+by a signal (``train rank 1 was killed by SIGKILL``), one stopped by a
+signal it was sent directly, a rank's own DlmError (printed as that rank
+printed it: rank 0's bad input reads as it does without ``--nproc``),
+then any other exception, then a bare exit status. The same one line is
+recorded as the run's error in the store (rank 0's pid finds the run),
+replacing what rank 0 saw (a peer that stopped answering).
 """
 
 from __future__ import annotations
@@ -18,10 +40,21 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO
 
-from dlmstore.errors import TrainingError
+from dlmstore.clock import utc_now
+from dlmstore.errors import DlmError, RankError, Terminated, TrainingError
+from dlmstore.train.distributed import LAUNCHER_ENV, REPORT_FD_ENV, RankReport
+
+#: How long stopped ranks get to record the run as failed and end before they are killed.
+STOP_GRACE_S = 30.0
+
+#: How often the launcher looks at its ranks.
+POLL_S = 0.1
 
 
 def free_port() -> int:
@@ -32,11 +65,32 @@ def free_port() -> int:
         return port
 
 
-def launch(arguments: Sequence[str], nproc: int) -> int:
-    """Run ``dlm`` with ``arguments`` as ``nproc`` ranks; the exit status of the run.
+@dataclass
+class _Rank:
+    """One started rank: its process, the file it reports to, and how the launcher saw it end."""
+
+    rank: int
+    process: subprocess.Popen[bytes]
+    report: IO[bytes]
+    seen_at: int | None = None  # the launcher's look (0, 1, ...) that first saw it ended
+    stopped: bool = False  # the launcher signalled it (after another rank's end, or forwarding)
+    detail: RankReport | None = field(default=None, repr=False)
+
+
+def launch(arguments: Sequence[str], nproc: int, *, document: str | None = None) -> int:
+    """Run ``dlm`` with ``arguments`` as ``nproc`` ranks; 0 once every rank succeeded.
+
+    Args:
+        document: the document the ranks train, whose store's run records
+            why it failed (``None``: the run is left to the ranks).
 
     Raises:
-        TrainingError: ``nproc`` is below 1, or the command already runs as a rank.
+        TrainingError: ``nproc`` is below 1, the command already runs as a
+            rank, or a rank failed (the one error of :func:`_verdict`; the
+            same line is the run's error).
+        DlmError: rank 0's own error (or another rank's), as it reported it.
+        KeyboardInterrupt: Ctrl-C or SIGTERM (``Terminated``) reached the
+            launcher; every rank was stopped with it first.
     """
     if nproc < 1:
         raise TrainingError(f"--nproc must be at least 1, not {nproc}")
@@ -45,10 +99,32 @@ def launch(arguments: Sequence[str], nproc: int) -> int:
             "--nproc inside a launched rank (WORLD_SIZE is set)",
             hint="use either --nproc or torchrun/accelerate launch, not both",
         )
+    started = utc_now()
+    ranks = _start(arguments, nproc)
+    try:
+        try:
+            ok = _wait(ranks)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): for the launcher, so for all
+            _stop(ranks, exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+            _record(document, ranks[0], started, str(exc) or "interrupted")
+            raise
+        if ok:
+            return 0
+        _stop(ranks, signal.SIGTERM)
+        error = _verdict(ranks)
+        _record(document, ranks[0], started, error.message)
+        raise error
+    finally:
+        for rank in ranks:
+            rank.report.close()
+
+
+def _start(arguments: Sequence[str], nproc: int) -> list[_Rank]:
     port = free_port()
     threads = max(1, (os.cpu_count() or 1) // nproc)
-    children: list[subprocess.Popen[bytes]] = []
+    ranks: list[_Rank] = []
     for rank in range(nproc):
+        report = tempfile.TemporaryFile()  # already unlinked: nothing is left behind, however this ends
         env = {
             **os.environ,
             "RANK": str(rank),
@@ -58,40 +134,144 @@ def launch(arguments: Sequence[str], nproc: int) -> int:
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+            LAUNCHER_ENV: str(os.getpid()),
+            REPORT_FD_ENV: str(report.fileno()),
         }
         output = None if rank == 0 else subprocess.DEVNULL
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "dlmstore.cli.main", *arguments], env=env, stdout=output, stderr=output
-            )
-        )
-    return _wait(children)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dlmstore.cli.main", *arguments], env=env, stdout=output, stderr=output,
+            pass_fds=(report.fileno(),), process_group=0,
+        )  # fmt: skip
+        ranks.append(_Rank(rank, process, report))
+    return ranks
 
 
-def _wait(children: list[subprocess.Popen[bytes]]) -> int:
-    """Wait for every rank; on the first failure stop the rest. Rank 0's status, or the failing one's."""
+def _wait(ranks: list[_Rank]) -> bool:
+    """Wait until every rank succeeded (True) or one failed (False, the others still running)."""
+    look = 0
+    while True:
+        for rank in ranks:
+            if rank.seen_at is None and rank.process.poll() is not None:
+                rank.seen_at = look
+        codes = [rank.process.returncode for rank in ranks]
+        if any(code not in (None, 0) for code in codes):
+            return False
+        if all(code == 0 for code in codes):
+            return True
+        look += 1
+        time.sleep(POLL_S)
+
+
+def _stop(ranks: list[_Rank], sig: int) -> None:
+    """Send ``sig`` to every rank still running (its whole group), wait up to STOP_GRACE_S, then SIGKILL.
+
+    A second Ctrl-C or SIGTERM meanwhile does not cut this short into
+    leaving ranks behind: it only stops the waiting (what is left is killed).
+    """
+    hurry: list[int] = []
+    previous = {
+        which: signal.signal(which, lambda signum, _frame: hurry.append(signum))
+        for which in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
-        while True:
-            codes = [child.poll() for child in children]
-            failed = [code for code in codes if code not in (None, 0)]
-            if failed:
-                _stop(children)
-                return codes[0] if codes[0] not in (None, 0) else failed[0] or 1
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        _stop(children, sig=signal.SIGINT)
-        raise
+        for rank in ranks:
+            if rank.process.poll() is None:
+                rank.stopped = True
+                _signal_group(rank, sig)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while running := [rank for rank in ranks if rank.process.poll() is None]:
+            if hurry or time.monotonic() > deadline:
+                for rank in running:
+                    _signal_group(rank, signal.SIGKILL)
+            time.sleep(POLL_S)
+    finally:
+        for which, handler in previous.items():
+            signal.signal(which, handler)
 
 
-def _stop(children: list[subprocess.Popen[bytes]], *, sig: int = signal.SIGTERM) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(sig)
-    deadline = time.monotonic() + 30
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
+def _signal_group(rank: _Rank, sig: int) -> None:
+    """``sig`` to the rank's process group; only while the rank is not reaped, so its id is still its group's."""
+    try:
+        os.killpg(rank.process.pid, sig)
+    except (ProcessLookupError, PermissionError):  # the group is gone (or a pid now someone else's)
+        pass
+
+
+def _verdict(ranks: list[_Rank]) -> DlmError:
+    """The one error that says why the run failed, from how the ranks that failed on their own ended.
+
+    Kinds are tried in the module's order. Within a kind the rank seen
+    ending first comes first (the others were likely stopped by its end),
+    except a rank's own DlmError: there the lowest rank's comes first, as
+    rank 0's error is what every other rank repeats (``rank 0 stopped: ...``).
+    """
+    for rank in ranks:
+        rank.report.seek(0)
+        rank.detail = RankReport.read(rank.report.read())
+    failed = [rank for rank in ranks if rank.process.returncode not in (None, 0) and not rank.stopped]
+    by_end = sorted(
+        failed, key=lambda rank: (rank.seen_at if rank.seen_at is not None else len(ranks), rank.rank)
+    )
+    for kind in (_killed, _signalled):
+        for rank in by_end:
+            if (error := kind(rank)) is not None:
+                return error
+    for rank in failed:
+        if rank.detail is not None and rank.detail.errors:
+            return RankError(list(rank.detail.errors))
+    for kind in (_crashed, _exited):
+        for rank in by_end:
+            if (error := kind(rank)) is not None:
+                return error
+    return TrainingError("the ranks ended without saying why")
+
+
+def _killed(rank: _Rank) -> DlmError | None:
+    code = rank.process.returncode
+    if code is not None and code < 0:
+        return TrainingError(f"train rank {rank.rank} was killed by {_name(-code)}")
+    return None
+
+
+def _signalled(rank: _Rank) -> DlmError | None:
+    if rank.detail is not None and rank.detail.signal is not None:
+        return TrainingError(f"train rank {rank.rank} was stopped by {_name(rank.detail.signal)}")
+    return None
+
+
+def _crashed(rank: _Rank) -> DlmError | None:
+    if rank.detail is None or rank.detail.crash is None:
+        return None
+    return TrainingError(
+        f"train rank {rank.rank} failed: {rank.detail.crash}",
+        hint="DLM_DEBUG=1 prints its traceback (rank 0's on this terminal)",
+    )
+
+
+def _exited(rank: _Rank) -> DlmError | None:
+    return TrainingError(f"train rank {rank.rank} ended with exit status {rank.process.returncode}")
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _record(document: str | None, rank0: _Rank, since: str, reason: str) -> None:
+    """Record ``reason`` as the error of the run rank 0 started (best effort: the next command marks a dead one)."""
+    if document is None:
+        return
+    from dlmstore.document.parser import parse_document
+    from dlmstore.store.database import open_store, store_exists
+    from dlmstore.store.runs import fail_run_of
+
+    try:
+        dlm_id = parse_document(document).dlm_id
+        if not store_exists(dlm_id):
+            return
+        with open_store(dlm_id, create=False) as store:
+            fail_run_of(store, rank0.process.pid, reason, since=since)
+    except DlmError:
+        pass

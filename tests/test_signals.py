@@ -1,0 +1,229 @@
+"""Signals: `dlm train --nproc` stops its ranks with it, a killed rank is one error line, a dead run is
+failed by the next command that writes, and a Ray build ends on SIGTERM like on Ctrl-C, leaving no Ray behind.
+
+The process tests start real processes (the launcher and its ranks on the
+tiny model, a local Ray) and signal them once they are at work; each waits
+on a condition (a step logged, Ray's reaper started), never for a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.errors import Terminated
+from dlmstore.home import store_dir
+from dlmstore.train.distributed import LAUNCHER_ENV, LAUNCHER_GONE
+
+from .helpers import VALID_ID, write_doc
+
+#: What a test waits for at most before it calls the process stuck (a hang guard, not a measurement).
+PATIENCE_S = 300
+
+
+def _doc(tmp_path: Path, base: Path) -> Path:
+    return write_doc(
+        tmp_path / "doc.dlm",
+        "Prose about light.\n\nA second paragraph of prose.\n",
+        f"base_model: {base}\ntraining:\n  sequence_len: 64\n  max_steps: 5000\n  micro_batch_size: 1\n"
+        "  grad_accum: 1\n",
+    )
+
+
+def _db() -> Path:
+    return store_dir(VALID_ID) / "store.db"
+
+
+def _query(sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(_db())
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _steps_logged() -> int:
+    try:
+        return int(_query("SELECT COUNT(*) FROM train_steps")[0][0])
+    except sqlite3.OperationalError:  # not created, or not migrated yet
+        return 0
+
+
+def _started(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlmstore.cli.main", *args], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _training(tmp_path: Path, base: Path, *extra: str) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """`dlm train` started (with ``extra``), once it has logged a step; with its ranks, if any."""
+    command = _started("train", str(_doc(tmp_path, base)), *extra)
+    deadline = time.monotonic() + PATIENCE_S
+    while _steps_logged() < 1:
+        assert command.poll() is None, command.communicate()
+        assert time.monotonic() < deadline, "no training step was logged"
+        time.sleep(0.05)
+    return command, psutil.Process(command.pid).children()
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(("error:", "hint:", "Traceback", "***"))]
+
+
+def _ended(processes: list[psutil.Process]) -> bool:
+    """Whether every one of ``processes`` has ended (a zombie has: only its exit status is left)."""
+    _, alive = psutil.wait_procs(processes, timeout=PATIENCE_S)
+    return all(process.status() == psutil.STATUS_ZOMBIE for process in alive)
+
+
+def _no_adapter_and_no_lock() -> bool:
+    return (
+        _query("SELECT COUNT(*) FROM adapters") == [(0,)] and not (store_dir(VALID_ID) / "dlm.lock").exists()
+    )
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_nproc_launcher_stops_both_ranks_and_is_one_error_line(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    launcher, ranks = _training(tmp_path, tiny_base, "--nproc", "2")
+    assert len(ranks) == 2
+    launcher.send_signal(signal.SIGTERM)
+    _, stderr = launcher.communicate(timeout=PATIENCE_S)  # returns once the ranks (holding stderr) are gone
+    assert launcher.returncode == 143
+    assert _errors(stderr) == ["error: terminated by SIGTERM"]
+    assert _ended(ranks)
+    assert _query("SELECT status, error FROM runs") == [("failed", "terminated by SIGTERM")]
+    assert _no_adapter_and_no_lock()
+
+
+@pytest.mark.slow
+def test_sigkill_to_the_nproc_launcher_takes_its_ranks_with_it(tmp_path: Path, tiny_base: Path) -> None:
+    launcher, ranks = _training(tmp_path, tiny_base, "--nproc", "2")
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    assert _ended(ranks)  # they would otherwise train on, then publish an adapter and dlm.lock
+    assert _query("SELECT status, error FROM runs") == [("failed", f"terminated by SIGTERM: {LAUNCHER_GONE}")]
+    assert _no_adapter_and_no_lock()
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_sigkill_is_one_error_line_naming_it_and_the_runs_error(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    launcher, ranks = _training(tmp_path, tiny_base, "--nproc", "2")
+    ranks[1].send_signal(signal.SIGKILL)
+    _, stderr = launcher.communicate(timeout=PATIENCE_S)
+    assert launcher.returncode == 1
+    assert _errors(stderr) == ["error: train rank 1 was killed by SIGKILL"]
+    assert _ended(ranks)
+    assert _query("SELECT status, error FROM runs") == [("failed", "train rank 1 was killed by SIGKILL")]
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_single_process_train_fails_the_run_with_one_error_line(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    command, _ = _training(tmp_path, tiny_base)
+    command.send_signal(signal.SIGTERM)
+    _, stderr = command.communicate(timeout=PATIENCE_S)
+    assert (command.returncode, _errors(stderr)) == (143, ["error: terminated by SIGTERM"])
+    assert _query("SELECT status, error FROM runs") == [("failed", "terminated by SIGTERM")]
+
+
+@pytest.mark.slow
+def test_a_ranks_own_error_reads_as_it_does_without_nproc(tmp_path: Path, tiny_base: Path) -> None:
+    doc = _doc(tmp_path, tiny_base)
+    alone = CliRunner().invoke(cli, ["train", str(doc), "--dataset", str(tmp_path / "nowhere")])
+    assert alone.exit_code == 1 and alone.stderr.startswith("error: ")
+    ranks = _started("train", str(doc), "--dataset", str(tmp_path / "nowhere"), "--nproc", "2")
+    _, stderr = ranks.communicate(timeout=PATIENCE_S)
+    assert (ranks.returncode, stderr) == (1, alone.stderr)
+
+
+def test_a_rank_binds_itself_to_the_launcher_and_stops_at_once_when_the_launcher_is_already_gone() -> None:
+    code = (
+        "import ctypes, sys\n"
+        "from dlmstore.errors import Terminated\n"
+        "from dlmstore.train.distributed import bind_to_launcher\n"
+        "try:\n"
+        "    bind_to_launcher()\n"
+        "except Terminated as exc:\n"
+        "    print(exc); sys.exit(0)\n"
+        "value = ctypes.c_int()\n"
+        "ctypes.CDLL(None).prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
+        "print(value.value)\n"
+    )
+
+    def bound(launcher: int) -> str:
+        env = {**os.environ, LAUNCHER_ENV: str(launcher)}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    assert bound(os.getpid()) == str(int(signal.SIGTERM))  # its parent: SIGTERM when it ends
+    assert bound(1) == f"terminated by SIGTERM: {LAUNCHER_GONE}"  # not its parent: it already ended
+    assert str(Terminated(signal.SIGTERM)) == "terminated by SIGTERM"
+
+
+def _ray_build(
+    tmp_path: Path, base: Path
+) -> tuple[subprocess.Popen[str], psutil.Process, list[psutil.Process]]:
+    """`dlm data build pretrain --engine ray` at work: (driver, Ray's reaper, the local Ray's processes)."""
+    ray = pytest.importorskip("ray")
+    del ray
+    source = tmp_path / "docs.jsonl"
+    with source.open("w") as out:
+        for i in range(60_000):
+            out.write(json.dumps({"text": f"Document {i}: " + "lorem ipsum dolor sit amet " * 40}) + "\n")
+    driver = _started(
+        "data", "build", "pretrain", "--from", str(source), "--out", str(tmp_path / "out"), "--base", str(base),
+        "--engine", "ray", "--workers", "1",
+    )  # fmt: skip
+    deadline = time.monotonic() + PATIENCE_S
+    while True:  # the reaper starts once Ray is up, just before the build is handed the session
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "Ray did not start"
+        children = psutil.Process(driver.pid).children(recursive=True)
+        reapers = [child for child in children if child.cmdline()[1:2] == ["-c"]]
+        if reapers:
+            others = [child for child in children if child not in reapers]
+            return driver, reapers[0], others
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_ray_build_is_one_error_line_and_shuts_ray_down(tmp_path: Path, tiny_base: Path) -> None:
+    driver, reaper, ray_processes = _ray_build(tmp_path, tiny_base)
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=PATIENCE_S)
+    assert (driver.returncode, _errors(stderr)) == (143, ["error: terminated by SIGTERM"])  # no stack dump
+    assert _ended([reaper, *ray_processes])
+
+
+@pytest.mark.slow
+def test_a_ray_driver_killed_with_sigkill_leaves_no_ray_agent_behind(tmp_path: Path, tiny_base: Path) -> None:
+    driver, reaper, ray_processes = _ray_build(tmp_path, tiny_base)
+    agents = [p for p in ray_processes if "Agent" in " ".join(p.cmdline())]
+    assert (
+        len(agents) == 2
+    )  # the dashboard and runtime-env agents, which outlived a killed driver by a minute
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert _ended([reaper])  # it kills what is left as soon as the driver is gone, then ends
+    assert all(not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE for agent in agents)
