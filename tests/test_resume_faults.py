@@ -118,6 +118,13 @@ def train(*args: str) -> Result:
     return CliRunner().invoke(cli, ["-q", "train", *args])
 
 
+def refused(case: Case, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    """The stderr lines of ``dlm train DOC --resume ARGS``, which must exit 1."""
+    result = CliRunner().invoke(cli, ["-q", "train", str(case.doc), "--resume", *args], env=env)
+    assert result.exit_code == 1, result.output
+    return result.stderr.splitlines()
+
+
 def resume(case: Case, *args: str) -> dict[str, object]:
     result = CliRunner().invoke(cli, ["-q", "train", str(case.doc), "--resume", "--json", *args])
     assert result.exit_code == 0, result.output
@@ -194,9 +201,7 @@ def test_a_missing_extra_or_truncated_checkpoint_file_or_a_gone_folder_falls_bac
 def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_in_one_line(case: Case) -> None:
     flip(case.checkpoint(4) / "optimizer.pt", 200)
     (case.checkpoint(2) / "rng_state.pth").unlink()
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
+    assert refused(case) == [
         f"error: cannot resume train run 1: checkpoint {case.checkpoint(4)} is damaged (optimizer.pt differs "
         "from the sha256 taken when it was written), and so is the 1 older one",
         FRESH_HINT,
@@ -206,9 +211,7 @@ def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_in_one_line(case:
 def test_a_checkpoint_written_before_checksums_were_recorded_is_refused(case: Case) -> None:
     with case.db() as conn:
         conn.execute("UPDATE checkpoints SET files = NULL, rows_sha256 = NULL, plan_sha256 = NULL")
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
+    assert refused(case) == [
         f"error: cannot resume train run 1: checkpoint {case.checkpoint(4)} is damaged (it was written before "
         "dlmstore recorded checkpoint checksums and cannot be verified), and so is the 1 older one",
         FRESH_HINT,
@@ -246,9 +249,7 @@ def test_a_checkpoint_file_written_damaged_stops_the_resume_in_one_line_naming_i
     else:
         flip(path, 9, 16)  # inside the JSON header that follows its 8-byte length
     case.rehash(4)  # as if it had been written this way: the checksums verify
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
+    assert refused(case) == [
         f"error: cannot resume from checkpoint {case.checkpoint(4)}: {name} cannot be loaded ({reason})",
         FRESH_HINT,
     ]
@@ -259,9 +260,7 @@ def test_a_checkpoint_file_written_damaged_stops_the_resume_in_one_line_naming_i
 
 def test_a_source_file_edited_after_the_interrupt_is_refused_on_resume(case: Case) -> None:
     (case.doc.parent / "notes" / "a.md").write_text("A source file about roots, edited.\n")
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
+    assert refused(case) == [
         "error: cannot resume run 1 from step 4: the rows the run trains on (a file under training.sources was "
         "added, removed or edited) changed since the checkpoint",
         "hint: resume with what the run had (its command-line options and environment included), or start over "
@@ -273,27 +272,24 @@ def test_a_source_file_edited_after_the_interrupt_is_refused_on_resume(case: Cas
 def test_another_max_steps_on_the_command_line_or_in_the_environment_is_refused_on_resume(
     case: Case, where: str
 ) -> None:
-    args, env = ([str(case.doc), "--resume", "--max-steps", "8"], {}) if where == "--max-steps" else (
-        [str(case.doc), "--resume"], {"DLM_TRAIN_MAX_STEPS": "8"}
+    lines = refused(case, "--max-steps", "8") if where == "--max-steps" else refused(
+        case, env={"DLM_TRAIN_MAX_STEPS": "8"}
     )  # fmt: skip
-    result = CliRunner().invoke(cli, ["-q", "train", *args], env=env)
-    assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == (
+    assert lines == [
         "error: cannot resume run 1 from step 4: the training settings differ from the checkpoint "
-        "(max_steps 6 then, 8 now)"
-    )
+        "(max_steps 6 then, 8 now)",
+        "hint: resume with what the run had (its command-line options and environment included), or start over "
+        "with --fresh",
+    ]
 
 
-def test_a_run_interrupted_with_an_override_resumes_only_with_the_same_override(
-    case: Case, tmp_path: Path
-) -> None:
+def test_a_run_interrupted_with_an_override_resumes_only_with_the_same_override(case: Case) -> None:
     shutil.rmtree(case.store)  # a run of its own, with --max-steps 7
     with pytest.raises(KeyboardInterrupt), ctrl_c_after(5):
         train_document(str(case.doc), max_steps=7)
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines()[0].endswith(
-        "the training settings differ from the checkpoint (max_steps 7 then, 6 now)"
+    lines = refused(case)
+    assert lines[0].endswith("the training settings differ from the checkpoint (max_steps 7 then, 6 now)"), (
+        lines
     )
     summary = resume(case, "--max-steps", "7")
     assert (summary["resumed_from"], summary["resumed_at_step"], summary["steps"]) == (1, 4, 7)
@@ -331,16 +327,12 @@ def test_a_completed_fresh_run_removes_the_interrupted_runs_checkpoints(case: Ca
     assert json.loads(fresh.stdout)["warnings"] == []
     assert case.db().execute("SELECT COUNT(*) FROM checkpoints").fetchone() == (0,)
     assert not (case.store / "checkpoints" / "run1").exists()
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == "error: nothing to resume: the newest train run (2) completed"
+    assert refused(case)[0] == "error: nothing to resume: the newest train run (2) completed"
 
 
 def test_deleted_checkpoints_are_named_as_gone_on_resume(case: Case) -> None:
     shutil.rmtree(case.store / "checkpoints")
-    result = train(str(case.doc), "--resume")
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
+    assert refused(case) == [
         f"error: nothing to resume: the checkpoints of train run 1 are gone from {case.store}/checkpoints/run1",
         FRESH_HINT,
     ]
