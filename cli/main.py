@@ -37,6 +37,10 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "cache": ("cache", "cache_group", "Inspect and maintain the tokenized cache of a document's store."),
     "data": ("data", "data_group", "Token datasets: pretrain shards and SFT caches, registered in store.db."),
+    "export": (
+        "export", "export_command",
+        "Export the document's adapter: a merged HF folder, GGUF files and a Modelfile or server command.",
+    ),
     "init": ("init", "init_command", "Write a new .dlm document at PATH and create its store."),
     "lock": ("lock", "lock_group", "Show and compare a document's reproducibility lock (dlm.lock)."),
     "metrics": ("metrics", "metrics_command", "List the runs recorded for the document at PATH, newest first."),

@@ -11,15 +11,22 @@ from .render import emit_json, json_option
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.argument("question")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=128, show_default=True)
-@json_option("dlmstore.train.prompt:PromptAnswer", help="Print the answer as JSON.")
-def prompt_command(path: str, question: str, max_new_tokens: int, as_json: bool) -> None:
+@click.option(
+    "--backend",
+    type=click.Choice(["transformers", "llama.cpp"]),
+    default="transformers",
+    show_default=True,
+    help="transformers: the base model plus the adapter; llama.cpp: the GGUF of the newest `dlm export`.",
+)
+@json_option("dlmstore.prompt.answer:PromptAnswer", help="Print the answer as JSON.")
+def prompt_command(path: str, question: str, max_new_tokens: int, backend: str, as_json: bool) -> None:
     """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
-    from dlmstore.train.prompt import answer_question
+    from dlmstore.prompt.answer import answer_question
 
     from .progress import progress_shown
 
     with progress_shown(as_json=as_json):
-        result = answer_question(path, question, max_new_tokens=max_new_tokens)
+        result = answer_question(path, question, max_new_tokens=max_new_tokens, backend=backend)
     if as_json:
         emit_json(result)
     else:

@@ -118,6 +118,10 @@ class LockValidationError(DlmError):
     """This run's lock differs from ``dlm.lock`` in a way the mode does not accept."""
 
 
+class ExportError(DlmError):
+    """An adapter cannot be exported as asked (dlm export), or an export cannot be used."""
+
+
 class DatasetError(DlmError):
     """A token dataset, its input or its reader configuration cannot be used."""
 

@@ -38,11 +38,11 @@ def make_lock(**changes: Any) -> Lock:
 
     pinned = {
         "torch": "2.13.0+cpu", "transformers": "5.23.0", "peft": "0.21.2",
-        "trl": "1.16.0", "bitsandbytes": None, "accelerate": "1.15.0",
+        "trl": "1.16.0", "bitsandbytes": None, "accelerate": "1.15.0", "llama_cpp": None,
     }  # fmt: skip
     pinned.update(changes.pop("pinned_versions", {}))
     values: dict[str, Any] = {
-        "lock_version": 3,
+        "lock_version": 4,
         "created_at": "2026-11-21T08:00:00.000Z",
         "dlm_id": VALID_ID,
         "dlm_sha256": "a" * 64,

@@ -102,7 +102,7 @@ def test_a_missing_dlm_lock_reads_as_none(tmp_path: Path) -> None:
         (
             lambda d: d["pinned_versions"].pop("trl"),
             ": field 'pinned_versions' must map each of torch, transformers, peft, trl, bitsandbytes, "
-            "accelerate to a version string or null",
+            "accelerate, llama_cpp to a version string or null",
         ),
         (
             lambda d: d.update(determinism_flags=[]),
@@ -130,14 +130,22 @@ def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: A
 
 def test_a_lock_from_a_newer_dlmstore_is_refused_with_an_upgrade_hint(tmp_path: Path) -> None:
     path = tmp_path / LOCK_NAME
-    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 4}), encoding="utf-8")
+    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 5}), encoding="utf-8")
     with pytest.raises(LockError) as caught:
         read_lock(path)
-    assert caught.value.message == f"{path} has lock_version 4; this dlmstore reads up to 3"
+    assert caught.value.message == f"{path} has lock_version 5; this dlmstore reads up to 4"
     assert (
         caught.value.hint
         == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"
     )
+
+
+def test_a_version_3_lock_without_llama_cpp_reads_with_it_null(tmp_path: Path) -> None:
+    path = tmp_path / LOCK_NAME
+    data = dataclasses.asdict(make_lock())
+    del data["pinned_versions"]["llama_cpp"]
+    path.write_text(json.dumps({**data, "lock_version": 3}), encoding="utf-8")
+    assert read_lock(path) == make_lock(lock_version=3)
 
 
 def test_a_version_1_lock_without_the_preference_field_still_reads(tmp_path: Path) -> None:
@@ -167,7 +175,16 @@ def test_the_preference_record_keeps_only_the_knobs_its_method_uses() -> None:
 
 def test_runtime_versions_name_the_six_pinned_packages_and_none_for_absent_ones() -> None:
     versions = capture_runtime_versions()
-    assert list(versions) == ["torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate"]
+    assert list(versions) == [
+        "torch",
+        "transformers",
+        "peft",
+        "trl",
+        "bitsandbytes",
+        "accelerate",
+        "llama_cpp",
+    ]
+    assert versions["llama_cpp"] is None  # only dlm export sets it
     assert versions["torch"] is not None and versions["torch"].startswith("2.")
     assert versions["bitsandbytes"] is None  # not installed in this environment
 

@@ -52,7 +52,7 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
     result = runner.invoke(cli, ["lock", "show", str(doc)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "lock_version:                    3\n"
+        "lock_version:                    4\n"
         "created_at:                      2026-11-21T08:00:00.000Z\n"
         f"dlm_id:                          {VALID_ID}\n"
         f"dlm_sha256:                      {'a' * 64}\n"
@@ -61,6 +61,7 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
         "pinned_versions:\n"
         "  accelerate:                    1.15.0\n"
         "  bitsandbytes:                  -\n"
+        "  llama_cpp:                     -\n"
         "  peft:                          0.21.2\n"
         "  torch:                         2.13.0+cpu\n"
         "  transformers:                  5.23.0\n"

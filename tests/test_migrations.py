@@ -109,6 +109,26 @@ SEEDS: dict[str, list[str]] = {
         "UPDATE checkpoints SET files = '{\"a.bin\": \"sha256:00\"}', rows_sha256 = 'sha256:r', "
         "plan_sha256 = 'sha256:p'",
     ],
+    # Adapter v1 was exported once, for Ollama at Q4_K_M.
+    "0012": [
+        "INSERT INTO exports (adapter_version, target, quant, path, files, manifest_sha256, tool_versions, "
+        "seconds, created_at) VALUES (1, 'ollama', 'Q4_K_M', '/exports/v0001-Q4_K_M', "
+        "'{\"Modelfile\": {\"sha256\": \"sha256:00\", \"bytes\": 9}}', 'sha256:m', '{\"llama_cpp\": \"0.3.36\"}', "
+        "1.5, '2026-01-12T00:00:00.000Z')",
+    ],
+    # Entry 1 was taken from another store; run 3 found one exact cluster of two rows.
+    "0013": [
+        "INSERT INTO entry_origins (entry_id, from_store, from_entry_id, how, run_id, created_at) "
+        "VALUES (1, '01KPQ1FFEDGPPSMWRAS18SAZST', 9, 'link', 3, '2026-01-13T00:00:00.000Z')",
+        "UPDATE tokenization_events SET cache_shared = 1",
+        "INSERT INTO row_signatures (row_key, scheme, content_sha256, shingles, minhash, created_at) "
+        "VALUES ('sha256:r', 'minhash-v1', 'sha256:c', 3, X'01000000', '2026-01-13T00:00:00.000Z')",
+        "INSERT INTO dedup_runs (run_id, mode, scheme, corpus_sha256, members_run_id, rows, clusters, "
+        "duplicate_rows, dropped_rows, signatures_computed, seconds, created_at) VALUES (3, 'exact', "
+        "'minhash-v1', 'sha256:x', 3, 2, 1, 1, 1, 2, 0.1, '2026-01-13T00:00:00.000Z')",
+        "INSERT INTO dedup_members (run_id, cluster, row_key, path, similarity, drop_exact, drop_near) "
+        "VALUES (3, 1, 'sha256:r', 'a.py', 1.0, 0, 0), (3, 1, 'sha256:s', 'b.py', 1.0, 1, 1)",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -147,6 +167,18 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT (SELECT count(*) FROM document_paths), (SELECT max(last_run_id) FROM document_paths), "
         "c.files, c.rows_sha256, c.plan_sha256 FROM checkpoints c",
         [(1, 3, '{"a.bin": "sha256:00"}', "sha256:r", "sha256:p")],
+    ),
+    "0012": (
+        "SELECT e.id, a.version, e.target, e.quant, json_extract(e.tool_versions, '$.llama_cpp') "
+        "FROM exports e JOIN adapters a ON a.version = e.adapter_version",
+        [(1, 1, "ollama", "Q4_K_M", "0.3.36")],
+    ),
+    "0013": (
+        "SELECT o.from_store, e.row_key, t.cache_shared, s.content_sha256, d.clusters, "
+        "(SELECT sum(drop_exact) FROM dedup_members m WHERE m.run_id = d.run_id) "
+        "FROM entry_origins o JOIN cache_entries e ON e.id = o.entry_id, tokenization_events t, "
+        "row_signatures s, dedup_runs d",
+        [("01KPQ1FFEDGPPSMWRAS18SAZST", "sha256:r", 1, "sha256:c", 1, 1)],
     ),
 }
 

@@ -30,13 +30,22 @@ if TYPE_CHECKING:
 #: Format version of ``dlm.lock``; bump it when a field changes meaning.
 #: 2 added ``preference``; a version-1 lock reads with ``preference`` null.
 #: 3 added ``datasets``; older locks read with ``datasets`` null.
-LOCK_VERSION = 3
+#: 4 added ``pinned_versions.llama_cpp``; older locks read with it null.
+LOCK_VERSION = 4
 
 #: The lock file's name, beside ``store.db``.
 LOCK_NAME = "dlm.lock"
 
 #: Distributions whose versions the lock pins (PyPI names).
 PINNED_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "accelerate")
+
+#: The ``pinned_versions`` key of the llama.cpp that exported the adapters: the version of
+#: llama-cpp-python (which builds llama.cpp) that ``dlm export`` wrote GGUF files with. A
+#: training run does not use llama.cpp, so it keeps what the lock had; null until an export.
+LLAMA_CPP = "llama_cpp"
+
+#: Every key of ``pinned_versions``.
+PINNED_KEYS = (*PINNED_PACKAGES, LLAMA_CPP)
 
 HARDWARE_TIERS = ("cpu", "cuda", "mps", "rocm")
 DETERMINISM_CLASSES = ("strong", "best-effort", "advisory")
@@ -63,7 +72,8 @@ class Lock:
             hub and local bases (hashing gigabytes of weights per run is
             not worth it; the revision identifies them).
         pinned_versions: installed version of each of :data:`PINNED_PACKAGES`,
-            None when not installed.
+            None when not installed, and :data:`LLAMA_CPP`: the llama-cpp-python
+            the adapters were last exported with (None before an export).
         cuda_version: torch's CUDA version when training on CUDA.
         rocm_version: torch's HIP version when training on ROCm.
         hardware_tier: ``cpu``, ``cuda``, ``mps`` or ``rocm``.
@@ -107,13 +117,18 @@ class Lock:
 
 
 def capture_runtime_versions() -> dict[str, str | None]:
-    """Installed versions of the pinned packages (no imports; None when absent)."""
+    """Installed versions of the pinned packages (no imports; None when absent).
+
+    :data:`LLAMA_CPP` is None here: only an export sets it (a run carries the
+    previous lock's value forward, ``dlmstore.lock.run.begin_lock``).
+    """
     versions: dict[str, str | None] = {}
     for name in PINNED_PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    versions[LLAMA_CPP] = None
     return versions
 
 
@@ -227,6 +242,9 @@ def parse_lock(text: str, *, source: str) -> Lock:
         data = {**data, "preference": None}  # version 1 predates the field
     if version in (1, 2) and "datasets" not in data:
         data = {**data, "datasets": None}  # versions 1 and 2 predate the field
+    pinned = data.get("pinned_versions")
+    if version in (1, 2, 3) and isinstance(pinned, dict) and LLAMA_CPP not in pinned:
+        data = {**data, "pinned_versions": {**pinned, LLAMA_CPP: None}}  # versions 1 to 3 predate it
     unknown = sorted(set(data) - set(names))
     missing = [name for name in names if name not in data]
     if isinstance(version, int) and not isinstance(version, bool) and version > LOCK_VERSION:
@@ -276,10 +294,10 @@ def _check_field(name: str, value: Any) -> str | None:
     if name == "pinned_versions":
         if (
             not isinstance(value, dict)
-            or sorted(value) != sorted(PINNED_PACKAGES)
+            or sorted(value) != sorted(PINNED_KEYS)
             or not all(v is None or isinstance(v, str) for v in value.values())
         ):
-            return f"must map each of {', '.join(PINNED_PACKAGES)} to a version string or null"
+            return f"must map each of {', '.join(PINNED_KEYS)} to a version string or null"
         return None
     if name == "determinism_flags":
         if not isinstance(value, dict) or not all(isinstance(v, (bool, str)) for v in value.values()):

@@ -7,7 +7,8 @@ model sha256, licence, timestamps, run ids) are recorded but never compared.
 * ``dlm_sha256``: ALLOW (editing the document is the point);
 * ``base_model_revision``: ERROR;
 * ``pinned_versions.torch``: ERROR for a new major version, else WARN;
-* ``pinned_versions.transformers`` / ``peft`` / ``trl`` / ``accelerate``: WARN;
+* ``pinned_versions.transformers`` / ``peft`` / ``trl`` / ``accelerate`` / ``llama_cpp``: WARN
+  (``llama_cpp``: the llama-cpp-python ``dlm export`` wrote GGUF files with);
 * ``pinned_versions.bitsandbytes``: WARN for any change, appearing or vanishing too;
 * ``hardware_tier``, ``determinism_class``, each ``determinism_flags.<flag>``: WARN;
 * each ``preference.<key>`` (the preference phase's method and
@@ -58,7 +59,7 @@ SEVERITIES: dict[str, Severity] = {
 }
 
 #: Pinned packages whose every change is a WARN (torch is graded by major version).
-WARN_PACKAGES = ("transformers", "peft", "trl", "accelerate", "bitsandbytes")
+WARN_PACKAGES = ("transformers", "peft", "trl", "accelerate", "llama_cpp", "bitsandbytes")
 
 VALIDATION_HINT = (
     "rerun with --update-lock to accept the change and rewrite dlm.lock, "

@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlmstore.errors import LockError
 from dlmstore.lock.identity import base_model_identity
-from dlmstore.lock.model import Lock, capture_lock, preference_record
+from dlmstore.lock.model import LLAMA_CPP, LOCK_NAME, Lock, capture_lock, preference_record, read_lock
 from dlmstore.lock.policy import LockDecision, check_lock
 from dlmstore.lock.records import lock_transaction
 from dlmstore.store.database import Store
@@ -86,7 +87,24 @@ def begin_lock(
 
         determinism = apply_determinism()
     lock = capture_lock(document, ref, seed=seed, determinism=determinism, run_id=run_id, datasets=datasets)
+    lock = _carry_exported(store, lock)
     return PendingLock(lock, check_lock(store, lock, mode=mode), ref)
+
+
+def _carry_exported(store: Store, lock: Lock) -> Lock:
+    """``lock`` with the llama.cpp version ``dlm.lock`` pins: training does not use llama.cpp.
+
+    A ``dlm.lock`` that cannot be read carries nothing (:func:`check_lock`
+    reports it, by mode).
+    """
+    try:
+        previous = read_lock(store.path / LOCK_NAME)
+    except LockError:
+        return lock
+    exported = previous.pinned_versions.get(LLAMA_CPP) if previous is not None else None
+    if exported is None:
+        return lock
+    return dataclasses.replace(lock, pinned_versions={**lock.pinned_versions, LLAMA_CPP: exported})
 
 
 def finish_lock(store: Store, pending: PendingLock, *, preference: PreferenceSettings | None = None) -> str:

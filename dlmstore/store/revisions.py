@@ -17,7 +17,21 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
+REVISIONS = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+    "0013",
+)
 HEAD_REVISION = REVISIONS[-1]
 
 #: The package holding the Alembic environment and the numbered revisions.

@@ -217,6 +217,13 @@ tokenization_events = Table(
     Column("tokenizer_sha256", Text, nullable=False, comment="Tokenizer identity used by the pass."),
     Column("sequence_len", Integer, nullable=False, comment="sequence_len used by the pass."),
     Column("created_at", Text, nullable=False, comment="When the event was recorded."),
+    Column(
+        "cache_shared",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="Of the hits, rows whose tokens were taken from another store of the home (entry_origins).",
+    ),
     CheckConstraint("cache_mode IN ('on', 'off', 'bypassed')", name="tokenization_events_cache_mode"),
     comment="One tokenization pass per run: hits, misses, time and cache size.",
 )
@@ -535,4 +542,173 @@ lock_records = Table(
     CheckConstraint("decision IN ('written', 'updated', 'ignored')", name="lock_records_decision"),
     comment="Every reproducibility lock captured by dlm train (dlm.lock is the latest written one).",
     sqlite_autoincrement=True,
+)
+
+exports = Table(
+    "exports",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Export id; AUTOINCREMENT, never reused."),
+    Column(
+        "adapter_version",
+        Integer,
+        ForeignKey("adapters.version"),
+        nullable=False,
+        comment="The adapter version exported.",
+    ),
+    Column("target", Text, nullable=False, comment="What it was exported for: hf, ollama or llama-server."),
+    Column(
+        "quant",
+        Text,
+        comment="The GGUF files' quantisation: Q4_K_M, Q5_K_M, Q6_K, Q8_0 or F16; NULL for hf (no GGUF).",
+    ),
+    Column("path", Text, nullable=False, comment="The export folder (absolute)."),
+    Column(
+        "files",
+        Text,
+        nullable=False,
+        comment="JSON object: each file of the export (relative path) -> {sha256, bytes}, taken as it "
+        "was written; `dlm prompt --backend llama.cpp` checks the GGUF against it.",
+    ),
+    Column("manifest_sha256", Text, nullable=False, comment="sha256 of the folder's dlm-export.json."),
+    Column(
+        "tool_versions",
+        Text,
+        nullable=False,
+        comment="JSON object: the versions of llama_cpp (llama-cpp-python), gguf, transformers, peft "
+        "and torch that wrote it.",
+    ),
+    Column("seconds", Float, nullable=False, comment="How long the export took."),
+    Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    CheckConstraint("target IN ('hf', 'ollama', 'llama-server')", name="exports_target"),
+    CheckConstraint(
+        "(target = 'hf' AND quant IS NULL) OR quant IN ('Q4_K_M', 'Q5_K_M', 'Q6_K', 'Q8_0', 'F16')",
+        name="exports_quant",
+    ),
+    comment="Every `dlm export` of an adapter: its folder, files and their sha256, the tools that wrote them.",
+    sqlite_autoincrement=True,
+)
+
+entry_origins = Table(
+    "entry_origins",
+    metadata,
+    Column(
+        "entry_id",
+        Integer,
+        ForeignKey("cache_entries.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="The cache entry (goes with it: entry ids are reused).",
+    ),
+    Column("from_store", Text, nullable=False, comment="The document id of the store it was taken from."),
+    Column("from_entry_id", Integer, nullable=False, comment="Its cache_entries.id there."),
+    Column(
+        "how",
+        Text,
+        nullable=False,
+        comment="link (that store's pack hard-linked beside this store.db) or copy (its bytes copied "
+        "into a pack of this store).",
+    ),
+    Column("run_id", Integer, ForeignKey("runs.id"), comment="The run whose pass took it."),
+    Column("created_at", Text, nullable=False, comment="When it was taken."),
+    CheckConstraint("how IN ('link', 'copy')", name="entry_origins_how"),
+    comment="Cache entries taken from another store of the home instead of tokenized (dlmstore.cache.share).",
+)
+
+row_signatures = Table(
+    "row_signatures",
+    metadata,
+    Column("row_key", Text, primary_key=True, comment="The text row's key (sha256:...)."),
+    Column(
+        "scheme",
+        Text,
+        nullable=False,
+        comment="How the signature was made (shingle words, permutations, seed), e.g. minhash-v1:w5:p128:s1; "
+        "a signature of another scheme is made again.",
+    ),
+    Column(
+        "content_sha256",
+        Text,
+        nullable=False,
+        comment="sha256 of the row's text (a source file's without its # source header): exact duplicates.",
+    ),
+    Column("shingles", Integer, nullable=False, comment="Distinct word shingles the signature was made from."),
+    Column(
+        "minhash",
+        LargeBinary,
+        nullable=False,
+        comment="The MinHash signature, one little-endian uint32 per permutation.",
+    ),
+    Column("created_at", Text, nullable=False, comment="When it was made (or taken from another store)."),
+    comment="Content hash and MinHash signature of each text row, so duplicates are found without hashing again.",
+)
+
+dedup_runs = Table(
+    "dedup_runs",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="The tokenize or train run.",
+    ),
+    Column(
+        "mode",
+        Text,
+        nullable=False,
+        comment="training.dedup of the run: off (report only), exact or near (what was dropped).",
+    ),
+    Column("scheme", Text, nullable=False, comment="The signature scheme and threshold the clusters were found with."),
+    Column(
+        "corpus_sha256",
+        Text,
+        nullable=False,
+        comment="sha256 of the text rows' keys and paths, in order: a corpus with the same value has the "
+        "same clusters.",
+    ),
+    Column(
+        "members_run_id",
+        Integer,
+        nullable=False,
+        comment="The run whose dedup_members rows list the clusters: this run, or an earlier one with "
+        "the same corpus_sha256 (a warm pass records no members again).",
+    ),
+    Column("rows", Integer, nullable=False, comment="Text rows compared."),
+    Column("clusters", Integer, nullable=False, comment="Clusters of two or more duplicate rows."),
+    Column("duplicate_rows", Integer, nullable=False, comment="Rows in clusters besides each kept row."),
+    Column("dropped_rows", Integer, nullable=False, comment="Rows the run left out of training (0 when mode is off)."),
+    Column("signatures_computed", Integer, nullable=False, comment="Rows whose signature was made by this run."),
+    Column("seconds", Float, nullable=False, comment="Time spent finding the clusters."),
+    Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    CheckConstraint("mode IN ('off', 'exact', 'near')", name="dedup_runs_mode"),
+    comment="What each run's duplicate search found among its text rows (dlmstore.corpus.dedup).",
+)
+
+dedup_members = Table(
+    "dedup_members",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("dedup_runs.run_id", ondelete="CASCADE"),
+        nullable=False,
+        comment="The run.",
+    ),
+    Column("cluster", Integer, nullable=False, comment="The cluster's number in the run, from 1."),
+    Column("row_key", Text, nullable=False, comment="The member row's key."),
+    Column("path", Text, nullable=False, comment="Where the row comes from: a source file or document:line."),
+    Column(
+        "similarity",
+        Float,
+        nullable=False,
+        comment="Estimated Jaccard similarity to the cluster's kept row (1.0: the same text).",
+    ),
+    Column("drop_exact", Integer, nullable=False, comment="1 when training.dedup: exact leaves it out."),
+    Column(
+        "drop_near",
+        Integer,
+        nullable=False,
+        comment="1 when training.dedup: near leaves it out (every member but the kept row).",
+    ),
+    PrimaryKeyConstraint("run_id", "row_key", name="dedup_members_pk"),
+    comment="The members of each run's duplicate clusters.",
 )

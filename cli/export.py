@@ -1,0 +1,92 @@
+"""``dlm export PATH``: the trained adapter as files a runtime loads (GGUF, Ollama, llama-server, HF)."""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from .render import emit_json, human_bytes, json_option, note, warn
+
+
+@click.command("export")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "--adapter",
+    "adapter",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Export adapter version N (as in vNNNN); default: the newest.",
+)
+@click.option(
+    "--quant",
+    type=click.Choice(["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16"]),
+    help="Quantisation of the GGUF files (llama.cpp's quantiser); default: the document's "
+    "export.default_quant, else Q4_K_M.",
+)
+@click.option(
+    "--target",
+    type=click.Choice(["ollama", "llama-server", "hf"]),
+    default="ollama",
+    show_default=True,
+    help="ollama: GGUF files and a Modelfile; llama-server: GGUF files and the server's command line "
+    "(llama-server.sh); hf: the merged Hugging Face folder only.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False),
+    help="The export folder: new, empty or an export dlm wrote; default: <store>/exports/vNNNN-<QUANT>.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write into an -o folder dlm did not write, replacing only the names an export writes.",
+)
+@json_option("dlmstore.export.exporter:ExportResult", help="Print what was written as JSON.")
+def export_command(
+    path: str,
+    adapter: int | None,
+    quant: str | None,
+    target: str,
+    out: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Export the document's adapter: a merged HF folder, GGUF files and a Modelfile or server command.
+
+    Writes the merged model as a Hugging Face folder (hf/), the merged model
+    as GGUF at the chosen quantisation, the base model as GGUF with the
+    adapter alone as a GGUF LoRA on top, and, for --target ollama, a
+    Modelfile (ollama create NAME -f Modelfile) or, for --target
+    llama-server, llama-server.sh. Every file is listed with its sha256 in
+    dlm-export.json and in store.db, and the lock pins the llama.cpp used.
+    """
+    from dlmstore.export.exporter import export_document
+
+    from .progress import progress_shown
+
+    with progress_shown(as_json=as_json):
+        result = export_document(path, adapter=adapter, quant=quant, target=target, out=out, force=force)
+    for line in result.warnings:
+        warn(line)
+    for line in result.notes:
+        note(line)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(
+        f"export {result.export_id}: adapter v{result.adapter_version:04d} of {result.base_model}, "
+        f"target {result.target}"
+        + (f", {result.quant}" if result.quant else "")
+        + f", {result.seconds:.1f} s"
+    )
+    click.echo(f"folder: {result.folder}")
+    hf_bytes = sum(f.bytes for f in result.files if f.path.startswith("hf/"))
+    for item in (f for f in result.files if "/" not in f.path):
+        click.echo(f"  {item.path:<28} {human_bytes(item.bytes):>10}  {item.sha256}")
+    click.echo(f"  {'hf/':<28} {human_bytes(hf_bytes):>10}  (the merged model, transformers reloads it)")
+    if result.modelfile is not None:
+        click.echo(f"run it: cd {shlex.quote(result.folder)} && ollama create NAME -f Modelfile")
+    if result.command is not None:
+        click.echo(f"serve it: {shlex.join(result.command)}")

@@ -1,0 +1,402 @@
+"""``dlm export``: a trained adapter leaves the store as files a runtime loads.
+
+One export of adapter version N writes, into one folder
+(``<store>/exports/vNNNN-<QUANT>/`` unless ``-o`` says otherwise):
+
+* ``hf/``: the merged model as a Hugging Face folder (:mod:`.merge`);
+* ``model.<QUANT>.gguf``: the merged model as GGUF, written in F16
+  (:mod:`.model_gguf`) and quantised by llama.cpp (:mod:`.quantize`);
+* ``base.<QUANT>.gguf`` and ``adapter.gguf``: the base model as GGUF and
+  the adapter alone as a GGUF LoRA llama.cpp applies on top of it
+  (:mod:`.adapter_gguf`);
+* ``Modelfile`` (``--target ollama``) or ``llama-server.sh``
+  (``--target llama-server``) (:mod:`.targets`);
+* ``dlm-export.json``: every file with its sha256 (:mod:`.folder`).
+
+``--target hf`` writes the merged folder alone (any architecture, no
+llama.cpp). The quantisation is ``--quant``, else the document's
+``export.default_quant``, else ``Q4_K_M``; the adapter is ``--adapter``,
+else the newest.
+
+The order is the order of cost: the document, the store, the adapter (its
+weights checked against the sha256 recorded when it was trained),
+llama-cpp-python, the output folder and the architecture and tokenizer are
+all checked before the base model is loaded, so every refusal is quick.
+Everything is written into a staging folder and published at the end
+(:mod:`.folder`), then recorded in store.db (:mod:`.record`).
+
+The base model is loaded once, in float32: its weights are saved (for the
+base GGUF) before the adapter is merged into them. Nothing written depends
+on the time, the machine's thread count or the output folder's name, so
+exporting the same adapter twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dlmstore.bases import BaseModelRef, resolve_base
+from dlmstore.errors import ExportError, StoreError
+from dlmstore.export.adapter_gguf import adapter_unsupported, write_adapter_gguf
+from dlmstore.export.architectures import hyperparameters
+from dlmstore.export.folder import (
+    HF_DIR,
+    MANIFEST,
+    ExportedFile,
+    claim_folder,
+    hash_files,
+    manifest_bytes,
+    publish,
+    stage,
+)
+from dlmstore.export.model_gguf import write_model_gguf
+from dlmstore.export.quantize import DEFAULT_QUANT, QUANTS, quantize, smoke
+from dlmstore.export.record import record_export
+from dlmstore.export.runtime import require_llama_cpp
+from dlmstore.export.targets import (
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    ModelfileSettings,
+    chat_framing,
+    modelfile_text,
+    server_command,
+    server_script,
+    stop_strings,
+)
+from dlmstore.progress import Task
+from dlmstore.store.atomic import write_bytes_atomic
+from dlmstore.store.database import Store
+from dlmstore.store.digests import file_sha256
+from dlmstore.train.adapters import WEIGHTS, AdapterVersion, is_write_failure, write_failure_reason
+
+TARGETS = ("ollama", "llama-server", "hf")
+DEFAULT_TARGET = "ollama"
+#: Where an export goes by default, inside the store.
+EXPORTS_DIR = "exports"
+#: Tools whose versions decide an export's bytes (distribution names; ``llama_cpp`` is llama-cpp-python).
+TOOLS = {"llama_cpp": "llama-cpp-python", "gguf": "gguf", "transformers": "transformers", "peft": "peft",
+         "torch": "torch", "safetensors": "safetensors"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``dlm export`` wrote (the JSON shape of ``dlm export --json``).
+
+    Attributes:
+        dlm_id: The document id.
+        export_id: The export's row in store.db's ``exports``.
+        adapter_version: The adapter version exported.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        base_model: The base model it was trained on.
+        target: ``ollama``, ``llama-server`` or ``hf``.
+        quant: The GGUF files' quantisation; null for ``hf``.
+        folder: The export folder.
+        files: Every file written, relative to the folder, with its sha256 and size.
+        model_gguf: The merged model's GGUF, relative to the folder; null for ``hf``.
+        adapter_gguf: The adapter's GGUF LoRA; null for ``hf`` or an adapter llama.cpp cannot apply (see notes).
+        base_gguf: The base model's GGUF the adapter applies to; null when there is no adapter GGUF.
+        modelfile: The Modelfile (``ollama``); null otherwise.
+        command: The llama-server command line (``llama-server``); null otherwise.
+        tools: The versions of the tools that wrote the files.
+        seconds: How long the export took.
+        notes: What was left out and why.
+        warnings: Lock differences (WARN) this export recorded.
+    """
+
+    dlm_id: str
+    export_id: int
+    adapter_version: int
+    adapter_sha256: str
+    base_model: str
+    target: str
+    quant: str | None
+    folder: str
+    files: list[ExportedFile]
+    model_gguf: str | None
+    adapter_gguf: str | None
+    base_gguf: str | None
+    modelfile: str | None
+    command: list[str] | None
+    tools: dict[str, str | None]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def export_document(
+    path: str,
+    *,
+    adapter: int | None = None,
+    quant: str | None = None,
+    target: str = DEFAULT_TARGET,
+    out: str | None = None,
+    force: bool = False,
+) -> ExportResult:
+    """Export an adapter of the document at ``path`` (see the module docstring).
+
+    Args:
+        path: the .dlm document.
+        adapter: the adapter version; the newest when None.
+        quant: one of :data:`~dlmstore.export.quantize.QUANTS`; the
+            document's ``export.default_quant`` when None.
+        target: one of :data:`TARGETS`.
+        out: the export folder; ``<store>/exports/vNNNN-<QUANT>`` when None.
+        force: write into a folder that is not an export dlm wrote
+            (replacing only the names an export writes).
+
+    Raises:
+        DocumentError: the document is invalid.
+        StoreError: no store, no adapter (or not that version), a damaged
+            adapter, or store.db cannot be written.
+        ExportError: llama-cpp-python is missing or crashes, the folder is
+            not dlm's, the architecture or tokenizer cannot be written as
+            GGUF, or a file cannot be written (a full disk).
+        BaseModelError: the base model cannot be loaded.
+    """
+    from dlmstore.document.parser import parse_document
+    from dlmstore.store.database import open_store
+
+    started = time.perf_counter()
+    if target not in TARGETS:
+        raise ValueError(f"unknown export target {target!r}; expected one of {', '.join(TARGETS)}")
+    document = parse_document(path)
+    chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
+    if chosen is not None and chosen not in QUANTS:
+        raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
+    with open_store(document.dlm_id, create=False) as store:
+        version = _adapter(store, path, adapter)
+        adapter_dir = store.path / version.path
+        _check_weights(adapter_dir, version)
+        if target != "hf":
+            require_llama_cpp("dlm export")
+        default = store.path / EXPORTS_DIR / f"v{version.version:04d}-{chosen or 'hf'}"
+        claim = claim_folder(Path(out) if out is not None else default, force=force)
+        ref = resolve_base(document.base_model, relative_to=document.directory)
+        notes: list[str] = []
+        staging = stage(claim)
+        try:
+            with staging:
+                written = _write(staging.path, ref, adapter_dir, version, document, chosen, target, notes)
+                files = hash_files(staging.path)
+                tools = _tools(target)
+                manifest = manifest_bytes(
+                    {
+                        "dlm_id": document.dlm_id,
+                        "base_model": document.base_model,
+                        "adapter": {
+                            "version": version.version,
+                            "phase": version.phase,
+                            "sha256": version.sha256,
+                        },
+                        "target": target,
+                        "quant": chosen,
+                        "files": {f.path: {"sha256": f.sha256, "bytes": f.bytes} for f in files},
+                        "tools": tools,
+                    }
+                )
+                with Task("publishing the export"):
+                    publish(staging, claim, manifest)
+        except OSError as exc:
+            raise _write_error(claim.folder, exc) from None
+        except Exception as exc:
+            if not is_write_failure(exc):
+                raise
+            raise _write_error(claim.folder, exc) from None
+        seconds = time.perf_counter() - started
+        export_id, warnings = record_export(
+            store,
+            adapter_version=version.version,
+            target=target,
+            quant=chosen,
+            folder=claim.folder,
+            files=files,
+            manifest_sha256=file_sha256(claim.folder / MANIFEST),
+            tools=tools,
+            seconds=seconds,
+        )
+    return ExportResult(
+        dlm_id=document.dlm_id,
+        export_id=export_id,
+        adapter_version=version.version,
+        adapter_sha256=version.sha256,
+        base_model=document.base_model,
+        target=target,
+        quant=chosen,
+        folder=str(claim.folder),
+        files=files,
+        model_gguf=written.get("model"),
+        adapter_gguf=written.get("adapter"),
+        base_gguf=written.get("base"),
+        modelfile=written.get("modelfile"),
+        command=_command(claim.folder, written),
+        tools=tools,
+        seconds=round(seconds, 3),
+        notes=notes,
+        warnings=warnings,
+    )
+
+
+def _adapter(store: Store, path: str, wanted: int | None) -> AdapterVersion:
+    from dlmstore.train.adapters import AdapterVersion, latest
+
+    with store.read() as conn:
+        rows = conn.execute(
+            "SELECT version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
+            "final_loss, created_at FROM adapters ORDER BY version"
+        ).fetchall()
+    if not rows:
+        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
+    if wanted is None:
+        found = latest(store)
+        assert found is not None  # rows is not empty
+        return found
+    for row in rows:
+        if row["version"] == wanted:
+            return AdapterVersion(**row)
+    shown = ", ".join(f"v{row['version']:04d}" for row in rows[-10:])
+    raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
+
+
+def _check_weights(folder: Path, version: AdapterVersion) -> None:
+    weights = folder / WEIGHTS
+    try:
+        actual = file_sha256(weights)
+    except OSError as exc:
+        raise StoreError(
+            f"adapter v{version.version:04d}: cannot read {weights}: {exc.strerror or exc}",
+            hint="train again (dlm train) or export another version with --adapter",
+        ) from None
+    if actual != version.sha256:
+        raise StoreError(
+            f"adapter v{version.version:04d}: {weights} is damaged (its sha256 is not the one recorded when "
+            "it was trained)",
+            hint="train again (dlm train) or export another version with --adapter",
+        )
+
+
+def _write(
+    root: Path,
+    ref: BaseModelRef,
+    adapter_dir: Path,
+    version: AdapterVersion,
+    document: Any,
+    quant: str | None,
+    target: str,
+    notes: list[str],
+) -> dict[str, str]:
+    """Write every file of the export into ``root``; returns the names of the main ones by role."""
+    from dlmstore.bases import _quiet_transformers, load_model
+    from dlmstore.export.merge import merge_adapter, save_model
+
+    written: dict[str, str] = {}
+    hf = root / HF_DIR
+    base_dir = root / ".base-hf"
+    model = load_model(ref)
+    params = None if target == "hf" else hyperparameters(model.config, where=f"base model {ref.name!r}")
+    tokenizer = _tokenizer(adapter_dir)
+    framing = chat_framing(tokenizer, where=str(adapter_dir)) if target == "ollama" else None
+    unsupported = None if params is None else adapter_unsupported(adapter_dir)
+    with _quiet_transformers():
+        if params is not None and unsupported is None:
+            with Task("saving the base model"):
+                base_dir.mkdir()
+                save_model(model, adapter_dir, base_dir)
+        with Task("merging the adapter"):
+            merged = merge_adapter(model, adapter_dir, ref)
+            hf.mkdir()
+            save_model(merged, adapter_dir, hf)
+    del model, merged
+    written["hf"] = HF_DIR
+    if params is None or quant is None:
+        return written
+    name = f"{document.dlm_id} adapter v{version.version:04d}"
+    written["model"] = _gguf(hf, root, "model", quant, name)
+    if unsupported is None:
+        written["base"] = _gguf(base_dir, root, "base", quant, ref.name)
+        shutil.rmtree(base_dir)
+        with Task("writing the adapter GGUF"):
+            write_adapter_gguf(adapter_dir, root / "adapter.gguf", params, name=name)
+        written["adapter"] = "adapter.gguf"
+    else:
+        notes.append(f"no adapter.gguf: {unsupported}; the merged model.{quant}.gguf carries the adapter")
+    num_ctx = min(document.frontmatter.training.sequence_len, params.context_length)
+    header = [
+        f"Written by dlm export: document {document.dlm_id}, adapter v{version.version:04d} ({version.sha256}),",
+        f"base model {document.base_model}, quantisation {quant}.",
+    ]
+    if framing is not None:
+        export_block = document.frontmatter.export
+        text = modelfile_text(
+            framing,
+            ModelfileSettings(
+                gguf=written["model"],
+                header=[*header, "Create the model: ollama create NAME -f Modelfile"],
+                stops=stop_strings(framing, eos=tokenizer.eos_token, special=tokenizer.all_special_tokens),
+                temperature=export_block.default_temperature or DEFAULT_TEMPERATURE,
+                top_p=export_block.default_top_p or DEFAULT_TOP_P,
+                num_ctx=num_ctx,
+                system=document.frontmatter.system_prompt,
+            ),
+        )
+        write_bytes_atomic(root / "Modelfile", text.encode("utf-8"))
+        written["modelfile"] = "Modelfile"
+    elif target == "llama-server":
+        script = root / "llama-server.sh"
+        write_bytes_atomic(script, server_script(written["model"], num_ctx=num_ctx, header=header).encode())
+        script.chmod(0o755)
+        written["script"] = "llama-server.sh"
+        written["num_ctx"] = str(num_ctx)
+    return written
+
+
+def _tokenizer(adapter_dir: Path) -> Any:
+    from dlmstore.bases import _quiet_transformers
+
+    with _quiet_transformers() as transformers:
+        return transformers.AutoTokenizer.from_pretrained(str(adapter_dir))
+
+
+def _gguf(source: Path, root: Path, role: str, quant: str, name: str) -> str:
+    """Write ``<role>.<quant>.gguf`` from the folder ``source`` (F16, then quantised); returns its name."""
+    final = f"{role}.{quant}.gguf"
+    f16 = root / (final if quant == "F16" else f".{role}.F16.gguf")
+    with Task(f"writing {role}.F16.gguf"):
+        write_model_gguf(source, f16, file_type="F16", name=name)
+    if quant == "F16":
+        with Task(f"loading {final} in llama.cpp"):
+            smoke(f16)
+        return final
+    with Task(f"quantizing {final}"):
+        quantize(f16, root / final, quant)
+    f16.unlink()
+    return final
+
+
+def _tools(target: str) -> dict[str, str | None]:
+    tools: dict[str, str | None] = {}
+    for key, distribution in TOOLS.items():
+        if key in ("llama_cpp", "gguf") and target == "hf":
+            continue
+        try:
+            tools[key] = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            tools[key] = None
+    return tools
+
+
+def _command(folder: Path, written: dict[str, str]) -> list[str] | None:
+    if "script" not in written:
+        return None
+    return server_command(str(folder / written["model"]), num_ctx=int(written["num_ctx"]))
+
+
+def _write_error(folder: Path, exc: BaseException) -> ExportError:
+    return ExportError(
+        f"cannot write the export {folder}: {write_failure_reason(exc)}",
+        hint="free some disk space and export again (nothing was changed in the folder)",
+    )

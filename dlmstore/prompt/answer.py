@@ -1,0 +1,170 @@
+"""``dlm prompt``: ask the base model plus the latest adapter a question.
+
+A quick way to see what training did: the question is wrapped in the base
+model's chat template (with the document's system prompt, as in training)
+and answered greedily, so the same adapter gives the same answer every time.
+
+Two backends answer:
+
+* ``transformers`` (the default): the base model with the newest adapter
+  on top, through peft, in the process;
+* ``llama.cpp``: the GGUF of the newest export (``dlm export``), checked
+  against the sha256 recorded when it was written, through llama-cpp-python.
+  The chat template is the one the GGUF carries (the adapter's, copied at
+  export), rendered as transformers renders it and tokenized by llama.cpp;
+  on an F16 export the greedy answer is transformers' answer (the tests
+  check it token for token), on a quantised one it is the quantised model's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: The backends ``dlm prompt --backend`` offers.
+BACKENDS = ("transformers", "llama.cpp")
+
+
+@dataclass(frozen=True)
+class PromptAnswer:
+    """The JSON shape of ``dlm prompt --json``.
+
+    Attributes:
+        question: The question asked.
+        answer: The adapter's greedy answer.
+        adapter_version: The adapter version used (the newest; with llama.cpp, the newest export's).
+        adapter_phase: Its phase: ``sft`` or ``preference``.
+        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        base_model: The base model it was loaded on.
+        backend: ``transformers`` or ``llama.cpp``.
+        model_file: The GGUF that answered (llama.cpp); null for transformers.
+        new_tokens: Tokens generated.
+        seconds: Time spent generating them (the model's load left out).
+    """
+
+    question: str
+    answer: str
+    adapter_version: int
+    adapter_phase: str
+    adapter_sha256: str
+    base_model: str
+    backend: str = "transformers"
+    model_file: str | None = None
+    new_tokens: int = 0
+    seconds: float = 0.0
+
+
+def answer_question(
+    path: str, question: str, *, max_new_tokens: int = 128, backend: str = "transformers"
+) -> PromptAnswer:
+    """Generate an answer to ``question`` with the document's latest adapter.
+
+    The latest adapter of any phase: after a preference phase, the
+    preference adapter. With ``backend="llama.cpp"``, the newest export's GGUF.
+
+    Raises:
+        DocumentError: the document is invalid.
+        StoreError: the document has no store or no adapter yet.
+        ExportError: (llama.cpp) no export yet, a damaged GGUF, llama-cpp-python missing.
+        BaseModelError: the base model cannot be loaded.
+    """
+    from dlmstore.document.parser import parse_document
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    document = parse_document(path)
+    messages = []
+    if document.frontmatter.system_prompt is not None:
+        messages.append({"role": "system", "content": document.frontmatter.system_prompt})
+    messages.append({"role": "user", "content": question})
+    if backend == "llama.cpp":
+        return _llama_cpp(path, document, question, messages, max_new_tokens)
+    return _transformers(path, document, question, messages, max_new_tokens)
+
+
+def _transformers(
+    path: str, document: Any, question: str, messages: list[dict[str, str]], max_new_tokens: int
+) -> PromptAnswer:
+    from dlmstore.bases import load_model, load_tokenizer, resolve_base
+    from dlmstore.errors import StoreError
+    from dlmstore.store.database import open_store
+    from dlmstore.train.adapters import latest
+
+    with open_store(document.dlm_id, create=False) as store:
+        adapter = latest(store)
+        folder = store.path / adapter.path if adapter else None
+    if adapter is None or folder is None:
+        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
+    import warnings
+
+    import torch
+    from peft import PeftModel
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    tokenizer = load_tokenizer(ref)
+    model: Any = PeftModel.from_pretrained(load_model(ref), str(folder))  # generate() is untyped
+    model.eval()
+    inputs = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    started = time.perf_counter()
+    with torch.no_grad():
+        output = model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
+    seconds = time.perf_counter() - started
+    prompt_len = inputs["input_ids"].shape[1]
+    new = output[0][prompt_len:]
+    text = tokenizer.decode(new, skip_special_tokens=True).strip()
+    return PromptAnswer(
+        question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
+        "transformers", None, int(new.shape[0]), round(seconds, 4),
+    )  # fmt: skip
+
+
+def _llama_cpp(
+    path: str, document: Any, question: str, messages: list[dict[str, str]], max_new_tokens: int
+) -> PromptAnswer:
+    from dlmstore.errors import ExportError
+    from dlmstore.export.record import checked_file, newest_export
+    from dlmstore.export.runtime import chat_tokens, greedy, load_model, require_llama_cpp
+    from dlmstore.store.database import open_store
+    from dlmstore.train.adapters import AdapterVersion
+
+    require_llama_cpp("dlm prompt --backend llama.cpp")
+    with open_store(document.dlm_id, create=False) as store:
+        export = newest_export(store)
+        if export is None:
+            raise ExportError(
+                f"{path}: no GGUF export yet, so llama.cpp has nothing to answer with",
+                hint=f"run `dlm export {path}` first",
+            )
+        with store.read() as conn:
+            row = conn.execute(
+                "SELECT version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
+                "final_loss, created_at FROM adapters WHERE version = ?",
+                (export.adapter_version,),
+            ).fetchone()
+    adapter = AdapterVersion(**row)
+    gguf = checked_file(export, f"model.{export.quant}.gguf")
+    llm = load_model(gguf, n_ctx=_context(document, max_new_tokens))
+    tokens = chat_tokens(llm, messages)
+    started = time.perf_counter()
+    new = greedy(llm, tokens, max_new_tokens=max_new_tokens)
+    seconds = time.perf_counter() - started
+    text = bytes(llm.detokenize(new)).decode("utf-8", errors="replace").strip()
+    return PromptAnswer(
+        question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
+        "llama.cpp", str(gguf), len(new), round(seconds, 4),
+    )  # fmt: skip
+
+
+def _context(document: Any, max_new_tokens: int) -> int:
+    """A context long enough for a prompt of the training window (2048 at least) plus the answer."""
+    return max(int(document.frontmatter.training.sequence_len), 2048) + max_new_tokens
