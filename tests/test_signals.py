@@ -208,11 +208,17 @@ def _ray_build(
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_ray_build_is_one_error_line_and_shuts_ray_down(tmp_path: Path, tiny_base: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "status", "line"),
+    [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")],
+)
+def test_sigterm_or_ctrl_c_to_a_ray_build_is_one_error_line_and_shuts_ray_down(
+    tmp_path: Path, tiny_base: Path, sig: signal.Signals, status: int, line: str
+) -> None:
     driver, reaper, ray_processes = _ray_build(tmp_path, tiny_base)
-    driver.send_signal(signal.SIGTERM)
+    driver.send_signal(sig)
     _, stderr = driver.communicate(timeout=PATIENCE_S)
-    assert (driver.returncode, _errors(stderr)) == (143, ["error: terminated by SIGTERM"])  # no stack dump
+    assert (driver.returncode, _errors(stderr)) == (status, [line])  # no stack dump, no traceback
     assert _ended([reaper, *ray_processes])
 
 

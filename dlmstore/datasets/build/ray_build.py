@@ -34,8 +34,6 @@ import math
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -61,10 +59,11 @@ from dlmstore.datasets.build.chat import ChatEncoding
 from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.datasets.build.engines import DEFAULT_BLOCK_DOCS
 from dlmstore.datasets.build.output import Clock, batched
+from dlmstore.datasets.build.ray_local import descendants, release, signals_kept, start_reaper
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
 from dlmstore.datasets.meta import FileEntry
-from dlmstore.errors import DatasetError, DlmError
+from dlmstore.errors import DatasetError, DlmError, Terminated
 
 if TYPE_CHECKING:
     from dlmstore.datasets.build.pretrain import PretrainSpec
@@ -152,136 +151,48 @@ def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
     local Ray with ``workers`` CPUs and stops it afterwards. A Ray already
     initialised in this process (a test, a notebook) is used as it is.
 
-    ``ray.init`` takes over the process's SIGTERM (a handler of its own,
-    and its C++ core's, which prints a stack dump instead of dying
-    quietly); the handlers that were there before (SIGTERM, SIGINT) are put
-    back, so SIGTERM ends a build as Ctrl-C does: the build stops, Ray is
-    shut down, and the CLI prints one ``error:`` line. A local Ray's
-    processes are handed to a reaper (:func:`_reap_when_gone`) that kills
-    any still running once this process ends, however it ends: killed with
-    SIGKILL, the driver cannot shut Ray down, and Ray's agents would
-    otherwise linger for a minute or more.
+    Ray does not keep the process's signals, nor outlive it
+    (:mod:`.ray_local`): the SIGTERM and SIGINT handlers ``ray.init``
+    replaces are put back, so SIGTERM ends a build as Ctrl-C does (the
+    build stops, Ray is shut down, the CLI prints one ``error:`` line), and
+    a local Ray's processes are handed to a reaper that kills any still
+    running once this process ends, however it ends.
 
     Raises:
         DatasetError: Ray is not installed, or the cluster cannot be
             reached within :data:`CONNECT_TIMEOUT_S` seconds.
+        Terminated: SIGTERM came while ``ray.init`` had Ray's own handler in place.
     """
     ray = import_ray()
     if ray.is_initialized():
         yield ray, engine.workers or _cluster_cpus(ray)
         return
     address = engine.resolved_address()
-    before = set(_descendants(os.getpid())) if address is None else set()
-    with _signals_kept():
-        if address is None:
-            ray.init(
-                address="local",
-                num_cpus=engine.workers or os.cpu_count() or 1,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-            )
-        else:
-            _connect(ray, address)
-    reaper = _reap_when_gone(before) if address is None else None
+    before = descendants(os.getpid()) if address is None else set()
+    try:
+        with signals_kept():
+            if address is None:
+                ray.init(
+                    address="local",
+                    num_cpus=engine.workers or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    logging_level=logging.WARNING,
+                )
+            else:
+                _connect(ray, address)
+    except SystemExit as exc:  # what Ray's own SIGTERM handler raises, in place while ray.init runs
+        if exc.code != signal.SIGTERM:
+            raise
+        ray.shutdown()
+        raise Terminated(signal.SIGTERM) from None
+    reaper = start_reaper(before) if address is None else None
     try:
         yield ray, engine.workers or _cluster_cpus(ray)
     finally:
-        with _signals_kept():
+        with signals_kept():
             ray.shutdown()
         if reaper is not None:
-            _release(reaper)
-
-
-@contextmanager
-def _signals_kept() -> Iterator[None]:
-    """Put back the SIGTERM and SIGINT handlers Ray replaces (only the main thread has any)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    kept = {which: signal.getsignal(which) for which in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for which, handler in kept.items():
-            if handler is not None:  # None: a handler not set from Python; nothing to put back
-                signal.signal(which, handler)
-
-
-#: The reaper: waits for its stdin to close (the driver ended), then kills each listed
-#: process (a pid and its start time, so a pid reused since is left alone) still running.
-#: It ignores the signals a terminal or a service manager sends the driver's group.
-_REAPER = """
-import os, signal, sys
-for which in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(which, signal.SIG_IGN)
-listed = [line.split() for line in sys.stdin]
-for pid, start in listed:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            now = stat.read().rsplit(")", 1)[1].split()[19]
-        if now == start:
-            os.kill(int(pid), signal.SIGKILL)
-    except (OSError, IndexError):
-        pass
-"""
-
-
-def _reap_when_gone(before: set[tuple[int, str]]) -> subprocess.Popen[bytes] | None:
-    """Start the reaper of the processes under this one but ``before`` (the local Ray's); ``None`` without ``/proc``."""
-    processes = [process for process in _descendants(os.getpid()) if process not in before]
-    if not processes:
-        return None
-    reaper = subprocess.Popen(
-        [sys.executable, "-c", _REAPER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    assert reaper.stdin is not None
-    reaper.stdin.write("".join(f"{pid} {start}\n" for pid, start in processes).encode())
-    reaper.stdin.flush()
-    return reaper
-
-
-def _release(reaper: subprocess.Popen[bytes]) -> None:
-    """Let the reaper go after Ray shut down: it kills what is left and ends."""
-    assert reaper.stdin is not None
-    reaper.stdin.close()
-    try:
-        reaper.wait(timeout=REAPER_WAIT_S)
-    except subprocess.TimeoutExpired:
-        reaper.kill()
-
-
-#: How long the driver waits for the reaper it released (it only kills and exits).
-REAPER_WAIT_S = 10.0
-
-
-def _descendants(root: int) -> list[tuple[int, str]]:
-    """``(pid, start time)`` of every process under ``root``, from ``/proc`` (empty without it)."""
-    children: dict[int, list[int]] = {}
-    starts: dict[int, str] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        starts[int(name)] = fields[19]
-    found: list[tuple[int, str]] = []
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append((pid, starts[pid]))
-        stack.extend(children.get(pid, []))
-    return found
+            release(reaper)
 
 
 def _cluster_cpus(ray: Any) -> int:
