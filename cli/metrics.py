@@ -17,7 +17,7 @@ from .params import DURATION, RUN_ID
 from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
-    from dlmstore.store.metrics import MetricsReport, TrainingInfo
+    from dlmstore.store.metrics import MetricsReport, RunMetrics, TrainingInfo
 
 
 @click.command("metrics")
@@ -81,8 +81,32 @@ def metrics_command(
     for run in report.runs:
         if run.training is not None:
             _training(run.run_id, run.training)
+    for run in report.runs:
+        _shared_and_duplicates(run)
+    for export in report.exports:
+        quant = f", {export.quant}" if export.quant else ""
+        click.echo(
+            f"export {export.export_id}: adapter v{export.adapter_version:04d}, {export.target}{quant}, "
+            f"{export.path} ({plural(export.files, 'file')}, {human_bytes(export.bytes)}, {export.created_at})"
+        )
     if not report.runs:
         note("no runs yet: run `dlm tokenize` or `dlm train` first")
+
+
+def _shared_and_duplicates(run: RunMetrics) -> None:
+    """A line for a run that took tokens from other stores or found duplicate rows."""
+    parts = []
+    if run.tokenization is not None and run.tokenization.cache_shared:
+        parts.append(f"{plural(run.tokenization.cache_shared, 'row')} taken from other stores")
+    dedup = run.dedup
+    if dedup is not None and dedup.clusters:
+        left = f", {dedup.dropped_rows:,} left out" if run.command == "train" and dedup.dropped_rows else ""
+        parts.append(
+            f"{plural(dedup.clusters, 'duplicate cluster')}, {plural(dedup.duplicate_rows, 'duplicate row')} "
+            f"(training.dedup: {dedup.mode}{left})"
+        )
+    if parts:
+        click.echo(f"run {run.run_id}: {'; '.join(parts)}")
 
 
 #: The preference columns: what TRL logs under ``rewards/...`` at each step.

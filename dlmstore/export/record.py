@@ -7,7 +7,7 @@ seconds it took) and, when the store has a ``dlm.lock``, records the lock
 again with ``pinned_versions.llama_cpp`` set to the llama-cpp-python that
 wrote the GGUF files. A different version from the one the lock pinned is
 a WARN (the severity table of docs/reproducibility.md), returned as the
-line to print. The lock's other fields are the trained run's, unchanged.
+line to print; the first pin (none before) is not. The lock's other fields are the trained run's, unchanged.
 
 :func:`newest_export` is what ``dlm prompt --backend llama.cpp`` answers
 from, and :func:`checked_file` checks a file of an export against the
@@ -86,9 +86,12 @@ def record_export(
     lock = dataclasses.replace(
         previous, created_at=utc_now(), pinned_versions={**previous.pinned_versions, LLAMA_CPP: version}
     )
+    # The first pin is no change: the lock had no llama.cpp to compare with.
     warnings = [
-        f"{LOCK_NAME}: {m.describe()}" for m in compare(previous, lock) if m.severity == "WARN"
-    ]  # fmt: skip
+        f"{LOCK_NAME}: {m.describe()}"
+        for m in compare(previous, lock)
+        if m.severity == "WARN" and m.old is not None
+    ]
     with lock_transaction(store, lock, decision="written") as (conn, _):
         export_id = _insert(conn, insert, row)
     return export_id, warnings

@@ -24,7 +24,7 @@ from datetime import timedelta
 from dlmstore.clock import iso_before
 from dlmstore.errors import DurationError
 from dlmstore.store.database import Store
-from dlmstore.store.events import TokenizationEvent
+from dlmstore.store.events import DedupEvent, TokenizationEvent
 from dlmstore.store.runs import shown_status
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
@@ -131,6 +131,8 @@ class RunMetrics:
         error: One-line reason when it failed or is dead; null otherwise.
         tokenization: Its tokenize pass's numbers; null when it did not get that far.
         training: What a train run produced; null for tokenize runs.
+        dedup: The duplicate clusters its text rows held, and what it left out of training; null
+            when it did not get that far (or ran before duplicates were looked for).
     """
 
     run_id: int
@@ -141,6 +143,36 @@ class RunMetrics:
     error: str | None
     tokenization: TokenizationEvent | None
     training: TrainingInfo | None = None
+    dedup: DedupEvent | None = None
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """One ``dlm export`` of an adapter (a row of ``exports``).
+
+    Attributes:
+        export_id: The export's id.
+        adapter_version: The adapter version exported.
+        target: ``ollama``, ``llama-server`` or ``hf``.
+        quant: The GGUF files' quantisation; null for ``hf``.
+        path: The export folder.
+        files: How many files it wrote.
+        bytes: Their total size.
+        llama_cpp: The llama-cpp-python that wrote its GGUF files; null for ``hf``.
+        seconds: How long it took.
+        created_at: When it was recorded (ISO-8601 UTC).
+    """
+
+    export_id: int
+    adapter_version: int
+    target: str
+    quant: str | None
+    path: str
+    files: int
+    bytes: int
+    llama_cpp: str | None
+    seconds: float
+    created_at: str
 
 
 @dataclass(frozen=True)
@@ -151,11 +183,25 @@ class MetricsReport:
         dlm_id: The document id.
         store_path: The store folder.
         runs: The runs asked for, newest first.
+        exports: Every export of the document's adapters (``dlm export``), newest first.
     """
 
     dlm_id: str
     store_path: str
     runs: list[RunMetrics]
+    exports: list[ExportSummary] = field(default_factory=list)
+
+
+def list_exports(conn: sqlite3.Connection) -> list[ExportSummary]:
+    """Every row of ``exports``, newest first, summarised."""
+    rows = conn.execute(
+        "SELECT id, adapter_version, target, quant, path, "
+        "(SELECT count(*) FROM json_each(files)) AS files, "
+        "(SELECT coalesce(sum(json_extract(value, '$.bytes')), 0) FROM json_each(files)) AS bytes, "
+        "json_extract(tool_versions, '$.llama_cpp') AS llama_cpp, seconds, created_at "
+        "FROM exports ORDER BY id DESC"
+    ).fetchall()
+    return [ExportSummary(*row) for row in rows]
 
 
 def run_metrics(
@@ -182,9 +228,11 @@ def run_metrics(
         rows = conn.execute(
             "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, r.pid, "
             "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
-            "e.cache_bytes_after, e.cache_mode "
+            "e.cache_bytes_after, e.cache_mode, e.cache_shared, d.mode AS dedup_mode, d.rows AS dedup_rows, "
+            "d.clusters AS dedup_clusters, d.duplicate_rows AS dedup_duplicates, d.dropped_rows AS dedup_dropped, "
+            "d.signatures_computed AS dedup_signed, d.seconds AS dedup_seconds "
             f"FROM (SELECT r.* {chosen}) AS r LEFT JOIN tokenization_events AS e ON e.run_id = r.id "
-            "ORDER BY r.id DESC",
+            "LEFT JOIN dedup_runs AS d ON d.run_id = r.id ORDER BY r.id DESC",
             (*params, limit),
         ).fetchall()
         adapters: dict[int, list[RunAdapter]] = {}
@@ -218,6 +266,13 @@ def run_metrics(
                 total_tokenize_seconds=row["total_tokenize_seconds"],
                 cache_bytes_after=row["cache_bytes_after"], cache_mode=row["cache_mode"],
                 hit_rate=TokenizationEvent.rate(row["cache_hits"], row["cache_misses"]),
+                cache_shared=row["cache_shared"],
+            )  # fmt: skip
+        dedup = None
+        if row["dedup_mode"] is not None:
+            dedup = DedupEvent(
+                row["dedup_mode"], row["dedup_rows"], row["dedup_clusters"], row["dedup_duplicates"],
+                row["dedup_dropped"], row["dedup_signed"], row["dedup_seconds"],
             )  # fmt: skip
         training = None
         if row["command"] == "train":
@@ -235,9 +290,12 @@ def run_metrics(
                 error=dead or row["error"],
                 tokenization=event,
                 training=training,
+                dedup=dedup,
             )
         )
-    return MetricsReport(store.dlm_id, str(store.path), runs)
+    with store.read() as conn:
+        exports = list_exports(conn)
+    return MetricsReport(store.dlm_id, str(store.path), runs, exports)
 
 
 def _steps(conn: sqlite3.Connection, run_id: int) -> list[TrainStep]:
