@@ -42,6 +42,7 @@ class _State:
     started: float
     last_line: float
     last: ProgressUpdate
+    counted_at: float  # when the count last moved: the rate is the work done by then
     bar: Any = None  # a tqdm bar on a terminal
 
 
@@ -84,7 +85,11 @@ class ProgressRenderer:
             now = self.clock()
             state = self.tasks.get(update.task)
             if state is None:
-                state = self.tasks[update.task] = _State(started=now, last_line=now, last=update)
+                state = self.tasks[update.task] = _State(
+                    started=now, last_line=now, last=update, counted_at=now
+                )
+            if update.done != state.last.done:
+                state.counted_at = now
             state.last = update
             if self.tty:
                 self._draw_bar(state, update)
@@ -92,7 +97,7 @@ class ProgressRenderer:
                 self._line(final_line(update, now - state.started))
             elif now - state.last_line >= self.every_s:
                 state.last_line = now
-                self._line(status_line(update, now - state.started))
+                self._line(status_line(update, now - state.started, now - state.counted_at))
             if update.finished:
                 del self.tasks[update.task]
 
@@ -105,7 +110,7 @@ class ProgressRenderer:
                     state.bar.refresh()
                 elif not self.tty and now - state.last_line >= self.every_s:
                     state.last_line = now
-                    self._line(status_line(state.last, now - state.started))
+                    self._line(status_line(state.last, now - state.started, now - state.counted_at))
 
     def close(self) -> None:
         """Stop the timer; close the bars of tasks that never finished (a step that failed)."""
@@ -148,9 +153,18 @@ class ProgressRenderer:
             bar.close()
 
 
-def status_line(update: ProgressUpdate, elapsed: float) -> str:
-    """``tokenizing: 120/500 rows (24.0%), 12 rows/s, ETA 32s, loss 2.1``."""
-    rate = update.done / elapsed if elapsed > 0 and update.done else None
+def status_line(update: ProgressUpdate, elapsed: float, since_count: float = 0.0) -> str:
+    """``tokenizing: 120/500 rows (24.0%), 12 rows/s, ETA 32s, loss 2.1``.
+
+    ``since_count`` is how long ago the count last moved. The rate is the
+    work done over the time it took (up to that moment), not over the time
+    so far: during one slow unit the rate stays what it was, and the ETA
+    counts down by the time spent on the unit, never below the time the
+    units after it will take. (Dividing by the time so far made the ETA
+    climb every 10 s while a slow step ran.)
+    """
+    counted_in = elapsed - since_count
+    rate = update.done / counted_in if counted_in > 0 and update.done else None
     if update.total is None and update.done == 0:
         return f"{update.task}: {_duration(elapsed)} so far"
     if update.total is not None:
@@ -163,7 +177,8 @@ def status_line(update: ProgressUpdate, elapsed: float) -> str:
     else:
         parts.append(_speed(rate, update.unit))
         if update.total is not None and update.done < update.total:
-            parts.append(f"ETA {_duration(max(update.total - update.done, 0) / rate)}")
+            left = update.total - update.done
+            parts.append(f"ETA {_duration(max(left / rate - since_count, (left - 1) / rate))}")
     if update.details:
         parts.append(_details(update.details))
     return f"{update.task}: {', '.join(parts)}"

@@ -286,6 +286,24 @@ def test_slow_work_is_timed_per_unit_and_fast_work_per_second() -> None:
     assert stream.getvalue() == "training sft: 1/10 steps (10.0%), 1m37s/step, ETA 14m33s, loss 4.5000\n"
 
 
+def test_the_eta_counts_down_during_a_slow_step_instead_of_climbing() -> None:
+    clock = FakeClock()
+    renderer, stream = _piped(clock)
+    with reporting(renderer):
+        task = Task("training sft", total=4, unit="steps")
+        clock.now += 10
+        task.update(1, loss=4.5)  # 10 s a step: 30 s left
+        for _ in range(3):  # the second step takes 35 s: the ETA never goes up
+            clock.now += 10
+            renderer.tick()
+    assert stream.getvalue().splitlines() == [
+        "training sft: 1/4 steps (25.0%), 10s/step, ETA 30s, loss 4.5000",
+        "training sft: 1/4 steps (25.0%), 10s/step, ETA 20s, loss 4.5000",
+        "training sft: 1/4 steps (25.0%), 10s/step, ETA 20s, loss 4.5000",
+        "training sft: 1/4 steps (25.0%), 10s/step, ETA 20s, loss 4.5000",
+    ]
+
+
 def test_a_terminal_bar_of_work_that_is_not_counted_shows_its_name_and_time_only() -> None:
     stream = io.StringIO()
     renderer = ProgressRenderer(stream=stream, tty=True)
