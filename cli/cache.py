@@ -40,6 +40,11 @@ def show_command(path: str, as_json: bool) -> None:
     click.echo(f"path: {summary.path}")
     click.echo(f"entries: {summary.entry_count:,}")
     click.echo(f"size: {human_bytes(summary.bytes)}")
+    if summary.shared_entries:
+        click.echo(
+            f"shared: {summary.shared_entries:,} entries ({human_bytes(summary.shared_bytes)}) "
+            "taken from other stores of the home"
+        )
     if summary.last_run_hit_rate is None:
         click.echo("last-run hit rate: n/a (no cached run yet)")
     else:
@@ -96,12 +101,20 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
 @json_option("dlmstore.cache.admin:ClearResult")
 def clear_command(path: str, force: bool, as_json: bool) -> None:
     """Delete every cache entry of the document's store."""
-    from dlmstore.cache.admin import cache_summary, clear
+    from dlmstore.cache.admin import ClearResult, cache_summary, clear
     from dlmstore.errors import DlmError
     from dlmstore.store.database import open_store
 
     dlm_id = _document_id(path)
     summary = cache_summary(dlm_id)
+    if summary.entry_count == 0:
+        # Nothing to do is success: no question, no store opened or created.
+        # (Pack files no entry names are debris: `dlm cache verify --repair` removes them.)
+        if as_json:
+            emit_json(ClearResult(0, 0, 0))
+        else:
+            click.echo("nothing to clear: the cache is empty")
+        return
     if not force:
         if not sys.stdin.isatty():
             raise DlmError(

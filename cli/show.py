@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .render import emit_json, human_bytes, json_option, plural, warn
+
+if TYPE_CHECKING:
+    from dlmstore.corpus.dedup import DedupReport
 
 
 @click.command("show")
@@ -72,3 +77,30 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     click.echo(
         f"cache:    {plural(cache.entry_count, 'entry', 'entries')}, {human_bytes(cache.bytes)}, last-run hit rate {rate}"
     )
+    _print_dedup(summary.dedup)
+
+
+#: Clusters listed by the text output; --json lists every one.
+SHOWN_CLUSTERS = 20
+
+
+def _print_dedup(dedup: DedupReport) -> None:
+    if not dedup.clusters:
+        return
+    if dedup.mode == "off":
+        what = "all trained (training.dedup: off)"
+    else:
+        what = f"training.dedup: {dedup.mode} leaves {plural(dedup.dropped_rows, 'row')} out"
+    click.echo(
+        f"dedup:    {plural(len(dedup.clusters), 'cluster')} among {plural(dedup.rows, 'text row')}, "
+        f"{plural(dedup.duplicate_rows, 'duplicate row')}; {what}"
+    )
+    width = max(len(m.path) for cluster in dedup.clusters[:SHOWN_CLUSTERS] for m in cluster.members)
+    for cluster in dedup.clusters[:SHOWN_CLUSTERS]:
+        for index, member in enumerate(cluster.members):
+            kind = cluster.kind if index == 0 else ""
+            state = "kept" if member.kept else ("dropped" if member.dropped else "trained")
+            click.echo(f"          {kind:5}  {member.path:{width}}  {member.similarity:.2f}  {state}")
+    if len(dedup.clusters) > SHOWN_CLUSTERS:
+        more = len(dedup.clusters) - SHOWN_CLUSTERS
+        click.echo(f"          ... and {plural(more, 'more cluster')} (dlm show --json lists every one)")

@@ -96,7 +96,7 @@ def test_metrics_json_lists_runs_newest_first_with_their_tokenization(runner: Cl
     assert [run["run_id"] for run in report["runs"]] == [2, 1]
     assert set(report["runs"][0]["tokenization"]) == {
         "total_sections", "cache_hits", "cache_misses", "total_tokenize_seconds",
-        "cache_bytes_after", "hit_rate", "total_rows", "cache_mode",
+        "cache_bytes_after", "hit_rate", "total_rows", "cache_mode", "cache_shared",
     }  # fmt: skip
     assert report["runs"][0]["tokenization"]["hit_rate"] == 1.0
     only = json.loads(runner.invoke(cli, ["metrics", str(doc), "--json", "--run-id", "1"]).stdout)
@@ -206,6 +206,15 @@ def test_cache_metrics_and_a_warm_tokenize_import_neither_torch_nor_transformers
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_clearing_an_empty_cache_is_success_without_a_question(runner: CliRunner, doc: Path) -> None:
+    runner.invoke(cli, ["cache", "clear", str(doc), "--force"])  # a store with an emptied cache
+    again = runner.invoke(cli, ["cache", "clear", str(doc)])
+    assert (again.exit_code, again.output) == (0, "nothing to clear: the cache is empty\n")
+    as_json = runner.invoke(cli, ["cache", "clear", str(doc), "--json"])
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.stdout) == {"entries_removed": 0, "bytes_removed": 0, "files_removed": 0}
 
 
 def test_clear_json_prints_what_it_removed_and_the_cache_is_then_empty(runner: CliRunner, doc: Path) -> None:

@@ -65,6 +65,9 @@ class CacheSummary:
         last_run_misses: Rows it tokenized.
         last_run_hit_rate: ``hits / (hits + misses)`` (0 to 1); null before a run or when it had no
             rows.
+        shared_entries: Of the entries, those taken from other stores of the home instead of
+            tokenized here (their token files hard-linked or copied; ``training.cache.share``).
+        shared_bytes: Bytes of token data those entries hold.
     """
 
     dlm_id: str
@@ -76,6 +79,8 @@ class CacheSummary:
     last_run_hits: int | None
     last_run_misses: int | None
     last_run_hit_rate: float | None
+    shared_entries: int = 0
+    shared_bytes: int = 0
 
 
 def cache_summary(dlm_id: str) -> CacheSummary:
@@ -100,11 +105,22 @@ def cache_summary(dlm_id: str) -> CacheSummary:
             ).fetchone()
         except sqlite3.OperationalError:  # a store from before the cache existed
             count, size, last = 0, 0, None
+        try:
+            shared, shared_size = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(e.bytes), 0) FROM entry_origins AS o "
+                "JOIN cache_entries AS e ON e.id = o.entry_id"
+            ).fetchone()
+        except sqlite3.OperationalError:  # a store from before entries were shared
+            shared, shared_size = 0, 0
     if last is None:
-        return CacheSummary(dlm_id, tokens_dir, True, count, size, None, None, None, None)
+        return CacheSummary(
+            dlm_id, tokens_dir, True, count, size, None, None, None, None, shared, shared_size
+        )
     run_id, hits, misses = last
     rate = round(hits / (hits + misses), 4) if hits + misses else None
-    return CacheSummary(dlm_id, tokens_dir, True, count, size, run_id, hits, misses, rate)
+    return CacheSummary(
+        dlm_id, tokens_dir, True, count, size, run_id, hits, misses, rate, shared, shared_size
+    )
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ from pathlib import Path
 from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
 from dlmstore.collector import paused
+from dlmstore.corpus import dedup as duplicates
 from dlmstore.corpus import snapshot as snapshots
 from dlmstore.corpus.assemble import load_corpus
+from dlmstore.corpus.dedup import DedupReport
 from dlmstore.document.frontmatter import unused_keys
 from dlmstore.document.parser import Document, parse_document, preference_triples
 from dlmstore.document.rows import Row, row_counts
@@ -101,6 +103,7 @@ class DocumentSummary:
             why.
         store: Where the document's store is.
         training_cache: The tokenized cache at a glance.
+        dedup: The duplicate clusters among the text rows, and what ``training.dedup`` drops.
         not_used: Frontmatter keys set in the document that dlmstore accepts but does not use.
         warnings: Warnings about the document (also printed on stderr).
     """
@@ -118,6 +121,7 @@ class DocumentSummary:
     sources: list[SourceProvenance]
     store: StoreInfo
     training_cache: TrainingCacheInfo
+    dedup: DedupReport
     not_used: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -135,15 +139,22 @@ def summarize(path: str | Path) -> DocumentSummary:
     # What the last all-hits `dlm tokenize` found, when a stat of every folder
     # and file proves the tree unchanged (dlmstore.corpus.snapshot): no walk.
     snapshot = snapshots.load_read_only(store_path / DB_NAME, document)
+    mode = document.frontmatter.training.dedup
+    dedup = None
     if snapshot is not None and snapshots.tree_holds(snapshot, document):
         source_sections = snapshot.counts.source_sections
         provenance = snapshots.provenance(snapshot)
         source_warnings: tuple[str, ...] = ()  # a snapshot is only taken of a pass without warnings
-    else:
+        # The same rows as that run's: its recorded clusters, when it read these document bytes.
+        dedup = duplicates.recorded_for(
+            store_path / DB_NAME, snapshot.run_id, dlm_sha256=document.sha256, mode=mode
+        )
+    if dedup is None:
         # Else the stat records the last `dlm tokenize` kept, read-only: files they
         # prove unchanged are not read (their rows need only the recorded digest).
         with paused():  # one object per source file, none in a cycle (dlmstore.collector)
             corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
+            dedup = duplicates.inspect(store_path / DB_NAME, corpus, mode=mode)
         source_sections = len(corpus.source_sections)
         provenance = list(corpus.expansion.provenance)
         source_warnings = corpus.expansion.warnings
@@ -172,6 +183,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         training_cache=TrainingCacheInfo(
             cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
         ),
+        dedup=dedup,
         not_used=unused_keys(document.frontmatter),
         warnings=[*document_warnings(document), *source_warnings],
     )

@@ -48,6 +48,7 @@ from dlmstore.cache.encoders import pipelined, tokenizer_threads
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
 from dlmstore.cache.packs import as_array, token_dtype
 from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
+from dlmstore.cache.share import take_shared
 from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
 from dlmstore.corpus.assemble import Corpus
 from dlmstore.corpus.pass_result import PassResult, TokenizedRows
@@ -56,7 +57,7 @@ from dlmstore.plural import plural
 from dlmstore.prefix.stats import PrefixCacheStats
 from dlmstore.progress import Task
 from dlmstore.store.database import Store
-from dlmstore.store.events import TokenizationEvent
+from dlmstore.store.events import DedupEvent, TokenizationEvent
 
 if TYPE_CHECKING:
     import numpy as np
@@ -91,6 +92,7 @@ def tokenize_pass(
     max_bytes: int,
     materialize: bool = True,
     load_text_tokenizer: Callable[[], Any | None] | None = None,
+    share: bool = False,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
 
@@ -113,6 +115,9 @@ def tokenize_pass(
         load_text_tokenizer: when every miss is a text row, tried before
             ``load_tokenizer``: a tokenizer that encodes text rows only
             (``dlmstore.cache.rust_tokenizer``), or ``None`` when there is none.
+        share: before the tokenizer, take the entries other stores of the
+            home hold for the rows that missed (``dlmstore.cache.share``);
+            they count as hits, and ``event.cache_shared`` says how many.
 
     Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
     (the summary counts the tokens, split as SFT and preference tokens).
@@ -145,6 +150,30 @@ def tokenize_pass(
             arrays[key] = as_array(data, dtype)
     missing = [row for row in rows if row.row_key not in lengths]
     missing_preferences = [row for row in preferences if not all(k in lengths for k in parts[row.row_key])]
+    shared_rows = 0
+    if use_cache and share and (missing or missing_preferences):
+        # Tokens another store of the home made under the same keys: linked or
+        # copied in and registered here, checked against their CRC-32 first.
+        taken = take_shared(
+            store,
+            [row.row_key for row in missing]
+            + [k for row in missing_preferences for k in parts[row.row_key] if k not in lengths],
+            tokenizer_sha256=tokenizer_sha256,
+            sequence_len=sequence_len,
+            run_id=run_id,
+        )
+        if taken.counts:
+            lengths.update(taken.counts)
+            entry_ids += taken.ids
+            if materialize:
+                for key, (data, dtype) in taken.tokens.items():
+                    arrays[key] = as_array(data, dtype)
+            before = len(missing) + len(missing_preferences)
+            missing = [row for row in missing if row.row_key not in lengths]
+            missing_preferences = [
+                row for row in missing_preferences if not all(k in lengths for k in parts[row.row_key])
+            ]
+            shared_rows = before - len(missing) - len(missing_preferences)
     hits = total - len(missing) - len(missing_preferences)
     _log.debug(
         "tokenize pass: %s, %d found in the cache, %d to tokenize%s",
@@ -230,6 +259,7 @@ def tokenize_pass(
         cache_bytes_after=cache_bytes(store),
         cache_mode=cache_mode,
         hit_rate=TokenizationEvent.rate(hits, misses),
+        cache_shared=shared_rows,
     )
     warnings: tuple[str, ...] = ()
     if damaged:
@@ -344,6 +374,8 @@ class TokenizeSummary:
         warnings: Warnings about the pass (also printed on stderr).
         prefix_cache: The prefix cache's counters when conversations went through the tokenizer;
             null when none did.
+        dedup: The duplicate clusters among the text rows (``dlm show`` lists them); null when the
+            pass was answered from a snapshot whose run recorded none.
     """
 
     run_id: int
@@ -359,15 +391,18 @@ class TokenizeSummary:
     evicted_entries: int
     warnings: list[str]
     prefix_cache: PrefixCacheStats | None
+    dedup: DedupEvent | None = None
 
 
 def tokenize_document(
-    path: str, *, no_cache: bool = False, materialize: bool = True
+    path: str, *, no_cache: bool = False, materialize: bool = True, no_share: bool = False
 ) -> tuple[TokenizeSummary, TokenizedRows | None]:
     """Run the tokenize pass for the document at ``path`` as a recorded run.
 
     With ``materialize=False`` (what ``dlm tokenize`` uses) the token
-    arrays are not built and ``None`` is returned in their place.
+    arrays are not built and ``None`` is returned in their place. With
+    ``no_share`` (``--no-share``) rows this store misses are tokenized here
+    even when another store of the home holds their tokens.
 
     Raises:
         DocumentError, SourceError: the document or its sources are invalid.
@@ -377,6 +412,7 @@ def tokenize_document(
     from dlmstore.bases import resolve_base
     from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.collector import paused
+    from dlmstore.corpus import dedup as duplicates
     from dlmstore.corpus import snapshot as snapshots
     from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
@@ -410,6 +446,7 @@ def tokenize_document(
                     store, run_id, result.event,
                     tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
                 )  # fmt: skip
+                found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
         else:
             stats = StatCache.load(store) if enabled else None
             corpus = load_corpus(document, stat_cache=stats)
@@ -428,6 +465,7 @@ def tokenize_document(
                     cache_mode=mode,
                     max_bytes=settings.cache.max_bytes,
                     materialize=materialize,
+                    share=settings.cache.share and not no_share,
                 )
                 record_tokenization_event(
                     store, run_id, result.event,
@@ -436,6 +474,7 @@ def tokenize_document(
                 if stats is not None:
                     stats.save(store)
                     snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
+                found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup)
     summary = TokenizeSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
@@ -450,6 +489,7 @@ def tokenize_document(
         evicted_entries=result.evicted_entries,
         warnings=[*source_warnings, *result.warnings],
         prefix_cache=result.prefix_cache,
+        dedup=None if found is None else found.event(),
     )
     return summary, result.rows
 

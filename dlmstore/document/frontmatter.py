@@ -134,6 +134,12 @@ class CacheSettings(_Strict):
         strict=True,
         description="Prune cache entries that no run has used for this many days.",
     )
+    share: bool = Field(
+        default=True,
+        description="dlmstore extension: a row this store has not tokenized is first looked up in the "
+        "other stores of the home, and its tokens are taken from there (the pack hard-linked, else "
+        "copied) instead of tokenizing it again; `false`, or `--no-share`, tokenizes it here.",
+    )
 
 
 class PreferenceHyperparams(_Strict):
@@ -329,6 +335,13 @@ class TrainingSettings(_Strict):
     sources: list[SourceDirective] = Field(
         default_factory=_empty_list,
         description="Folders or files whose text is trained on as prose, one section per file.",
+    )
+    dedup: Literal["off", "exact", "near"] = Field(
+        default="off",
+        description="dlmstore extension: what training does with duplicate text rows (docs/dedup.md). "
+        "`off` trains every row and only reports the clusters (`dlm show`); `exact` drops all but one "
+        "row of each set of identical texts; `near` all but one of each near-duplicate cluster "
+        "(MinHash over 5-word shingles, similarity 0.8 or more).",
     )
     sources_policy: Literal["permissive", "strict"] = Field(
         default="permissive",

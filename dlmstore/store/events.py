@@ -31,6 +31,8 @@ class TokenizationEvent:
         cache_mode: ``on``, ``off`` (``training.cache.enabled: false``) or ``bypassed`` (``--no-
             cache``).
         hit_rate: ``cache_hits / total_rows`` (0 to 1); null when there were no rows.
+        cache_shared: Of the hits, rows whose tokens were taken from another store of the home
+            instead of tokenized (``training.cache.share``).
     """
 
     total_sections: int
@@ -41,10 +43,35 @@ class TokenizationEvent:
     cache_bytes_after: int
     cache_mode: str
     hit_rate: float | None
+    cache_shared: int = 0
 
     @staticmethod
     def rate(hits: int, misses: int) -> float | None:
         return round(hits / (hits + misses), 4) if hits + misses else None
+
+
+@dataclass(frozen=True)
+class DedupEvent:
+    """What a run's duplicate search found among its text rows, as recorded in ``dedup_runs``.
+
+    Attributes:
+        mode: ``training.dedup`` of the run: ``off`` (report only), ``exact`` or ``near``.
+        rows: Text rows compared.
+        clusters: Clusters of two or more duplicate rows (``dlm show`` lists them).
+        duplicate_rows: Rows in clusters besides the one each keeps.
+        dropped_rows: Rows training leaves out under ``mode`` (0 when it is ``off``): what a ``dlm
+            train`` run dropped, what a ``dlm tokenize`` run's training would drop.
+        signatures_computed: Rows whose signature the run made (0 when all were kept or recorded).
+        seconds: Time spent finding the clusters.
+    """
+
+    mode: str
+    rows: int
+    clusters: int
+    duplicate_rows: int
+    dropped_rows: int
+    signatures_computed: int
+    seconds: float
 
 
 def record_tokenization_event(store: Store, run_id: int, event: TokenizationEvent, *,
@@ -56,10 +83,10 @@ def record_tokenization_event(store: Store, run_id: int, event: TokenizationEven
         conn.execute(
             "INSERT INTO tokenization_events (run_id, total_sections, total_rows, cache_hits, "
             "cache_misses, total_tokenize_seconds, cache_bytes_after, cache_mode, tokenizer_sha256, "
-            "sequence_len, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            "sequence_len, created_at, cache_shared) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id, fields["total_sections"], fields["total_rows"], fields["cache_hits"],
                 fields["cache_misses"], fields["total_tokenize_seconds"], fields["cache_bytes_after"],
-                fields["cache_mode"], tokenizer_sha256, sequence_len, utc_now(),
+                fields["cache_mode"], tokenizer_sha256, sequence_len, utc_now(), fields["cache_shared"],
             ),
         )  # fmt: skip

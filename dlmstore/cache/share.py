@@ -1,0 +1,409 @@
+"""Tokens shared across the stores of a home: a miss here is looked up in the other stores first.
+
+The cache key ``(row_key, tokenizer_sha256, sequence_len)`` names the
+content, the tokenizer and the length, so an entry another store of the
+same home holds under that key is exactly the tokens this store would make
+(``dlmstore.cache.entries``). Two documents over one tree (one per
+experiment, the usual way to fork a document) then tokenize it once: the
+second store's pass takes the first store's tokens before it calls the
+tokenizer (:func:`take_shared`, called by ``dlmstore.corpus.tokenize``).
+
+**Each store stays self-contained.** What is taken becomes this store's
+own: a pack file in its own ``tokens/`` registered in its own manifest,
+with its own CRC-32s, and an ``entry_origins`` row saying where it came
+from. Nothing points into another store, so deleting, clearing, pruning or
+verifying one store never touches another, and ``dlm cache verify`` works
+per store as before. The unit taken is one pack of the other store:
+
+* **hard link** when the entries wanted are at least :data:`LINK_SHARE`
+  of the pack's bytes: the pack file is linked (same inode, no new disk)
+  under a new name in this store's ``tokens/``, registered at its full
+  size, and only the wanted entries' byte ranges are registered; the rest
+  of it is dead space (``token_packs.bytes - live_bytes``), as an evicted
+  entry's range is, and ``dlm cache prune`` rewrites a pack that is mostly
+  dead.
+* **copy** of the wanted ranges into a new pack of this store when they
+  are a small part of the pack (so one file's row does not drag a whole
+  pass's pack along), and whenever a link cannot be made: another
+  filesystem (``EXDEV``), a filesystem without hard links, a pack at its
+  link limit. A copy costs the wanted bytes, never more.
+
+A hard link is safe because dlm never writes a pack in place: a pack is
+written once, to a temp file renamed into place (``packs.write_pack``);
+eviction, prune, clear, compaction and ``verify --repair`` drop rows and
+unlink files, and compaction writes a *new* pack. Unlinking removes one
+name: the other store's link keeps the bytes. (A tool outside dlm that
+rewrote a pack file in place would change both; the CRC-32 checks below
+and at every use would find it.)
+
+**Nothing damaged is taken.** Every entry is read back through this
+store's own name for it (the link, or the source for a copy) and checked
+against its CRC-32 before it is registered; an entry that fails stays a
+miss and is tokenized. A link that turns out not to be a regular file is
+removed again.
+
+**Another store's trouble never fails this pass.** Other stores are read
+through read-only SQLite connections (``mode=ro``): never created,
+migrated or locked, and waited for at most :data:`SIBLING_TIMEOUT_S`. A
+store at another schema revision, a damaged or unreadable store.db, one
+busy past the timeout, a pack removed between the lookup and the link (a
+store being cleared), a pack name that is not one dlm writes: each is
+skipped with a debug log line, and its rows are tokenized here. Two
+passes racing to take the same keys each link or copy their own pack;
+the manifest keeps the first registration of a key (``ON CONFLICT DO
+NOTHING``) and a pack that registered nothing is removed again.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import sqlite3
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlmstore.cache.entries import unlink_packs
+from dlmstore.cache.packs import PACK_DIR, PACK_SUFFIX, PackReader, as_array, write_pack
+from dlmstore.clock import utc_now
+from dlmstore.store.atomic import fsync_dir
+from dlmstore.store.connection import DB_NAME
+from dlmstore.store.database import Store
+from dlmstore.store.revisions import HEAD_REVISION
+from dlmstore.ulid import is_valid_ulid, new_ulid
+
+_log = logging.getLogger(__name__)
+
+#: A pack is hard-linked when the entries wanted from it are at least this
+#: share of its bytes; below it the wanted ranges are copied. At 0.5 a
+#: linked pack starts at least half live, so ``dlm cache prune`` (which
+#: rewrites packs less than half live) does not rewrite it at once.
+LINK_SHARE = 0.5
+
+#: How long a read of another store's database waits for a writer. In WAL
+#: mode a reader waits only while a database is recovered; a store busier
+#: than this is skipped rather than waited for.
+SIBLING_TIMEOUT_S = 1.0
+
+#: The pack names dlm writes; any other path in another store's manifest is not followed.
+_PACK_PATH = re.compile(rf"{PACK_DIR}/pack-[0-9A-HJKMNP-TV-Z]{{26}}\{PACK_SUFFIX}")
+
+#: Errors of ``link`` after which the wanted ranges are copied instead.
+_NO_LINK = {
+    errno.EXDEV,
+    errno.EPERM,
+    errno.EMLINK,
+    errno.EOPNOTSUPP,
+    errno.ENOTSUP,
+    errno.EACCES,
+    errno.EROFS,
+}
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What :func:`take_shared` took from the other stores, now this store's own entries.
+
+    Attributes:
+        tokens: row_key -> (its bytes, checked against their CRC-32; dtype name).
+        counts: row_key -> token count, for every key taken.
+        ids: the ids of the entries registered here (a key another pass
+            registered first is in ``tokens`` but not here).
+        stores: the document ids of the stores entries were taken from.
+        linked_packs, copied_packs: packs of theirs hard-linked, and packs
+            of ours written from their copied ranges.
+        linked_bytes, copied_bytes: the bytes of those packs: linked bytes
+            take no new disk, copied ones do.
+    """
+
+    tokens: dict[str, tuple[memoryview, str]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+    stores: tuple[str, ...] = ()
+    linked_packs: int = 0
+    copied_packs: int = 0
+    linked_bytes: int = 0
+    copied_bytes: int = 0
+
+
+def sibling_folders(folder: Path) -> list[Path]:
+    """The other store folders beside the store ``folder`` that hold a store.db, most recently
+    written first."""
+    found: list[tuple[float, str, Path]] = []
+    try:
+        entries = list(os.scandir(folder.parent))
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name == folder.name or not is_valid_ulid(entry.name):
+            continue  # ourselves, or a store being removed (.removing-...)
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            written = os.stat(os.path.join(entry.path, DB_NAME)).st_mtime
+        except OSError:
+            continue
+        found.append((-written, entry.name, Path(entry.path)))
+    return [path for _, _, path in sorted(found)]
+
+
+@contextmanager
+def sibling_reads(folder: Path) -> Iterator[Iterator[tuple[str, sqlite3.Connection]]]:
+    """``(dlm_id, read-only connection)`` for each other store beside the store ``folder`` that can be read.
+
+    A store is skipped (logged at debug level) when its store.db cannot be
+    opened read-only, is at another schema revision, or is damaged. The
+    caller's queries may still fail on a store (damage SQLite finds later,
+    a writer holding it past the timeout): it catches ``sqlite3.Error``
+    and skips that store too. Connections are closed when the block ends.
+    """
+    opened: list[sqlite3.Connection] = []
+
+    def each() -> Iterator[tuple[str, sqlite3.Connection]]:
+        for other in sibling_folders(folder):
+            conn = _open_sibling(other)
+            if conn is not None:
+                opened.append(conn)
+                yield other.name, conn
+
+    try:
+        yield each()
+    finally:
+        for conn in opened:
+            conn.close()
+
+
+def _open_sibling(folder: Path) -> sqlite3.Connection | None:
+    try:
+        conn = sqlite3.connect(f"file:{folder / DB_NAME}?mode=ro", uri=True, timeout=SIBLING_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        _log.debug("sharing: skipping %s: %s", folder.name, exc)
+        return None
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        if row is None or row[0] != HEAD_REVISION:
+            _log.debug(
+                "sharing: skipping %s: schema revision %s, not %s",
+                folder.name, None if row is None else row[0], HEAD_REVISION,
+            )  # fmt: skip
+            conn.close()
+            return None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        _log.debug("sharing: skipping %s: %s", folder.name, exc)
+        conn.close()
+        return None
+    return conn
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One entry of another store that this pass wants."""
+
+    entry_id: int
+    row_key: str
+    byte_offset: int
+    nbytes: int
+    dtype: str
+    checksum: str
+    token_count: int
+
+
+def take_shared(
+    store: Store, keys: Sequence[str], *, tokenizer_sha256: str, sequence_len: int, run_id: int
+) -> Shared:
+    """Take the entries of ``keys`` that other stores of the home hold, registered as this store's own.
+
+    Stores are asked in turn (most recently written first) for the keys
+    still wanted; their packs are hard-linked or their ranges copied (see
+    the module docstring for which, and for what is skipped). Every entry is
+    checked against its CRC-32 before it is registered. Keys no store
+    holds, or whose bytes fail, are simply not in the result: the caller
+    tokenizes them.
+    """
+    wanted = dict.fromkeys(keys)
+    if not wanted:
+        return Shared()
+    taker = _Taker(store, tokenizer_sha256, sequence_len, run_id)
+    stores: list[str] = []
+    with sibling_reads(store.path) as others:
+        for dlm_id, conn in others:
+            if not wanted:
+                break
+            try:
+                packs = _entries_of(conn, list(wanted), tokenizer_sha256, sequence_len)
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                _log.debug("sharing: skipping %s: %s", dlm_id, exc)
+                continue
+            before = len(taker.tokens)
+            for relpath, found in packs.items():
+                found = [entry for entry in found if entry.row_key in wanted]
+                if not found:
+                    continue
+                try:
+                    got = taker.take_pack(dlm_id, relpath, found)
+                except OSError as exc:  # removed meanwhile (a store being cleared), unreadable, ...
+                    _log.debug("sharing: skipping %s/%s: %s", dlm_id, relpath, exc)
+                    continue
+                for key in got:
+                    wanted.pop(key, None)
+            if len(taker.tokens) > before:
+                stores.append(dlm_id)
+    taker.own.close()  # the views handed out keep their mappings
+    tokens = taker.tokens
+    counts = {key: len(data) // (2 if dtype == "uint16" else 4) for key, (data, dtype) in tokens.items()}
+    if tokens:
+        _log.debug(
+            "sharing: took %d entries from %s (%d packs linked, %d copied)",
+            len(tokens), ", ".join(stores), taker.linked, taker.copied,
+        )  # fmt: skip
+    return Shared(
+        tokens, counts, taker.ids, tuple(stores), taker.linked, taker.copied, taker.linked_bytes,
+        taker.copied_bytes,
+    )  # fmt: skip
+
+
+def _entries_of(
+    conn: sqlite3.Connection, keys: list[str], tokenizer_sha256: str, sequence_len: int
+) -> dict[str, list[_Found]]:
+    """The entries another store holds for ``keys``, by its pack path (names dlm writes only)."""
+    rows = conn.execute(
+        "SELECT p.path, e.id, e.row_key, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count "
+        "FROM json_each(?) AS k JOIN cache_entries AS e ON e.row_key = k.value "
+        "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? JOIN token_packs AS p ON p.id = e.pack_id "
+        "ORDER BY p.path, e.byte_offset",
+        (json.dumps(keys), tokenizer_sha256, sequence_len),
+    ).fetchall()
+    packs: dict[str, list[_Found]] = {}
+    for relpath, *entry in rows:
+        if isinstance(relpath, str) and _PACK_PATH.fullmatch(relpath):
+            packs.setdefault(relpath, []).append(_Found(*entry))
+    return packs
+
+
+class _Taker:
+    """One pass's taking: what it took so far, and how."""
+
+    def __init__(self, store: Store, tokenizer_sha256: str, sequence_len: int, run_id: int) -> None:
+        self.store = store
+        self.tokenizer_sha256 = tokenizer_sha256
+        self.sequence_len = sequence_len
+        self.run_id = run_id
+        self.own = PackReader(store.path)  # our names for linked packs; views of it are handed out
+        self.tokens: dict[str, tuple[memoryview, str]] = {}
+        self.ids: list[int] = []
+        self.linked = self.copied = self.linked_bytes = self.copied_bytes = 0
+
+    def take_pack(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
+        """Link or copy one pack of store ``dlm_id``; register the entries that pass their CRC-32.
+
+        Returns the keys taken (registered here, or by another pass first).
+
+        Raises:
+            OSError: the pack cannot be read (removed meanwhile, permissions).
+        """
+        source = self.store.path.parent / dlm_id / relpath
+        st = os.lstat(source)
+        if not stat.S_ISREG(st.st_mode):
+            _log.debug("sharing: skipping %s/%s: not a regular file", dlm_id, relpath)
+            return []
+        (self.store.path / PACK_DIR).mkdir(exist_ok=True)
+        if sum(entry.nbytes for entry in found) >= LINK_SHARE * st.st_size:
+            mine = f"{PACK_DIR}/pack-{new_ulid()}{PACK_SUFFIX}"
+            try:
+                os.link(source, self.store.path / mine, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+                _log.debug("sharing: cannot link %s/%s (%s): copying", dlm_id, relpath, exc.strerror)
+            else:
+                return self._linked(dlm_id, mine, found)
+        return self._copied(dlm_id, relpath, found)
+
+    def _linked(self, dlm_id: str, mine: str, found: list[_Found]) -> list[str]:
+        linked = os.lstat(self.store.path / mine)
+        if not stat.S_ISREG(linked.st_mode):  # replaced by something else between the lstat and the link
+            unlink_packs(self.store, [mine])
+            return []
+        # Checked through our own name: the bytes registered are the bytes checked.
+        good = [(entry, data) for entry in found if (data := self.own.read(mine, *_range(entry))) is not None]
+        if not good:
+            unlink_packs(self.store, [mine])
+            return []
+        fsync_dir(self.store.path / PACK_DIR)  # the new name is durable before a row points at it
+        placed = [(entry, entry.byte_offset) for entry, _ in good]
+        self._register(dlm_id, mine, linked.st_size, placed, how="link")
+        self.linked += 1
+        self.linked_bytes += linked.st_size
+        return self._keep(good)
+
+    def _copied(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
+        theirs = PackReader(self.store.path.parent / dlm_id)
+        try:
+            good = [(e, data) for e in found if (data := theirs.read(relpath, *_range(e))) is not None]
+            if not good:
+                return []
+            arrays = [as_array(data, entry.dtype) for entry, data in good]
+            pack = write_pack(self.store.path, arrays, arrays[0].dtype)
+        finally:
+            theirs.close()
+        placed = [(entry, at.byte_offset) for (entry, _), at in zip(good, pack.entries, strict=True)]
+        self._register(dlm_id, pack.relpath, pack.bytes, placed, how="copy")
+        self.copied += 1
+        self.copied_bytes += pack.bytes
+        return self._keep(good)
+
+    def _keep(self, good: list[tuple[_Found, memoryview]]) -> list[str]:
+        for entry, data in good:
+            self.tokens[entry.row_key] = (data, entry.dtype)
+        return [entry.row_key for entry, _ in good]
+
+    def _register(
+        self, dlm_id: str, relpath: str, size: int, placed: list[tuple[_Found, int]], *, how: str
+    ) -> None:
+        """Register a pack of ours and its entries (with their origin) in one transaction.
+
+        A key another pass registered meanwhile keeps its entry; a pack that
+        registered nothing is dropped and its file removed.
+        """
+        now = utc_now()
+        dtype = placed[0][0].dtype
+        payload = json.dumps(
+            [[e.row_key, offset, e.token_count, e.nbytes, e.checksum] for e, offset in placed]
+        )
+        with self.store.write() as conn:
+            pack_id = conn.execute(
+                "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
+                "VALUES (?, ?, ?, 0, ?, ?)",
+                (relpath, dtype, size, now, self.run_id),
+            ).lastrowid
+            registered = conn.execute(
+                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
+                "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
+                "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, j.value ->> 4, "
+                "?, ?, ? FROM json_each(?) AS j WHERE true "
+                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key",
+                (
+                    self.tokenizer_sha256, self.sequence_len, pack_id, dtype, now, now, self.run_id, payload,
+                ),
+            ).fetchall()  # fmt: skip
+            origin = {entry.row_key: entry.entry_id for entry, _ in placed}
+            if registered:
+                conn.execute(
+                    "INSERT INTO entry_origins (entry_id, from_store, from_entry_id, how, run_id, created_at) "
+                    "SELECT j.value ->> 0, ?, j.value ->> 1, ?, ?, ? FROM json_each(?) AS j",
+                    (dlm_id, how, self.run_id, now, json.dumps([[i, origin[k]] for i, k in registered])),
+                )
+            else:
+                conn.execute("DELETE FROM token_packs WHERE id = ?", (pack_id,))
+        if not registered:
+            unlink_packs(self.store, [relpath])
+        self.ids += [entry_id for entry_id, _ in registered]
+
+
+def _range(entry: _Found) -> tuple[int, int, str]:
+    return entry.byte_offset, entry.nbytes, entry.checksum
