@@ -219,10 +219,8 @@ def test_show_json_lists_the_keys_dlmstore_does_not_use_and_warns(runner: CliRun
     result = runner.invoke(cli, ["show", str(doc), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["not_used"] == ["training.cpt.schedule", "export.default_quant"]
-    assert summary["warnings"] == [
-        f"{doc}: not used by dlmstore: training.cpt.schedule, export.default_quant"
-    ]
+    assert summary["not_used"] == ["training.cpt.schedule"]  # export: is dlm export's
+    assert summary["warnings"] == [f"{doc}: not used by dlmstore: training.cpt.schedule"]
     assert [f"warning: {w}" for w in summary["warnings"]] == result.stderr.splitlines()
 
 

@@ -752,12 +752,7 @@ def test_set_keys_lists_the_keys_a_document_sets_in_field_order():
 
 def test_unused_keys_lists_the_keys_set_for_capabilities_dlmstore_lacks():
     fm = parse_text(UNUSED).frontmatter
-    assert unused_keys(fm) == [
-        "training.cpt.schedule",
-        "training.audio.auto_resample",
-        "export.default_quant",
-        "export.default_temperature",
-    ]
+    assert unused_keys(fm) == ["training.cpt.schedule", "training.audio.auto_resample"]
     assert unused_keys(parse_text(HEAD).frontmatter) == []
 
 
@@ -774,9 +769,8 @@ def test_an_export_block_is_validated_like_dlms():
 def test_a_document_setting_unused_keys_gets_a_warning_naming_them():
     document = parse_text(UNUSED, "doc.dlm")
     assert document_warnings(document) == [
-        f"{document.path}: not used by dlmstore: training.cpt.schedule, training.audio.auto_resample, "
-        "export.default_quant, export.default_temperature"
-    ]
+        f"{document.path}: not used by dlmstore: training.cpt.schedule, training.audio.auto_resample"
+    ]  # export: is dlm export's
     assert document_warnings(parse_text(HEAD)) == []
 
 

@@ -52,7 +52,6 @@ MAX_PRUNE_DAYS = 36_500
 #: document may set them (it stays a valid DLM document); ``dlm show`` and
 #: ``dlm train`` list the keys it sets as "not used by dlmstore".
 NOT_USED = (
-    "export",
     "training.adapters",
     "training.gate",
     "training.audio",
@@ -408,16 +407,24 @@ class TrainingSettings(_Strict):
 
 
 class ExportSettings(_Strict):
-    """``export``: DLM's GGUF/Ollama export defaults."""
+    """``export``: the defaults of ``dlm export`` (DLM's GGUF/Ollama export defaults)."""
 
     default_quant: Literal["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"] = Field(
-        default="Q4_K_M", description="GGUF quantisation."
+        default="Q4_K_M", description="Quantisation of the GGUF files when `dlm export` is given no --quant."
     )
     default_temperature: Annotated[float | None, BeforeValidator(_finite)] = Field(
-        default=None, gt=0.0, le=2.0, strict=True, description="Sampling temperature of the export."
+        default=None,
+        gt=0.0,
+        le=2.0,
+        strict=True,
+        description="`PARAMETER temperature` of the exported Modelfile (unset: 0.7).",
     )
     default_top_p: Annotated[float | None, BeforeValidator(_finite)] = Field(
-        default=None, gt=0.0, le=1.0, strict=True, description="Sampling top_p of the export."
+        default=None,
+        gt=0.0,
+        le=1.0,
+        strict=True,
+        description="`PARAMETER top_p` of the exported Modelfile (unset: 0.9).",
     )
 
 
@@ -447,7 +454,7 @@ class Frontmatter(_Strict):
         default_factory=TrainingSettings,
         description="LoRA, optimizer and schedule settings, the training sources and the cache.",
     )
-    export: ExportSettings = Field(default_factory=ExportSettings, description="DLM's export defaults.")
+    export: ExportSettings = Field(default_factory=ExportSettings, description="The defaults of `dlm export`.")
 
     @field_validator("dlm_id")
     @classmethod

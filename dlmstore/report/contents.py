@@ -40,6 +40,7 @@ from dlmstore.errors import LockError
 from dlmstore.lock.model import Lock, parse_lock
 from dlmstore.lock.policy import Mismatch, compare
 from dlmstore.store.database import Store
+from dlmstore.store.metrics import ExportSummary, list_exports
 
 #: How many train runs get their curves drawn unless told otherwise (newest first).
 DEFAULT_TRAIN_RUNS = 20
@@ -249,6 +250,7 @@ class StoreReport:
     run_count: int
     cache_entries: int
     cache_bytes: int
+        exports: Every ``dlm export`` of the adapters, newest first.
     training: list[TrainingRun]
     cache_passes: list[CachePass]
     sources: SourceTokens
@@ -263,6 +265,7 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         store: an open store.
         train_runs: draw the curves of at most this many train runs, newest first.
 
+    exports: list[ExportSummary] = field(default_factory=list)
     Raises:
         ValueError: ``train_runs`` is below 1.
     """
@@ -303,6 +306,7 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         training=training,
         cache_passes=passes,
         sources=sources,
+        exports = list_exports(conn)
         adapters=adapters,
         lock_history=locks,
     )
@@ -316,6 +320,7 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
     steps: dict[tuple[int, str], list[StepPoint]] = defaultdict(list)
     for row in conn.execute(
         "SELECT run_id, phase, step, loss, learning_rate FROM train_steps WHERE run_id IN "
+        exports=exports,
         "(SELECT id FROM runs WHERE command = 'train' ORDER BY id DESC LIMIT ?) "
         "ORDER BY run_id, phase <> 'sft', step",
         (limit,),

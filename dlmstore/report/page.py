@@ -71,6 +71,7 @@ def render_page(report: StoreReport) -> str:
         _cache(report),
         _sources(report),
         _adapters(report),
+        _exports(report),
         _locks(report),
         "</body></html>",
     ]
@@ -289,6 +290,24 @@ def _locks(report: StoreReport) -> str:
     )
     headers = ["record", "run", "created", "decision", "compared with", "severity", "changes"]
     return head + note + _table(headers, rows, {0, 1})
+def _exports(report: StoreReport) -> str:
+    head = "<h2>Exports</h2>"
+    if not report.exports:
+        return head + _empty(
+            "No export yet: `dlm export` writes GGUF files, a Modelfile or a merged HF folder."
+        )
+    rows = [
+        [
+            str(e.export_id), f"v{e.adapter_version:04d}", escape(e.target), escape(e.quant or ""),
+            f"{e.files:,}", escape(human_bytes(e.bytes)), f"{e.seconds:.1f}", f"<code>{escape(e.path)}</code>",
+            escape(e.created_at),
+        ]
+        for e in report.exports
+    ]  # fmt: skip
+    headers = ["export", "adapter", "target", "quant", "files", "size", "seconds", "folder", "created"]
+    return head + _table(headers, rows, {0, 4, 5, 6})
+
+
 
 
 def _severity(severity: str | None) -> str:

@@ -11,7 +11,9 @@ A train run also lists the adapters it registered (an sft one, and a
 preference one when it ran that phase) and, asked for one run, every logged
 step of each phase with the numbers TRL logged beside the loss
 (``train_step_metrics``). Every train run carries its losses by phase, for
-the sparkline ``dlm metrics`` draws beside the hit rate.
+the sparkline ``dlm metrics`` draws beside the hit rate. Every export of
+the document's adapters (``exports``, written by ``dlm export``) is listed
+after the runs (:func:`list_exports`, which ``dlm report`` shows too).
 """
 
 from __future__ import annotations
@@ -256,6 +258,7 @@ def run_metrics(
                 (*params, limit),
             ):
                 losses.setdefault(step_run, {}).setdefault(phase, []).append(loss)
+        exports = list_exports(conn)
     runs = []
     for row in rows:
         event = None
@@ -293,8 +296,6 @@ def run_metrics(
                 dedup=dedup,
             )
         )
-    with store.read() as conn:
-        exports = list_exports(conn)
     return MetricsReport(store.dlm_id, str(store.path), runs, exports)
 
 
