@@ -106,6 +106,7 @@ bench: install
 	$(PY) bench/bench_datasets.py
 	$(PY) bench/bench_ray_build.py
 	$(PY) bench/bench_tests.py
+	$(PY) bench/bench_export.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info

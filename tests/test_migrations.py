@@ -113,7 +113,7 @@ SEEDS: dict[str, list[str]] = {
     "0012": [
         "INSERT INTO exports (adapter_version, target, quant, path, files, manifest_sha256, tool_versions, "
         "seconds, created_at) VALUES (1, 'ollama', 'Q4_K_M', '/exports/v0001-Q4_K_M', "
-        "'{\"Modelfile\": {\"sha256\": \"sha256:00\", \"bytes\": 9}}', 'sha256:m', '{\"llama_cpp\": \"0.3.36\"}', "
+        """'{"Modelfile": {"sha256": "sha256:00", "bytes": 9}}', 'sha256:m', '{"llama_cpp": "0.3.36"}', """
         "1.5, '2026-01-12T00:00:00.000Z')",
     ],
     # Entry 1 was taken from another store; run 3 found one exact cluster of two rows.

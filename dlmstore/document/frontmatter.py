@@ -454,7 +454,9 @@ class Frontmatter(_Strict):
         default_factory=TrainingSettings,
         description="LoRA, optimizer and schedule settings, the training sources and the cache.",
     )
-    export: ExportSettings = Field(default_factory=ExportSettings, description="The defaults of `dlm export`.")
+    export: ExportSettings = Field(
+        default_factory=ExportSettings, description="The defaults of `dlm export`."
+    )
 
     @field_validator("dlm_id")
     @classmethod

@@ -138,7 +138,8 @@ def chat_tokens(llm: Any, messages: list[dict[str, str]]) -> list[int]:
         raise ExportError(f"{llm.model_path}: the GGUF carries no chat template")
     bos = _token_text(llm, llm.token_bos())
     eos = _token_text(llm, llm.token_eos())
-    chat: Any = messages  # llama_cpp types them as its OpenAI request dicts; plain role/content dicts are those
+    # llama_cpp types messages as its OpenAI request dicts, which plain role/content dicts are.
+    chat: Any = messages
     prompt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)(
         messages=chat
     ).prompt
