@@ -202,8 +202,8 @@ def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_in_one_line(case:
     flip(case.checkpoint(4) / "optimizer.pt", 200)
     (case.checkpoint(2) / "rng_state.pth").unlink()
     assert refused(case) == [
-        f"error: cannot resume train run 1: checkpoint {case.checkpoint(4)} is damaged (optimizer.pt differs "
-        "from the sha256 taken when it was written), and so is the 1 older one",
+        f"error: cannot resume run 1: checkpoint {case.checkpoint(4)} is damaged (optimizer.pt differs "
+        "from the sha256 taken when it was written), and so is the checkpoint before it",
         FRESH_HINT,
     ]
 
@@ -212,8 +212,8 @@ def test_a_checkpoint_written_before_checksums_were_recorded_is_refused(case: Ca
     with case.db() as conn:
         conn.execute("UPDATE checkpoints SET files = NULL, rows_sha256 = NULL, plan_sha256 = NULL")
     assert refused(case) == [
-        f"error: cannot resume train run 1: checkpoint {case.checkpoint(4)} is damaged (it was written before "
-        "dlmstore recorded checkpoint checksums and cannot be verified), and so is the 1 older one",
+        f"error: cannot resume run 1: checkpoint {case.checkpoint(4)} is damaged (it was written before "
+        "dlmstore recorded checkpoint checksums and cannot be verified), and so is the checkpoint before it",
         FRESH_HINT,
     ]
 

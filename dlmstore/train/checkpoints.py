@@ -67,7 +67,6 @@ import numpy as np
 from dlmstore.clock import utc_now
 from dlmstore.datasets.build.writers import npy_bytes
 from dlmstore.errors import StoreError, TrainingError
-from dlmstore.plural import plural
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
 from dlmstore.store.digests import file_sha256
 
@@ -385,9 +384,11 @@ def _verified(store: Store, rows: Sequence[Any]) -> tuple[Checkpoint, tuple[str,
             return checkpoint, warnings
         damaged.append((folder, problem))
     (newest, why), older = damaged[0], len(damaged) - 1
-    also = "" if not older else f", and so {'is' if older == 1 else 'are'} the {plural(older, 'older one')}"
+    also = {0: "", 1: ", and so is the checkpoint before it"}.get(
+        older, f", and so are the {older} before it"
+    )
     raise TrainingError(
-        f"cannot resume train run {rows[0]['run_id']}: checkpoint {newest} is damaged ({why}){also}",
+        f"cannot resume run {rows[0]['run_id']}: checkpoint {newest} is damaged ({why}){also}",
         hint=FRESH_HINT,
     )
 
