@@ -170,12 +170,13 @@ def test_a_flipped_checkpoint_byte_falls_back_to_the_previous_checkpoint(case: C
 
 @pytest.mark.parametrize(
     ("damage", "problem"),
-    [("missing", "optimizer.pt is missing"),
-     ("extra", "notes.txt was not in it when it was written"),
-     ("truncated", "optimizer.pt differs from the sha256 taken when it was written"),
-     ("gone", "its folder is gone")],
+    [("missing", "is damaged (optimizer.pt is missing)"),
+     ("extra", "is damaged (notes.txt was not in it when it was written)"),
+     ("truncated", "is damaged (optimizer.pt differs from the sha256 taken when it was written)"),
+     ("gone", "is damaged (its folder is gone)"),
+     ("unreadable record", "cannot be verified (its recorded sha256s cannot be read)")],
 )  # fmt: skip
-def test_a_missing_extra_or_truncated_checkpoint_file_or_a_gone_folder_falls_back_to_the_previous_checkpoint(
+def test_a_missing_extra_or_truncated_checkpoint_file_a_gone_folder_or_an_unreadable_record_falls_back(
     case: Case, damage: str, problem: str
 ) -> None:
     from dlmstore.store.database import open_store
@@ -188,13 +189,16 @@ def test_a_missing_extra_or_truncated_checkpoint_file_or_a_gone_folder_falls_bac
         (folder / "notes.txt").write_text("mine\n")
     elif damage == "truncated":
         os.truncate(folder / "optimizer.pt", 100)
-    else:
+    elif damage == "gone":
         shutil.rmtree(folder)
+    else:
+        with case.db() as conn:
+            conn.execute("UPDATE checkpoints SET files = '{not json' WHERE step = 4")
     with open_store(case.store.name) as store:
         found = resumable(store, before=2)
     assert (found.run_id, found.checkpoint.step, found.checkpoint.path) == (1, 2, case.checkpoint(2))
     assert found.warnings == (
-        f"checkpoint {folder} is damaged ({problem}): resuming from {case.checkpoint(2)} (step 2) instead",
+        f"checkpoint {folder} {problem}: resuming from {case.checkpoint(2)} (step 2) instead",
     )
 
 
@@ -203,7 +207,7 @@ def test_a_resume_whose_every_checkpoint_is_damaged_is_refused_in_one_line(case:
     (case.checkpoint(2) / "rng_state.pth").unlink()
     assert refused(case) == [
         f"error: cannot resume run 1: checkpoint {case.checkpoint(4)} is damaged (optimizer.pt differs "
-        "from the sha256 taken when it was written), and so is the checkpoint before it",
+        "from the sha256 taken when it was written), and no older checkpoint of the run verifies",
         FRESH_HINT,
     ]
 
@@ -212,8 +216,9 @@ def test_a_checkpoint_written_before_checksums_were_recorded_is_refused(case: Ca
     with case.db() as conn:
         conn.execute("UPDATE checkpoints SET files = NULL, rows_sha256 = NULL, plan_sha256 = NULL")
     assert refused(case) == [
-        f"error: cannot resume run 1: checkpoint {case.checkpoint(4)} is damaged (it was written before "
-        "dlmstore recorded checkpoint checksums and cannot be verified), and so is the checkpoint before it",
+        f"error: cannot resume run 1: checkpoint {case.checkpoint(4)} cannot be verified (it was registered "
+        "before dlmstore recorded the sha256 of checkpoint files, store revision 0011), and no older checkpoint "
+        "of the run verifies",
         FRESH_HINT,
     ]
 

@@ -378,28 +378,41 @@ def _verified(store: Store, rows: Sequence[Any]) -> tuple[Checkpoint, tuple[str,
             )  # fmt: skip
             checkpoint = Checkpoint(row["run_id"], row["phase"], row["step"], folder, identity)
             warnings = tuple(
-                f"checkpoint {bad} is damaged ({why}): resuming from {folder} (step {row['step']}) instead"
+                f"checkpoint {bad} {why}: resuming from {folder} (step {row['step']}) instead"
                 for bad, why in damaged
             )
             return checkpoint, warnings
         damaged.append((folder, problem))
-    (newest, why), older = damaged[0], len(damaged) - 1
-    also = {0: "", 1: ", and so is the checkpoint before it"}.get(
-        older, f", and so are the {older} before it"
-    )
+    (newest, why), older = damaged[0], len(damaged) > 1
+    also = ", and no older checkpoint of the run verifies" if older else ""
     raise TrainingError(
-        f"cannot resume run {rows[0]['run_id']}: checkpoint {newest} is damaged ({why}){also}",
-        hint=FRESH_HINT,
+        f"cannot resume run {rows[0]['run_id']}: checkpoint {newest} {why}{also}", hint=FRESH_HINT
     )
 
 
 def _damage(folder: Path, recorded: str | None) -> str | None:
-    """Why checkpoint ``folder`` does not match the sha256s ``recorded`` when it was registered (None: it does)."""
-    if recorded is None:
-        return "it was written before dlmstore recorded checkpoint checksums and cannot be verified"
+    """What is wrong with checkpoint ``folder`` against the sha256s ``recorded`` when it was registered,
+    as the rest of a sentence about it (``is damaged (optimizer.pt is missing)``); None: it verifies.
+    """
+    try:
+        expected = None if recorded is None else json.loads(recorded)
+    except ValueError:
+        expected = None
+    if not isinstance(expected, dict) or not expected:
+        return (
+            "cannot be verified (it was registered before dlmstore recorded the sha256 of checkpoint files, "
+            "store revision 0011)"
+            if recorded is None
+            else "cannot be verified (its recorded sha256s cannot be read)"
+        )
     if not folder.is_dir():
-        return "its folder is gone"
-    expected: dict[str, str] = json.loads(recorded)
+        return "is damaged (its folder is gone)"
+    problem = _file_damage(folder, expected)
+    return None if problem is None else f"is damaged ({problem})"
+
+
+def _file_damage(folder: Path, expected: dict[str, str]) -> str | None:
+    """The first file of ``folder`` that is missing, extra or differs from its sha256 in ``expected``."""
     present = {
         (Path(directory) / name).relative_to(folder).as_posix()
         for directory, _, names in os.walk(folder)
