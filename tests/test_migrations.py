@@ -129,6 +129,17 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO dedup_members (run_id, cluster, row_key, path, similarity, drop_exact, drop_near) "
         "VALUES (3, 1, 'sha256:r', 'a.py', 1.0, 0, 0), (3, 1, 'sha256:s', 'b.py', 1.0, 1, 1)",
     ],
+    # Run 3 validated at step 2 and evaluated the base and adapter v0001 on one probe.
+    "0014": [
+        "INSERT INTO val_steps (run_id, phase, step, loss, perplexity, rows, tokens, recorded_at) "
+        "VALUES (3, 'sft', 2, 1.5, 4.48, 2, 40, '2026-01-14T00:00:00.000Z')",
+        "INSERT INTO evaluations (run_id, phase, model, adapter_version, val_loss, val_perplexity, val_rows, "
+        "val_tokens, probes, probe_nll, probe_exact, probe_f1, seconds, created_at) VALUES "
+        "(3, 'sft', 'base', NULL, 2.0, 7.39, 2, 40, 1, 3.0, 0, 0.2, 0.5, '2026-01-14T00:00:00.000Z'), "
+        "(3, 'sft', 'v0001', 1, 1.5, 4.48, 2, 40, 1, 0.5, 1, 1.0, 0.5, '2026-01-14T00:00:00.000Z')",
+        "INSERT INTO probe_results (evaluation_id, position, row_key, marked, question, reference, answer, "
+        "answer_tokens, nll, exact, f1) VALUES (2, 0, 'sha256:q', 1, 'Q?', 'A.', 'A.', 3, 0.5, 1, 1.0)",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -179,6 +190,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "FROM entry_origins o JOIN cache_entries e ON e.id = o.entry_id, tokenization_events t, "
         "row_signatures s, dedup_runs d",
         [("01KPQ1FFEDGPPSMWRAS18SAZST", "sha256:r", 1, "sha256:c", 1, 1)],
+    ),
+    "0014": (
+        "SELECT e.model, e.val_loss, p.answer, p.exact, v.loss FROM evaluations e "
+        "JOIN probe_results p ON p.evaluation_id = e.id JOIN val_steps v ON v.run_id = e.run_id",
+        [("v0001", 1.5, "A.", 1, 1.5)],
     ),
 }
 

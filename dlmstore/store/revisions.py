@@ -31,6 +31,7 @@ REVISIONS = (
     "0011",
     "0012",
     "0013",
+    "0014",
 )
 HEAD_REVISION = REVISIONS[-1]
 
