@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     help="Train SFT, the preference phase (DPO/ORPO on the newest SFT adapter), or SFT then preference.",
 )
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
+@click.option(
+    "--no-share",
+    is_flag=True,
+    help="Tokenize the rows this store misses here, even when another store of the home holds their "
+    "tokens (training.cache.share: false does the same).",
+)
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
 @click.option("--seed", type=SEED, help="Override training.seed.")
@@ -57,9 +63,9 @@ if TYPE_CHECKING:
 @json_option("dlmstore.train.summary:TrainSummary", help="Print the run summary as JSON.")
 @click.pass_context
 def train_command(
-    ctx: click.Context, path: str, phase: str, no_cache: bool, max_steps: int | None, epochs: int | None,
-    seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int, lock_mode: str,
-    as_json: bool,
+    ctx: click.Context, path: str, phase: str, no_cache: bool, no_share: bool, max_steps: int | None,
+    epochs: int | None, seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int,
+    lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
@@ -87,7 +93,7 @@ def train_command(
 
         arguments = _rank_arguments(
             path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
-        )
+        ) + (["--no-share"] if no_share else [])
         ctx.exit(launch(arguments, nproc, document=path))
     from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
@@ -98,7 +104,7 @@ def train_command(
     with progress_shown(as_json=as_json or not world.is_main):  # only rank 0 reports
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-            lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh,
+            lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh, no_share=no_share,
         )  # fmt: skip
     if world.is_main:
         _print_summary(summary, as_json)

@@ -82,6 +82,7 @@ def test_the_training_defaults_are_dlms():
             "cache",
             "datasets",
             "checkpoint_steps",
+            "dedup",
         }  # fmt: skip
     ) == {
         "adapter": "lora",
@@ -208,7 +209,7 @@ def test_an_unknown_nested_key_is_reported_at_its_own_line():
     assert str(err) == "doc.dlm:8: unknown key 'training.cache.max_byts'"
     assert err.hint == (
         "did you mean 'max_bytes'? allowed keys in 'training.cache': "
-        "enabled, max_bytes, prune_older_than_days"
+        "enabled, max_bytes, prune_older_than_days, share"
     )
 
 

@@ -353,6 +353,12 @@ class TrainingSettings(_Strict):
     def _null_sources(cls, value: object) -> object:
         return [] if value is None else value
 
+    @field_validator("dedup", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        # YAML 1.1 reads a bare `off` as false: `dedup: off` means what it says.
+        return "off" if value is False else value
+
     @field_validator("report_to", mode="before")
     @classmethod
     def _one_or_none(cls, value: object) -> object:

@@ -110,6 +110,11 @@ class CachePass:
         total_tokenize_seconds: Seconds the pass spent tokenizing.
         cache_bytes_after: Cache size after the pass.
         cache_mode: ``on``, ``off`` or ``bypassed``.
+        cache_shared: Of the hits, rows whose tokens were taken from other stores of the home.
+        dedup_clusters: Duplicate clusters among the run's text rows; null when it did not look.
+        duplicate_rows: Rows in those clusters besides the one each keeps; null when it did not look.
+        dropped_rows: Rows left out of training by ``training.dedup`` (what a tokenize run's
+            training would leave out); null when it did not look.
     """
 
     run_id: int
@@ -121,6 +126,10 @@ class CachePass:
     total_tokenize_seconds: float
     cache_bytes_after: int
     cache_mode: str
+    cache_shared: int = 0
+    dedup_clusters: int | None = None
+    duplicate_rows: int | None = None
+    dropped_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -288,8 +297,10 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
             CachePass(**row)
             for row in conn.execute(
                 "SELECT e.run_id, r.command, r.status, e.created_at, e.cache_hits, e.cache_misses, "
-                "e.total_tokenize_seconds, e.cache_bytes_after, e.cache_mode "
-                "FROM tokenization_events AS e JOIN runs AS r ON r.id = e.run_id ORDER BY e.run_id"
+                "e.total_tokenize_seconds, e.cache_bytes_after, e.cache_mode, e.cache_shared, "
+                "d.clusters AS dedup_clusters, d.duplicate_rows, d.dropped_rows "
+                "FROM tokenization_events AS e JOIN runs AS r ON r.id = e.run_id "
+                "LEFT JOIN dedup_runs AS d ON d.run_id = e.run_id ORDER BY e.run_id"
             )
         ]
         document_dir = os.path.dirname(newest_path) if newest_path else None

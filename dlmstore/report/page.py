@@ -216,6 +216,23 @@ def _cache(report: StoreReport) -> str:
         _figure("tokenize-seconds", "Wall time of each run's tokenization pass", seconds),
         _figure("cache-size", "Cache size after each pass", size),
     ]
+    if any(p.cache_shared or p.duplicate_rows for p in passes):
+        shared = column_chart(
+            "rows shared and duplicated per run",
+            labels,
+            [
+                ("from other stores", [float(p.cache_shared) for p in passes]),
+                ("duplicates", [float(p.duplicate_rows or 0) for p in passes]),
+                ("left out", [float(p.dropped_rows or 0) for p in passes]),
+            ],
+            x_label="run",
+            y_label="rows",
+        )
+        caption = (
+            "Rows whose tokens another store of the home had made (taken, not tokenized); text rows "
+            "that duplicate another (`dlm show` lists the clusters), and those training.dedup left out"
+        )
+        figures.append(_figure("shared-and-duplicates", caption, shared))
     return head + f'<div class="charts">{"".join(figures)}</div>'
 
 

@@ -70,6 +70,7 @@ class Options:
     datasets: Sequence[str] = ()
     resume: bool = False
     fresh: bool = False
+    no_share: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,9 +250,15 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
 def tokenize(
     store: Store, run_id: int, setup: Setup, base: BaseFiles, begun: Begun, options: Options
 ) -> Tokenized:
-    """The same pass as ``dlm tokenize`` (through the cache unless ``--no-cache``), recorded for this run."""
+    """The same pass as ``dlm tokenize`` (through the cache unless ``--no-cache``), recorded for this run.
+
+    The duplicate clusters of its text rows are recorded too, and the rows
+    ``training.dedup`` drops are left out of what it returns (none when it
+    is ``off``: the rows are the pass's own).
+    """
     from dlmstore.collector import paused
     from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.corpus.dedup import analyse, kept_rows
     from dlmstore.corpus.tokenize import tokenize_pass
     from dlmstore.sources.statcache import StatCache
     from dlmstore.store.events import record_tokenization_event
@@ -266,7 +273,7 @@ def tokenize(
         result = tokenize_pass(
             store, corpus, run_id=run_id, tokenizer_sha256=base.fingerprint,
             load_tokenizer=lambda: begun.tokenizer, use_cache=use_cache, cache_mode=mode,
-            max_bytes=settings.cache.max_bytes,
+            max_bytes=settings.cache.max_bytes, share=settings.cache.share and not options.no_share,
         )  # fmt: skip
     record_tokenization_event(
         store, run_id, result.event, tokenizer_sha256=base.fingerprint, sequence_len=settings.sequence_len
@@ -276,6 +283,8 @@ def tokenize(
     rows, preferences = result.rows, result.preferences
     if rows is None or preferences is None:  # a materializing pass always returns both
         raise RuntimeError("the tokenize pass returned no token arrays")
+    with paused():
+        rows = kept_rows(rows, analyse(store, corpus, run_id=run_id, mode=settings.dedup).dropped())
     return Tokenized(
         result=result,
         rows=rows,

@@ -80,6 +80,7 @@ def train_document(
     datasets: Sequence[str] = (),
     resume: bool = False,
     fresh: bool = False,
+    no_share: bool = False,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -100,6 +101,8 @@ def train_document(
         fresh: start over (``--fresh``): once this run completes, the
             checkpoints of interrupted runs are removed; without it they are
             kept, so ``--resume`` can still continue them.
+        no_share: tokenize the rows the store misses here, even when another
+            store of the home holds their tokens (``--no-share``).
 
     Launched as one of several ranks (``dlm train --nproc``, torchrun),
     rank 0 does everything that touches the store and every rank trains on
@@ -126,7 +129,7 @@ def train_document(
 
     options = Options(
         phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
-        lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh,
+        lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh, no_share=no_share,
     )  # fmt: skip
     world = current_world()
     join(world)

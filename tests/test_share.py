@@ -1,0 +1,321 @@
+"""Tokens shared across the stores of a home: a second document over one tree tokenizes nothing.
+
+Each test writes a small tree and two documents over it with different
+ids (two stores of one home). The first tokenizes; the second takes its
+entries (``dlmstore.cache.share``): its pack hard-linked, or its ranges
+copied, and registered in its own manifest. Every fault the module names
+is provoked: another filesystem, a damaged entry, a damaged or other-revision
+store.db, a pack that goes between the lookup and the link, a symlinked
+pack, two passes taking the same keys, and each store cleared or deleted
+under the other.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cache import share
+from dlmstore.cli.main import cli
+from dlmstore.corpus.tokenize import TokenizeSummary, tokenize_document
+from dlmstore.home import store_dir
+
+FIRST = "01KPQ1FFEDGPPSMWRAS18SAZST"
+SECOND = "01KPQ1FFEDGPPSMWRAS18SAZSV"
+FILES = 12
+
+
+def _tree(root: Path) -> Path:
+    tree = root / "tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    for number in range(FILES):
+        (tree / f"mod{number:02d}.py").write_text(
+            f"def function_{number}(value):\n    return value * {number} + {number * 7}\n", encoding="utf-8"
+        )
+    return tree
+
+
+def _doc(path: Path, dlm_id: str, extra: str = "", include: str = "") -> Path:
+    globs = f"      include: [{include!r}]\n" if include else ""
+    path.write_text(
+        f"---\ndlm_id: {dlm_id}\ntraining:\n  sources:\n    - path: tree\n{globs}{extra}---\nNotes.\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> tuple[Path, Path]:
+    _tree(tmp_path)
+    return _doc(tmp_path / "one.dlm", FIRST), _doc(tmp_path / "two.dlm", SECOND)
+
+
+def _tokenize(doc: Path, **options: Any) -> TokenizeSummary:
+    summary, _ = tokenize_document(str(doc), materialize=False, **options)
+    return summary
+
+
+def _rows(dlm_id: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(store_dir(dlm_id) / "store.db")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _packs(dlm_id: str) -> list[Path]:
+    return sorted((store_dir(dlm_id) / "tokens").glob("pack-*.bin"))
+
+
+def _no_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any load of a tokenizer fails the test: the pass must tokenize nothing."""
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("the tokenizer was loaded")
+
+    monkeypatch.setattr("dlmstore.corpus.tokenize._loaded_and_kept", refuse)
+    monkeypatch.setattr("dlmstore.cache.rust_tokenizer.load_snapshot", refuse)
+
+
+def _verify(doc: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["cache", "verify", str(doc)])
+    return result.exit_code, result.stdout
+
+
+def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_first_store_s_pack(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = docs
+    first = _tokenize(one)
+    assert first.tokenization.cache_misses == FILES + 1
+    _no_tokenizer(monkeypatch)
+    second = _tokenize(two)
+    event = second.tokenization
+    assert (event.cache_hits, event.cache_misses, event.cache_shared) == (FILES + 1, 0, FILES + 1)
+    assert second.tokens == first.tokens
+    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    assert theirs.name != mine.name and os.path.samefile(theirs, mine)  # one inode: no new disk
+    assert _rows(SECOND, "SELECT from_store, how, COUNT(*) FROM entry_origins GROUP BY 1, 2") == [
+        (FIRST, "link", FILES + 1)
+    ]
+    assert _verify(two) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
+    again = _tokenize(two)  # its own entries now
+    assert (again.tokenization.cache_hits, again.tokenization.cache_shared) == (FILES + 1, 0)
+
+
+def test_the_shared_tokens_are_the_tokens_the_tokenizer_makes(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _, made = tokenize_document(str(one))
+    _, taken = tokenize_document(str(two))
+    assert made is not None and taken is not None
+    assert taken.row_keys == made.row_keys
+    assert taken.values.tolist() == made.values.tolist() and taken.offsets.tolist() == made.offsets.tolist()
+
+
+def test_dlm_cache_show_counts_the_entries_taken_from_other_stores(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    _tokenize(two)
+    result = CliRunner().invoke(cli, ["cache", "show", str(two)])
+    assert result.exit_code == 0
+    assert "shared: 13 entries (" in result.stdout and "taken from other stores of the home" in result.stdout
+    assert "shared:" not in CliRunner().invoke(cli, ["cache", "show", str(one)]).stdout
+
+
+def test_no_share_and_training_cache_share_false_tokenize_here(
+    docs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    result = CliRunner().invoke(cli, ["tokenize", str(two), "--no-share"])
+    assert result.exit_code == 0 and "0 hits, 13 misses" in result.stdout
+    assert not _rows(SECOND, "SELECT * FROM entry_origins")
+    third = _doc(tmp_path / "three.dlm", "01KPQ1FFEDGPPSMWRAS18SAZSW", extra="  cache:\n    share: false\n")
+    assert _tokenize(third).tokenization.cache_misses == FILES + 1
+
+
+def test_a_pack_on_another_filesystem_is_copied(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = docs
+    _tokenize(one)
+
+    def cross_device(*_: object, **__: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    event = _tokenize(two).tokenization
+    assert (event.cache_misses, event.cache_shared) == (0, FILES + 1)
+    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    assert not os.path.samefile(theirs, mine)
+    assert _rows(SECOND, "SELECT DISTINCT how FROM entry_origins") == [("copy",)]
+    assert _verify(two)[0] == 0
+
+
+def test_a_few_rows_of_a_large_pack_are_copied_not_linked(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    _tokenize(_doc(tmp_path / "one.dlm", FIRST))
+    one_file = _doc(tmp_path / "two.dlm", SECOND, include="mod03.py")
+    event = _tokenize(one_file).tokenization
+    assert (event.cache_hits, event.cache_misses, event.cache_shared) == (2, 0, 2)  # the file and the body
+    (mine,) = _packs(SECOND)
+    (theirs,) = _packs(FIRST)
+    assert not os.path.samefile(theirs, mine) and mine.stat().st_size < theirs.stat().st_size
+    assert _rows(SECOND, "SELECT how, COUNT(*) FROM entry_origins GROUP BY 1") == [("copy", 2)]
+
+
+def test_a_damaged_entry_in_the_other_store_is_not_taken(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    ((offset, nbytes),) = _rows(
+        FIRST, "SELECT byte_offset, bytes FROM cache_entries ORDER BY byte_offset LIMIT 1"
+    )
+    (pack,) = _packs(FIRST)
+    with open(pack, "r+b") as f:  # a flipped byte inside the first entry (bit rot)
+        f.seek(offset + nbytes // 2)
+        byte = f.read(1)
+        f.seek(offset + nbytes // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    event = _tokenize(two).tokenization
+    assert (event.cache_misses, event.cache_shared) == (1, FILES)  # that row went through the tokenizer
+    assert _verify(two)[0] == 0  # the damaged range is dead space of the linked pack, registered nowhere
+    _, rows = tokenize_document(str(two))
+    _, fresh = tokenize_document(str(two), no_cache=True)
+    assert rows is not None and fresh is not None and rows.values.tolist() == fresh.values.tolist()
+
+
+def test_another_store_at_another_schema_revision_is_skipped(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    conn = sqlite3.connect(store_dir(FIRST) / "store.db")
+    with conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0012'")
+    conn.close()
+    event = _tokenize(two).tokenization
+    assert (event.cache_misses, event.cache_shared) == (FILES + 1, 0)
+
+
+def test_a_damaged_store_db_of_another_store_is_skipped(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    (store_dir(FIRST) / "store.db").write_bytes(b"this is not a database" * 100)
+    result = CliRunner().invoke(cli, ["tokenize", str(two)])
+    assert result.exit_code == 0 and "0 hits, 13 misses" in result.stdout
+
+
+def test_a_store_cleared_between_the_lookup_and_the_link_leaves_its_rows_to_the_tokenizer(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    looked_up = share._entries_of
+
+    def then_cleared(*args: Any) -> Any:
+        found = looked_up(*args)
+        assert CliRunner().invoke(cli, ["cache", "clear", str(one), "--force"]).exit_code == 0
+        return found
+
+    monkeypatch.setattr(share, "_entries_of", then_cleared)
+    event = _tokenize(two).tokenization
+    assert (event.cache_misses, event.cache_shared) == (FILES + 1, 0)
+    assert _verify(two)[0] == 0
+
+
+def test_a_pack_that_is_a_symlink_in_the_other_store_is_not_followed(
+    docs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    (pack,) = _packs(FIRST)
+    elsewhere = tmp_path / "elsewhere.bin"
+    shutil.move(pack, elsewhere)
+    pack.symlink_to(elsewhere)
+    event = _tokenize(two).tokenization
+    assert (event.cache_misses, event.cache_shared) == (FILES + 1, 0)
+
+
+def test_a_key_another_pass_registered_first_is_taken_once_and_the_extra_pack_removed(
+    docs: tuple[Path, Path],
+) -> None:
+    from dlmstore.bases import resolve_base
+    from dlmstore.fingerprint import tokenizer_sha256
+    from dlmstore.store.database import open_store
+
+    one, two = docs
+    _tokenize(one)
+    _tokenize(two)
+    keys = [key for (key,) in _rows(SECOND, "SELECT row_key FROM cache_entries")]
+    (sequence_len,) = {length for (length,) in _rows(SECOND, "SELECT sequence_len FROM cache_entries")}
+    with open_store(SECOND) as store:  # as a second pass that looked up before the first registered
+        taken = share.take_shared(
+            store, keys, tokenizer_sha256=tokenizer_sha256(resolve_base("smollm2-135m")),
+            sequence_len=sequence_len, run_id=1,
+        )  # fmt: skip
+    assert len(taken.tokens) == len(keys) and taken.ids == []  # the tokens serve; nothing registered twice
+    assert len(_packs(SECOND)) == 1  # the pack that registered nothing was removed again
+    assert _verify(two)[0] == 0
+
+
+def test_two_passes_taking_the_same_keys_at_once_both_succeed(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    dlm = str(Path(sys.executable).with_name("dlm"))
+    runs = [
+        subprocess.Popen([dlm, "tokenize", str(two)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for run in runs:
+        _, stderr = run.communicate(timeout=120)
+        assert run.returncode == 0, stderr
+    assert _rows(SECOND, "SELECT COUNT(*), COUNT(DISTINCT row_key) FROM cache_entries") == [(13, 13)]
+    assert _verify(two)[0] == 0
+
+
+def test_clearing_or_deleting_the_first_store_leaves_the_second_whole(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    _tokenize(two)
+    assert CliRunner().invoke(cli, ["cache", "clear", str(one), "--force"]).exit_code == 0
+    assert _verify(two)[0] == 0
+    shutil.rmtree(store_dir(FIRST))
+    summary, rows = tokenize_document(str(two))  # reads and checks every entry's bytes
+    assert summary.tokenization.cache_misses == 0 and summary.damaged_entries == 0 and rows is not None
+    assert _verify(two)[0] == 0
+
+
+def test_clearing_the_second_store_leaves_the_first_whole(docs: tuple[Path, Path]) -> None:
+    one, two = docs
+    _tokenize(one)
+    _tokenize(two)
+    assert CliRunner().invoke(cli, ["cache", "clear", str(two), "--force"]).exit_code == 0
+    assert _packs(SECOND) == [] and len(_packs(FIRST)) == 1
+    assert _verify(one)[0] == 0
+    assert _tokenize(one).tokenization.cache_misses == 0
+
+
+def test_training_a_second_document_over_one_tree_tokenizes_nothing(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    from dlmstore.train.trainer import train_document
+
+    _tree(tmp_path)
+    extra = "  sequence_len: 64\n  max_steps: 1\n  micro_batch_size: 2\n"
+    base = f"base_model: {tiny_base}\n"
+    one = _doc(tmp_path / "one.dlm", FIRST, extra=extra)
+    two = _doc(tmp_path / "two.dlm", SECOND, extra=extra)
+    for doc in (one, two):
+        doc.write_text(doc.read_text().replace("training:\n", base + "training:\n", 1), encoding="utf-8")
+    first = train_document(str(one))
+    second = train_document(str(two))
+    assert first.tokenization.cache_misses == FILES + 1
+    assert (second.tokenization.cache_misses, second.tokenization.cache_shared) == (0, FILES + 1)
+    assert second.tokens == first.tokens and second.rows_trained == first.rows_trained
