@@ -40,7 +40,11 @@ def metrics_command(
     """List the runs recorded for the document at PATH, newest first.
 
     A train run's loss is drawn as a sparkline per phase (each scaled to
-    its own range), beside the run's cache hit rate.
+    its own range), beside the run's cache hit rate. DURATION is the whole
+    run's; TOKENIZE is its tokenize pass's; HIT RATE reads `bypassed` for a
+    --no-cache run and `off` when training.cache.enabled is false. Below the
+    table: why each failed run failed, and each train run's phases (steps,
+    final and best loss) and adapters.
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be combined; pass one of them")
@@ -58,7 +62,7 @@ def metrics_command(
     if as_csv:
         click.echo(_steps_csv(report) if run_id is not None else _runs_csv(report), nl=False)
         return
-    header = f"{'run':>5}  {'command':8}  {'status':9}  {'started (UTC)':23}  {'rows':>7}  {'hits':>7}  {'misses':>7}  {'hit rate':>8}  {'seconds':>8}  {'cache':>9}  loss"
+    header = f"{'run':>5}  {'command':8}  {'status':9}  {'started (UTC)':23}  {'duration':>8}  {'rows':>7}  {'hits':>7}  {'misses':>7}  {'hit rate':>8}  {'tokenize':>8}  {'cache':>9}  loss"
     click.echo(header)
     for run in report.runs:
         event = run.tokenization
@@ -66,9 +70,11 @@ def metrics_command(
             numbers = f"{'':>7}  {'':>7}  {'':>7}  {'':>8}  {'':>8}  {'':>9}"
         else:
             rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
+            if event.cache_mode != "on":  # every row tokenized on purpose, not an emptied cache
+                rate = event.cache_mode
             numbers = (
                 f"{event.total_rows:>7,}  {event.cache_hits:>7,}  {event.cache_misses:>7,}  {rate:>8}  "
-                f"{event.total_tokenize_seconds:>8.2f}  {human_bytes(event.cache_bytes_after):>9}"
+                f"{_seconds(event.total_tokenize_seconds):>8}  {human_bytes(event.cache_bytes_after):>9}"
             )
         losses = ""
         if run.training is not None:
@@ -76,9 +82,13 @@ def metrics_command(
                 f"{_PHASE_LABELS.get(phase, phase)} {sparkline(values)}"
                 for phase, values in run.training.losses.items()
             )
-        line = f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {numbers}"
+        duration = "-" if run.duration_seconds is None else _seconds(run.duration_seconds)
+        line = (
+            f"{run.run_id:>5}  {run.command:8}  {run.status:9}  {run.started_at:23}  {duration:>8}  {numbers}"
+        )
         click.echo(f"{line}  {losses}".rstrip())
     for run in report.runs:
+        _outcome(run)
         if run.training is not None:
             _training(run.run_id, run.training)
     for run in report.runs:
@@ -91,6 +101,28 @@ def metrics_command(
         )
     if not report.runs:
         note("no runs yet: run `dlm tokenize` or `dlm train` first")
+
+
+def _seconds(seconds: float) -> str:
+    """``0.88s``, ``42.1s``, ``15m02s``, ``2h05m``: a duration that reads at a glance."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _outcome(run: RunMetrics) -> None:
+    """Why a run failed, and each phase's steps with its final and best loss."""
+    if run.error is not None:
+        click.echo(f"run {run.run_id}: {run.status}: {run.error}")
+    for phase in run.phases:
+        final = "n/a" if phase.final_loss is None else f"{phase.final_loss:.4f}"
+        best = "" if phase.best_loss is None else f", best {phase.best_loss:.4f} at step {phase.best_step}"
+        click.echo(f"run {run.run_id} {phase.phase}: {plural(phase.steps, 'step')}, final loss {final}{best}")
 
 
 def _shared_and_duplicates(run: RunMetrics) -> None:
@@ -159,7 +191,8 @@ _PHASE_LABELS = {"sft": "sft", "preference": "pref"}
 RUN_COLUMNS = (
     "run_id", "command", "status", "started_at", "finished_at", "error", "total_sections", "total_rows",
     "cache_hits", "cache_misses", "hit_rate", "total_tokenize_seconds", "cache_bytes_after", "cache_mode",
-    "adapter_versions", "final_loss",
+    "adapter_versions", "final_loss", "duration_seconds", "sft_steps", "sft_final_loss", "sft_best_loss",
+    "preference_steps", "preference_final_loss", "preference_best_loss",
 )  # fmt: skip
 
 STEP_COLUMNS = ("run_id", "phase", "step", "epoch", "loss", "learning_rate", "tokens_per_second")
@@ -190,9 +223,18 @@ def _runs_csv(report: MetricsReport) -> str:
                 ),
                 " ".join(str(adapter.version) for adapter in adapters),
                 adapters[-1].final_loss if adapters else None,
+                run.duration_seconds,
+                *_phase_cells(run, "sft"),
+                *_phase_cells(run, "preference"),
             ]
         )  # fmt: skip
     return _csv(rows)
+
+
+def _phase_cells(run: RunMetrics, name: str) -> list[object]:
+    """A phase's steps, final and best loss; empty cells when the run did not train it."""
+    phase = next((phase for phase in run.phases if phase.phase == name), None)
+    return [None] * 3 if phase is None else [phase.steps, phase.final_loss, phase.best_loss]
 
 
 def _steps_csv(report: MetricsReport) -> str:

@@ -151,7 +151,7 @@ def test_metrics_shows_the_steps_of_each_phase_with_rewards_for_the_preference_p
 
 def test_metrics_without_run_id_lists_the_adapters_but_no_steps(doc: Path) -> None:
     lines = CliRunner().invoke(cli, ["metrics", str(doc)]).output.splitlines()
-    assert [line.split(",")[0] for line in lines if line.startswith("run ")] == [
+    assert [line.split(",")[0] for line in lines if ": adapter " in line] == [
         "run 2: adapter v0002 (sft)", "run 2: adapter v0003 (preference", "run 1: adapter v0001 (sft)",
     ]  # fmt: skip
 
@@ -166,7 +166,7 @@ def test_each_train_run_carries_its_losses_by_phase_with_or_without_run_id(doc: 
 
 def test_metrics_draws_each_phases_loss_as_a_sparkline_beside_the_hit_rate(doc: Path) -> None:
     lines = CliRunner().invoke(cli, ["metrics", str(doc)]).output.splitlines()
-    assert lines[0].split()[-3:] == ["seconds", "cache", "loss"]
+    assert lines[0].split()[-3:] == ["tokenize", "cache", "loss"]
     assert lines[1].split()[:3] == ["2", "train", "completed"]
     assert lines[1].endswith("  sft █▁  pref █▁")
     assert lines[2].endswith("  sft ▄")  # one step: a flat line, drawn at mid height

@@ -14,6 +14,13 @@ step of each phase with the numbers TRL logged beside the loss
 the sparkline ``dlm metrics`` draws beside the hit rate. Every export of
 the document's adapters (``exports``, written by ``dlm export``) is listed
 after the runs (:func:`list_exports`, which ``dlm report`` shows too).
+
+What a person comparing runs asks first is carried by every run: how long
+it took (``duration_seconds``, from ``started_at`` to ``finished_at``; the
+tokenize pass's own time is ``tokenization.total_tokenize_seconds``), each
+phase's steps with its final and best loss (:class:`PhaseMetrics`, from the
+logged steps), why it failed (``error``), and whether its pass bypassed the
+cache (``tokenization.cache_mode``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from dlmstore.clock import iso_before
 from dlmstore.errors import DurationError
@@ -98,6 +105,39 @@ class RunAdapter:
 
 
 @dataclass(frozen=True)
+class PhaseMetrics:
+    """One training phase of a run, summarised from its logged steps.
+
+    Attributes:
+        phase: ``sft`` or ``preference``.
+        steps: The last step it logged (its steps in this run; a resumed run
+            counts from the checkpoint's step, so this is the run's total).
+        final_loss: Loss at the last logged step; null when none was logged (or NaN).
+        best_loss: The lowest loss logged; null when none was.
+        best_step: The step of ``best_loss`` (the first, on a tie); null when none was logged.
+    """
+
+    phase: str
+    steps: int
+    final_loss: float | None
+    best_loss: float | None
+    best_step: int | None
+
+    @classmethod
+    def of(cls, phase: str, points: list[tuple[int, float | None]]) -> PhaseMetrics:
+        """From ``(step, loss)`` pairs in step order."""
+        losses = [(loss, step) for step, loss in points if loss is not None]
+        best = min(losses) if losses else None
+        return cls(
+            phase=phase,
+            steps=points[-1][0],
+            final_loss=points[-1][1],
+            best_loss=None if best is None else best[0],
+            best_step=None if best is None else best[1],
+        )
+
+
+@dataclass(frozen=True)
 class TrainingInfo:
     """What a train run produced: its adapters, oldest first (sft before preference).
 
@@ -135,6 +175,10 @@ class RunMetrics:
         training: What a train run produced; null for tokenize runs.
         dedup: The duplicate clusters its text rows held, and what it left out of training; null
             when it did not get that far (or ran before duplicates were looked for).
+        duration_seconds: How long the run took, ``finished_at`` minus ``started_at`` (the whole
+            command, not only its tokenize pass); null while it runs.
+        phases: Each training phase it logged steps for, SFT first, with its final and best
+            loss; empty for tokenize runs and runs that logged no step.
     """
 
     run_id: int
@@ -146,6 +190,8 @@ class RunMetrics:
     tokenization: TokenizationEvent | None
     training: TrainingInfo | None = None
     dedup: DedupEvent | None = None
+    duration_seconds: float | None = None
+    phases: list[PhaseMetrics] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -245,19 +291,19 @@ def run_metrics(
         ):
             fields = dict(row)
             adapters.setdefault(fields.pop("run_id"), []).append(RunAdapter(**fields))
-        losses: dict[int, dict[str, list[float | None]]] = {}
+        points: dict[int, dict[str, list[tuple[int, float | None]]]] = {}
         steps: list[TrainStep] | None = None
         if run_id is not None:  # the run's steps hold its losses: train_steps is read once
             steps = _steps(conn, run_id)
             for step in steps:
-                losses.setdefault(run_id, {}).setdefault(step.phase, []).append(step.loss)
+                points.setdefault(run_id, {}).setdefault(step.phase, []).append((step.step, step.loss))
         else:
-            for step_run, phase, loss in conn.execute(
-                "SELECT run_id, phase, loss FROM train_steps "
+            for step_run, phase, number, loss in conn.execute(
+                "SELECT run_id, phase, step, loss FROM train_steps "
                 f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY run_id, phase <> 'sft', step",
                 (*params, limit),
             ):
-                losses.setdefault(step_run, {}).setdefault(phase, []).append(loss)
+                points.setdefault(step_run, {}).setdefault(phase, []).append((number, loss))
         exports = list_exports(conn)
     runs = []
     for row in rows:
@@ -277,11 +323,11 @@ def run_metrics(
                 row["dedup_mode"], row["dedup_rows"], row["dedup_clusters"], row["dedup_duplicates"],
                 row["dedup_dropped"], row["dedup_signed"], row["dedup_seconds"],
             )  # fmt: skip
+        phases = points.get(row["run_id"], {})
         training = None
         if row["command"] == "train":
-            training = TrainingInfo(
-                adapters=adapters.get(row["run_id"], []), steps=steps, losses=losses.get(row["run_id"], {})
-            )
+            losses = {phase: [loss for _, loss in logged] for phase, logged in phases.items()}
+            training = TrainingInfo(adapters=adapters.get(row["run_id"], []), steps=steps, losses=losses)
         status, dead = shown_status(row["status"], row["pid"])
         runs.append(
             RunMetrics(
@@ -294,9 +340,20 @@ def run_metrics(
                 tokenization=event,
                 training=training,
                 dedup=dedup,
+                duration_seconds=duration_seconds(row["started_at"], row["finished_at"]),
+                phases=[PhaseMetrics.of(phase, logged) for phase, logged in phases.items()],
             )
         )
     return MetricsReport(store.dlm_id, str(store.path), runs, exports)
+
+
+def duration_seconds(started_at: str, finished_at: str | None) -> float | None:
+    """Seconds from ``started_at`` to ``finished_at`` (ISO-8601 UTC), to the millisecond; None
+    while the run has not finished."""
+    if finished_at is None:
+        return None
+    spent = datetime.fromisoformat(finished_at) - datetime.fromisoformat(started_at)
+    return round(spent.total_seconds(), 3)
 
 
 def _steps(conn: sqlite3.Connection, run_id: int) -> list[TrainStep]:
