@@ -185,8 +185,11 @@ def render_frontmatter_reference() -> str:
         )
         for name, info in model.model_fields.items():
             annotation = _type_name(info.annotation)
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             if info.is_required():
                 default = "required"
+            elif "unset" in extra:  # a default that depends on the document, said in words
+                default = str(extra["unset"])
             elif info.default_factory is not None:
                 value = info.default_factory()  # type: ignore[call-arg]
                 default = "see below" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"

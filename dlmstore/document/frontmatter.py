@@ -155,7 +155,14 @@ class PreferenceHyperparams(_Strict):
 class PreferenceSettings(_Strict):
     """``training.preference``: the preference phase (DPO or ORPO) after SFT."""
 
-    enabled: bool = Field(default=False, description="Run the preference phase after SFT.")
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Run the preference phase after SFT. Unset, it runs when the document has `::preference::` "
+            "sections; `true` without any warns and skips the phase, `false` leaves them untrained (a warning)."
+        ),
+        json_schema_extra={"unset": "unset: on when the document has `::preference::` sections"},
+    )
     method: Literal["dpo", "orpo"] = Field(default="dpo", description="Preference method.")
     hyperparams: PreferenceHyperparams = Field(
         default_factory=PreferenceHyperparams, description="Method hyperparameters."
