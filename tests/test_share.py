@@ -112,6 +112,31 @@ def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_fi
     assert (again.tokenization.cache_hits, again.tokenization.cache_shared) == (FILES + 1, 0)
 
 
+def test_a_second_document_reads_no_file_the_first_store_s_stat_records_prove_unchanged(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from dlmstore.sources import read
+
+    one, two = docs
+    time.sleep(2.1)  # the tree's mtimes past the racy-clean window: the records taken are trusted
+    _tokenize(one)
+    opened: list[str] = []
+    real = read.open_regular
+
+    def counting(path: Any, **kwargs: Any) -> Any:
+        opened.append(str(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(read, "open_regular", counting)
+    assert _tokenize(two).tokenization.cache_shared == FILES + 1
+    assert opened == []  # every file proven unchanged by the borrowed records: none read
+    assert _rows(SECOND, "SELECT COUNT(*) FROM source_stats") == [(FILES,)]  # adopted as its own
+    (tmp := one.parent / "tree" / "mod00.py").write_text("changed = True\n", encoding="utf-8")
+    assert _tokenize(two).tokenization.cache_misses == 1 and tmp.exists()
+
+
 def test_the_shared_tokens_are_the_tokens_the_tokenizer_makes(docs: tuple[Path, Path]) -> None:
     one, two = docs
     _, made = tokenize_document(str(one))

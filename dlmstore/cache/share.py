@@ -42,6 +42,12 @@ against its CRC-32 before it is registered; an entry that fails stays a
 miss and is tokenized. A link that turns out not to be a regular file is
 removed again.
 
+**Nor is a file read again.** A store with no stat records yet borrows
+the other stores' records for the same paths (:func:`stat_records`): a
+file whose ``stat`` fields still match is not read or hashed, as with the
+store's own records, so the second document's first pass costs a walk,
+a ``stat`` per file and the links, not a read of the tree.
+
 **Another store's trouble never fails this pass.** Other stores are read
 through read-only SQLite connections (``mode=ro``): never created,
 migrated or locked, and waited for at most :data:`SIBLING_TIMEOUT_S`. A
@@ -67,10 +73,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dlmstore.cache.entries import unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PACK_SUFFIX, PackReader, as_array, write_pack
 from dlmstore.clock import utc_now
+from dlmstore.sources.statcache import StatCache
 from dlmstore.store.atomic import fsync_dir
 from dlmstore.store.connection import DB_NAME
 from dlmstore.store.database import Store
@@ -407,3 +415,43 @@ class _Taker:
 
 def _range(entry: _Found) -> tuple[int, int, str]:
     return entry.byte_offset, entry.nbytes, entry.checksum
+
+
+class BorrowedStatCache(StatCache):
+    """A new store's stat records, borrowed from the other stores of the home.
+
+    A store that has no ``source_stats`` of its own yet (a new document
+    over a tree another document already reads) would read and hash every
+    file to learn row keys the other stores recorded for the same paths. A
+    borrowed record is trusted exactly as an own one is: only when a fresh
+    ``stat`` gives every recorded field and the record is not racily clean
+    (``dlmstore.sources.statcache``), and a file loaded through it is hashed
+    again and refused if its digest moved. The records a pass used are
+    saved as this store's own; the others are left where they are.
+    """
+
+    def save(self, store: Store) -> None:
+        used = self.seen & self.stamps.keys()
+        for key in used:
+            self.changed.setdefault(key, self.stamps[key])  # what the pass trusted becomes ours
+        self.stamps = {key: self.stamps[key] for key in used}  # the rest were never ours to drop
+        super().save(store)
+
+
+def stat_records(store: Store, *, share: bool) -> StatCache:
+    """``store``'s stat records; for a store with none yet and ``share``, the other stores' ones
+    (read-only, the most recently written store's record first for a path)."""
+    own = StatCache.load(store)
+    if own.stamps or not share:
+        return own
+    borrowed: dict[tuple[str, str], Any] = {}
+    with sibling_reads(store.path) as others:
+        for dlm_id, conn in others:
+            try:
+                records = StatCache.from_connection(conn).stamps
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                _log.debug("sharing: skipping the stat records of %s: %s", dlm_id, exc)
+                continue
+            for key, stamp in records.items():
+                borrowed.setdefault(key, stamp)
+    return BorrowedStatCache(borrowed) if borrowed else own

@@ -411,13 +411,13 @@ def tokenize_document(
     """
     from dlmstore.bases import resolve_base
     from dlmstore.cache.rust_tokenizer import load_snapshot
+    from dlmstore.cache.share import stat_records
     from dlmstore.collector import paused
     from dlmstore.corpus import dedup as duplicates
     from dlmstore.corpus import snapshot as snapshots
     from dlmstore.corpus.assemble import load_corpus
     from dlmstore.document.parser import parse_document
     from dlmstore.fingerprint import tokenizer_sha256
-    from dlmstore.sources.statcache import StatCache
     from dlmstore.store.database import open_store
     from dlmstore.store.events import record_tokenization_event
     from dlmstore.store.runs import recorded_run
@@ -448,7 +448,8 @@ def tokenize_document(
                 )  # fmt: skip
                 found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
         else:
-            stats = StatCache.load(store) if enabled else None
+            share = settings.cache.share and not no_share
+            stats = stat_records(store, share=share) if enabled else None
             corpus = load_corpus(document, stat_cache=stats)
             source_warnings = corpus.expansion.warnings
             with recorded_run(
@@ -465,7 +466,7 @@ def tokenize_document(
                     cache_mode=mode,
                     max_bytes=settings.cache.max_bytes,
                     materialize=materialize,
-                    share=settings.cache.share and not no_share,
+                    share=share,
                 )
                 record_tokenization_event(
                     store, run_id, result.event,

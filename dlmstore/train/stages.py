@@ -256,11 +256,11 @@ def tokenize(
     ``training.dedup`` drops are left out of what it returns (none when it
     is ``off``: the rows are the pass's own).
     """
+    from dlmstore.cache.share import stat_records
     from dlmstore.collector import paused
     from dlmstore.corpus.assemble import load_corpus
     from dlmstore.corpus.dedup import analyse, kept_rows
     from dlmstore.corpus.tokenize import tokenize_pass
-    from dlmstore.sources.statcache import StatCache
     from dlmstore.store.events import record_tokenization_event
 
     settings = setup.settings
@@ -268,12 +268,13 @@ def tokenize(
     mode = "bypassed" if options.no_cache else ("on" if settings.cache.enabled else "off")
     t0 = time.perf_counter()
     with paused():  # one object per source file, none in a cycle (dlmstore.collector)
-        stats = StatCache.load(store) if use_cache else None
+        share = settings.cache.share and not options.no_share
+        stats = stat_records(store, share=share) if use_cache else None
         corpus = load_corpus(setup.document, stat_cache=stats)
         result = tokenize_pass(
             store, corpus, run_id=run_id, tokenizer_sha256=base.fingerprint,
             load_tokenizer=lambda: begun.tokenizer, use_cache=use_cache, cache_mode=mode,
-            max_bytes=settings.cache.max_bytes, share=settings.cache.share and not options.no_share,
+            max_bytes=settings.cache.max_bytes, share=share,
         )  # fmt: skip
     record_tokenization_event(
         store, run_id, result.event, tokenizer_sha256=base.fingerprint, sequence_len=settings.sequence_len
