@@ -126,7 +126,10 @@ def _print_summary(summary: TrainSummary, as_json: bool) -> None:
     for part in summary.phases:
         loss = "n/a" if part.final_loss is None else f"{part.final_loss:.4f}"
         if part.phase == "sft":
-            click.echo(f"run {summary.run_id} sft: {plural(part.steps, 'step')} on {plural(part.rows, 'row')} "
+            steps = plural(part.steps, "step")
+            if part.steps_this_run != part.steps:  # --resume: this run trained those after the checkpoint
+                steps = f"{part.steps_this_run} of {steps} (from step {part.steps - part.steps_this_run + 1})"
+            click.echo(f"run {summary.run_id} sft: {steps} on {plural(part.rows, 'row')} "
                        f"({plural(summary.tokens, 'token')}), final loss {loss} -> v{part.adapter_version:04d}")  # fmt: skip
         else:
             rewards = _rewards(part.metrics)

@@ -53,12 +53,15 @@ class PhaseSummary:
         phase: ``sft`` or ``preference``.
         method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
         rows: Rows (SFT) or triples (preference) trained on.
-        steps: Optimizer steps.
+        steps: Optimizer steps: the phase's total, counted from its first step, also when
+            ``--resume`` continued it from a checkpoint.
         final_loss: Loss at the last logged step; null when none was logged.
         adapter_version: The adapter version it wrote.
         adapter_sha256: sha256 of that adapter's ``adapter_model.safetensors``.
         parent_version: The adapter the preference phase started from; null for SFT.
         metrics: The last values TRL logged besides the loss.
+        steps_this_run: The steps this invocation trained: ``steps`` less the checkpoint's step
+            when ``--resume`` continued the phase, else ``steps``.
     """
 
     phase: str  # sft | preference
@@ -70,6 +73,7 @@ class PhaseSummary:
     adapter_sha256: str
     parent_version: int | None
     metrics: dict[str, float] = field(default_factory=dict)
+    steps_this_run: int = 0
 
 
 @dataclass(frozen=True)

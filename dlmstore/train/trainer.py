@@ -203,6 +203,7 @@ def _summarize(
 
     fits, phases, rows, preferences = trained.fits, prepared.phases, prepared.rows, prepared.preferences
     last, final = fits[-1], adapters[-1]
+    resumed_at = 0 if prepared.resume is None else prepared.resume.step  # --resume continues the SFT phase
     summaries = [
         PhaseSummary(
             phase=fit.phase,
@@ -214,6 +215,7 @@ def _summarize(
             adapter_sha256=adapter.sha256,
             parent_version=adapter.parent_version,
             metrics=fit.metrics,
+            steps_this_run=fit.steps - (resumed_at if fit.phase == "sft" else 0),
         )  # fmt: skip
         for fit, adapter in zip(fits, adapters, strict=True)
     ]
