@@ -182,6 +182,28 @@ def test_an_edited_file_is_signed_again_and_the_rest_are_not(tmp_path: Path) -> 
     assert again.dedup is not None and again.dedup.signatures_computed == 1
 
 
+def test_prune_drops_the_signatures_of_rows_no_cache_entry_holds(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from dlmstore.cache.admin import prune
+    from dlmstore.store.database import open_store
+
+    doc = _doc(tmp_path)
+    _tokenize(doc)
+    db = store_dir(VALID_ID) / "store.db"
+    conn = sqlite3.connect(db)
+    with conn:  # as eviction would: one row's entry gone
+        (key,) = conn.execute("SELECT row_key FROM row_signatures ORDER BY row_key LIMIT 1").fetchone()
+        conn.execute("DELETE FROM cache_entries WHERE row_key = ?", (key,))
+    conn.close()
+    with open_store(VALID_ID) as store:
+        result = prune(store, older_than=timedelta(days=36500))
+    assert result.signatures_removed == 1
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM row_signatures WHERE row_key = ?", (key,)).fetchone() == (0,)
+    conn.close()
+
+
 def test_a_second_store_takes_the_signatures_of_the_first(tmp_path: Path) -> None:
     doc = _doc(tmp_path)
     _tokenize(doc)

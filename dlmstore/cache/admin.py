@@ -137,6 +137,8 @@ class PruneResult:
         temp_files_removed: Temp files of writes that never finished, deleted.
         staging_dirs_removed: Leftover folders of base conversions that never finished, deleted.
         store_in_use: Another dlm process had the store open, so young files were left alone.
+        signatures_removed: Duplicate-search signatures of rows no cache entry holds any more
+            (``row_signatures``; a row that comes back is signed again).
     """
 
     cutoff: str
@@ -148,6 +150,7 @@ class PruneResult:
     temp_files_removed: int
     staging_dirs_removed: int
     store_in_use: bool
+    signatures_removed: int = 0
 
 
 def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_S) -> PruneResult:
@@ -162,12 +165,16 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
         ).fetchone()
         conn.execute("DELETE FROM cache_entries WHERE last_access_at < ?", (cutoff,))
         dead = drop_dead_packs(conn)
+        # A row's signature lives as long as one of its entries (dlmstore.corpus.signatures).
+        signatures = conn.execute(
+            "DELETE FROM row_signatures WHERE row_key NOT IN (SELECT row_key FROM cache_entries)"
+        ).rowcount
     unlink_packs(store, dead)
     compacted = _compact(store)
     debris = _debris(store, grace_s=grace_s, remove=True)
     return PruneResult(
         cutoff, removed, removed_bytes, len(dead), compacted, len(debris.orphans), len(debris.temps),
-        len(debris.staging), debris.store_in_use,
+        len(debris.staging), debris.store_in_use, signatures,
     )  # fmt: skip
 
 
