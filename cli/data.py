@@ -360,11 +360,13 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
             f"ok: {report.path} ({report.kind} {report.name}, {report.token_dtype}, "
             f"{tokens} tokens, {plural(report.files_checked, 'file')} checked{', deep' if report.deep else ''})"
         )
-        click.echo("train:")
+        for line in report.notes:
+            click.echo(f"note: {line}")
+        click.echo("train it with dlm:")
         click.echo(f"  {report.reader.train}")
-        click.echo("flags:")
+        click.echo("or with KempnerForge (its scripts/train.py flags):")
         click.echo(f"  {report.reader.flags}")
-        click.echo("python:")
+        click.echo("or read it from Python:")
         for line in report.reader.python.rstrip("\n").splitlines():
             click.echo(f"  {line}")
     else:

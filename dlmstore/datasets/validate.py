@@ -36,7 +36,7 @@ import os
 import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,8 @@ class ValidationReport:
         files_checked: Files checked.
         deep: Whether every sha256 and token id was checked (not ``--quick``).
         reader: How to read the dataset; null when it has problems.
+        notes: What passes but is worth knowing, one line each (an empty val split: nothing to
+            measure a val loss on).
     """
 
     path: str
@@ -106,6 +108,7 @@ class ValidationReport:
     files_checked: int
     deep: bool
     reader: ReaderConfig | None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,20 @@ def _report(
         files_checked=checked,
         deep=deep,
         reader=reader_config(root, built) if built and not problems else None,
+        notes=_notes(meta) if meta else [],
     )
+
+
+def _notes(meta: DatasetMeta) -> list[str]:
+    """An empty val split passes (a dataset may be all train), but is said."""
+    totals = meta.raw.get("totals") or {}
+    unit = "tokens" if meta.kind == "pretrain" else "examples"
+    if totals.get(f"val_{unit}", 0) == 0 and f"val_{unit}" in totals:
+        return [
+            f"the val split is empty (0 {unit}): nothing to measure a val loss on; rebuild with a larger "
+            "--val-frac to hold some out"
+        ]
+    return []
 
 
 def _open_entry(root: Path, meta: DatasetMeta, entry: FileEntry, problems: list[str]) -> TokenFile | None:
