@@ -95,6 +95,9 @@ def train_command(
             path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
         ) + (["--no-share"] if no_share else [])
         ctx.exit(launch(arguments, nproc, document=path))
+    from dlmstore.train.threads import configure
+
+    configure()  # threads and how they wait, before torch is imported (its pool reads them once)
     from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
 

@@ -4,8 +4,10 @@ Each rank is a child process running ``python -m dlmstore.cli.main train
 ...`` (the same arguments, without ``--nproc``) with the environment
 torchrun would give it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free local
-port), and ``OMP_NUM_THREADS`` set to this machine's cores divided among
-the ranks, so N ranks do not oversubscribe the CPU. Rank 0 prints what a
+port). Each rank divides this machine's cores by ``LOCAL_WORLD_SIZE`` for
+its torch threads, so N ranks do not oversubscribe the CPU, and lets them
+sleep when idle (:mod:`dlmstore.train.threads`); a user's
+``OMP_NUM_THREADS`` reaches every rank as it is. Rank 0 prints what a
 single-process run prints; the others are quiet.
 
 **The ranks live and die with the launcher.** Each rank runs in a process
@@ -121,7 +123,6 @@ def launch(arguments: Sequence[str], nproc: int, *, document: str | None = None)
 
 def _start(arguments: Sequence[str], nproc: int) -> list[_Rank]:
     port = free_port()
-    threads = max(1, (os.cpu_count() or 1) // nproc)
     ranks: list[_Rank] = []
     for rank in range(nproc):
         report = tempfile.TemporaryFile()  # already unlinked: nothing is left behind, however this ends
@@ -133,7 +134,6 @@ def _start(arguments: Sequence[str], nproc: int) -> list[_Rank]:
             "LOCAL_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
             LAUNCHER_ENV: str(os.getpid()),
             REPORT_FD_ENV: str(report.fileno()),
         }
