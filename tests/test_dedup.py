@@ -276,6 +276,29 @@ def test_above_the_all_pairs_limit_lsh_finds_the_pairs_comparing_every_pair_find
     assert sorted({m.cluster for m in with_lsh}) == list(range(1, 21))
 
 
+def test_the_lsh_candidates_are_the_pairs_datasketch_s_minhashlsh_finds() -> None:
+    from datasketch import MinHash, MinHashLSH
+
+    rng = random.Random(11)
+    vocabulary = [f"w{n}" for n in range(300)]
+    texts = [" ".join(rng.choice(vocabulary) for _ in range(60)) for _ in range(400)]
+    for index in range(0, 200, 2):  # copies with a few words changed: candidates in several bands
+        words = texts[index].split()
+        for position in rng.sample(range(60), rng.randint(1, 12)):
+            words[position] = "edit"
+        texts[index + 1] = " ".join(words)
+    values = np.stack([np.frombuffer(signatures.sign(text).minhash, dtype="<u4") for text in texts])
+    left, right = dedup.lsh_candidates(values)
+    index = MinHashLSH(num_perm=signatures.NUM_PERM, params=dedup.BANDS)
+    a, b = signatures.permutations()
+    sketches = [MinHash(hashvalues=row, permutations=(a, b), scheme="affine32") for row in values]
+    for number, sketch in enumerate(sketches):
+        index.insert(number, sketch)
+    expected = {(n, m) for n, sketch in enumerate(sketches) for m in index.query(sketch) if m > n}
+    assert set(zip(left.tolist(), right.tolist(), strict=True)) == expected
+    assert len(expected) >= 20
+
+
 def test_the_kept_row_does_not_depend_on_the_order_rows_come_in() -> None:
     items = _rows([MODULE, MODULE, MODULE.replace("handler_3(", "h3("), "unrelated words here and there"])
     signed = {item.row.row_key: signatures.sign(item.row.data["text"]) for item in items}

@@ -11,11 +11,12 @@ read-only) finds the duplicate clusters among the document's **text rows**
   without its ``# source:`` header, so a copy at another path counts);
 * **near** duplicates have signatures that agree in at least
   :data:`THRESHOLD` of their positions (estimated Jaccard similarity of
-  their 5-word shingle sets). Candidates come from datasketch's
-  ``MinHashLSH`` (at this threshold and 128 permutations it picks 9 bands
-  of 13 rows) over one row per distinct text, and each candidate pair is
-  checked on its signatures; up to :data:`ALL_PAIRS` distinct texts every
-  pair is checked instead (no index, no SciPy import). Pairs are joined
+  their 5-word shingle sets). Candidates are the pairs that share one of
+  16 bands of 8 signature positions (:func:`lsh_candidates`: the pairs
+  datasketch's ``MinHashLSH`` with those bands finds, a test checks, done
+  with a sort per band instead of a Python call per row), over one row per
+  distinct text, and each candidate pair is checked on its signatures; up
+  to :data:`ALL_PAIRS` distinct texts every pair is checked instead. Pairs are joined
   into clusters (union-find), so a cluster can hold two rows less similar
   than the threshold through a third one similar to both.
 
@@ -75,6 +76,15 @@ THRESHOLD = 0.8
 
 #: Up to this many distinct texts every pair is compared; above, LSH finds the candidates.
 ALL_PAIRS = 256
+
+#: LSH bands and rows per band (16 x 8 = NUM_PERM). Two texts of similarity s share a band with
+#: probability 1 - (1 - s**8)**16: 0.95 at 0.8, 0.9998 at 0.9, 0.24 at 0.6 (those are then
+#: checked on their signatures and dropped). datasketch's own choice at 0.8, 9 bands of 13,
+#: finds only 40% of the pairs at 0.8.
+BANDS = (16, 8)
+
+#: Candidate pairs checked on their signatures at once.
+PAIR_BLOCK = 1 << 16
 
 #: What the clusters were found with: the signatures' scheme and the threshold.
 CLUSTER_SCHEME = f"{SCHEME}:t{THRESHOLD}"
@@ -217,7 +227,8 @@ def analyse(store: Store, corpus: Corpus, *, run_id: int, mode: str) -> DedupRep
     Rows without a kept signature take one from another store of the home,
     else are signed (their text loaded when it is not yet); new signatures
     are kept. A corpus with the same rows as a recorded run reuses that
-    run's clusters and signs nothing.
+    run's clusters and signs nothing; so does one with the same rows as a
+    run of another store of the home (a second document over the same tree).
     """
     start = time.perf_counter()
     items = text_rows(corpus)
@@ -226,6 +237,8 @@ def analyse(store: Store, corpus: Corpus, *, run_id: int, mode: str) -> DedupRep
         prior = _run_with(conn, digest)
         members = _members(conn, prior) if prior is not None else None
         known = signatures.cached(conn, [item.row.row_key for item in items]) if members is None else {}
+    if members is None and len(known) < len(items):
+        members = _recorded_elsewhere(store.path, digest)
     computed = 0
     if members is None:
         missing = [item for item in items if item.row.row_key not in known]
@@ -263,6 +276,8 @@ def inspect(db_path: Path, corpus: Corpus, *, mode: str) -> DedupReport:
         return None, None, signatures.cached(conn, [item.row.row_key for item in items])
 
     prior, members, known = read_if_there(db_path, recorded) or (None, None, {})
+    if members is None and len(known) < len(items):
+        members = _recorded_elsewhere(db_path.parent, digest)
     if members is not None:
         return _report(members, mode=mode, rows=len(items), from_run=prior, computed=0, start=start)
     missing = [item for item in items if item.row.row_key not in known]
@@ -398,22 +413,43 @@ def _near_pairs(values: np.ndarray, words: list[bool]) -> Iterable[tuple[int, in
                 if words[right]:
                     yield left, right
         return
-    from datasketch import MinHash, MinHashLSH
+    nodes = np.flatnonzero(words)
+    first, second = lsh_candidates(values[nodes])
+    for begin in range(0, len(first), PAIR_BLOCK):  # candidates checked in blocks: bounded memory
+        a, b = nodes[first[begin : begin + PAIR_BLOCK]], nodes[second[begin : begin + PAIR_BLOCK]]
+        near = np.count_nonzero(values[a] == values[b], axis=1) >= least
+        yield from zip(a[near].tolist(), b[near].tolist(), strict=True)
 
-    a, b = signatures.permutations()
-    lsh = MinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM)
-    sketches = {
-        node: MinHash(hashvalues=values[node], permutations=(a, b), scheme="affine32")
-        for node in range(count)
-        if words[node]
-    }
-    with lsh.insertion_session() as session:
-        for node, sketch in sketches.items():
-            session.insert(node, sketch, check_duplication=False)
-    for node, sketch in sketches.items():
-        for other in lsh.query(sketch):
-            if other > node and np.count_nonzero(values[other] == values[node]) >= least:
-                yield node, other
+
+def lsh_candidates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``(i, j)``, ``i < j``, of rows of ``values`` that share a band: what datasketch's
+    ``MinHashLSH(num_perm=NUM_PERM, params=BANDS)`` returns when each row queries the index of all.
+
+    Each band's values are one key; rows with equal keys in any band are
+    candidates. Done on whole arrays (a sort per band) rather than one
+    ``insert`` and ``query`` per row (``tests/test_dedup.py`` checks the
+    pairs against ``MinHashLSH``'s).
+    """
+    import numpy as np
+
+    bands, width = BANDS
+    count = len(values)
+    pairs: set[tuple[int, int]] = set()
+    for band in range(bands):
+        keys = np.ascontiguousarray(values[:, band * width : (band + 1) * width]).view(
+            np.dtype((np.void, 4 * width))
+        )[:, 0]
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        sizes = np.diff(np.append(starts, count))
+        for begin, size in zip(starts[sizes > 1].tolist(), sizes[sizes > 1].tolist(), strict=True):
+            members = sorted(order[begin : begin + size].tolist())
+            pairs.update((a, b) for index, a in enumerate(members) for b in members[index + 1 :])
+    if not pairs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    both = np.array(sorted(pairs), dtype=np.int64)
+    return both[:, 0], both[:, 1]
 
 
 def kept_rows(rows: TokenizedRows, dropped: set[str]) -> TokenizedRows:
@@ -479,6 +515,22 @@ def _run_with(conn: sqlite3.Connection, digest: str) -> int | None:
         (digest, CLUSTER_SCHEME),
     ).fetchone()
     return None if row is None else int(row[0])
+
+
+def _recorded_elsewhere(folder: Path, digest: str) -> list[_Member] | None:
+    """The clusters another store of the home recorded for rows with ``digest`` (read-only; a
+    store that cannot be read is skipped); ``None`` when none did."""
+    from dlmstore.cache.share import sibling_reads
+
+    with sibling_reads(folder) as others:
+        for dlm_id, conn in others:
+            try:
+                prior = _run_with(conn, digest)
+                if prior is not None:
+                    return _members(conn, prior)
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                _log.debug("dedup: skipping %s: %s", dlm_id, exc)
+    return None
 
 
 def _members(conn: sqlite3.Connection, run_id: int) -> list[_Member]:

@@ -19,14 +19,14 @@ The MinHash is `datasketch <https://github.com/ekzhu/datasketch>`_'s,
 scheme ``affine32`` (``MinHash(num_perm=128, seed=1)``: each shingle hash
 mixed by the MurmurHash3 finalizer, then ``a * h + b mod 2**32`` with the
 seed's odd ``a``): ``tests/test_dedup.py`` checks that these signatures
-equal datasketch's ``update_batch`` of the same shingle hashes, and the
-clusters use datasketch's ``MinHashLSH`` (``dlmstore.corpus.dedup``).
-Only the feeding is done here, on whole arrays: datasketch's
-``update_batch`` calls a Python hash function per shingle (about 20M
-shingles on the Python stdlib), while this hashes every word of a text
-with a few numpy passes over its bytes and applies the permutations in
-blocks. Importing datasketch costs about half a second (SciPy), so it is
-imported only where its LSH index is used.
+equal datasketch's ``update_batch`` of the same shingle hashes (and
+``dlmstore.corpus.dedup``'s candidates its ``MinHashLSH``'s). Only the
+feeding is done here, on whole arrays: datasketch's ``update_batch`` calls
+a Python hash function per shingle (about 13M shingles on the Python
+stdlib), while this hashes every word of a text with a few numpy passes
+over its bytes and applies the permutations in blocks. Importing
+datasketch costs half a second to two (SciPy), so dlm does not import it:
+the tests hold these functions to it.
 
 Why 5-word shingles: vendored and generated copies of source files differ
 in a few lines (a version header, a renamed import); a change of one line

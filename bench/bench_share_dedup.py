@@ -1,0 +1,231 @@
+"""Tokens shared across the stores of a home, and what finding duplicate rows costs (issue 33).
+
+Prints, side by side from one run on this machine, each figure beside the
+baseline it is measured against in the same run:
+
+* **shared cold**: a second document (a new store) over the same tree as a
+  document already tokenized, its first `dlm tokenize`: with sharing (the
+  first store's packs hard-linked) against without (``--no-share``: the
+  tokenizer again), as a speedup (goal >= 20x); per 100,000 files against
+  the warm `dlm tokenize` of ``--tiny`` generated files (goal: no slower);
+* **extra disk** of the shared store: bytes of its token files that are not
+  hard links of another store's (goal ~0) against the same store's token
+  files without sharing;
+* **dedup, cold**: what the cold pass of the first document spent finding
+  duplicates (``dedup_runs.seconds``: signing every row, clustering,
+  keeping the signatures) against that pass's tokenizing; and in this
+  process over the same texts, the content hashes alone (exact duplicates)
+  and the whole signature (exact and near), against the cold tokenize
+  (goal: near <= 25%, exact ~free);
+* **dedup, warm**: the seconds `dlm show --json` reports for its duplicate
+  report against the whole warm `dlm show` (goal <= 5%);
+* what the tree holds: clusters, exact and near, and duplicate rows.
+
+Whole processes, dlmstore's bytecode compiled first (as an installed
+package has it); medians of ``--repeat`` for warm figures. ``--quick``
+takes the first 1,500 files of the tree and 5,000 tiny files, for a check
+that the script runs, not for figures.
+
+    python bench/bench_share_dedup.py [--root PATH] [--repeat 5] [--tiny 100000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchlib import DLM, REPO, STDLIB, compile_bytecode, make_tiny_tree, timed_process
+
+FIRST = "01M7YJ087N2NEP493AF56E3CF0"
+SECOND = "01M7YJ087N2NEP493AF56E3CF1"
+TINY = "01M7YJ087N2NEP493AF56E3CF2"
+
+GOALS = {"shared_speedup": 20.0, "near_share": 0.25, "warm_share": 0.05}
+
+
+def write_doc(path: Path, dlm_id: str, root: Path, max_files: int | None) -> Path:
+    limit = f"      max_files: {max_files}\n" if max_files else ""
+    path.write_text(
+        f"---\ndlm_id: {dlm_id}\ntraining:\n  sources:\n    - path: {root}\n"
+        f'      include: ["**/*.py"]\n{limit}---\nA corpus.\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def tokenize(doc: Path, env: dict[str, str], *flags: str) -> tuple[float, dict[str, Any]]:
+    seconds, _, stdout = timed_process([DLM, "tokenize", str(doc), "--json", *flags], env)
+    return seconds, json.loads(stdout)
+
+
+def fresh(home: Path, dlm_id: str) -> None:
+    shutil.rmtree(home / "store" / dlm_id, ignore_errors=True)
+
+
+def disk(home: Path, dlm_id: str) -> tuple[int, int]:
+    """Bytes on disk of a store's token files: all of them, and those that are no other file's link."""
+    total = own = 0
+    for pack in (home / "store" / dlm_id / "tokens").glob("pack-*.bin"):
+        st = pack.stat()
+        total += st.st_blocks * 512
+        own += st.st_blocks * 512 if st.st_nlink == 1 else 0
+    return total, own
+
+
+def dedup_record(home: Path, dlm_id: str, run_id: int) -> tuple[float, int]:
+    conn = sqlite3.connect(home / "store" / dlm_id / "store.db")
+    try:
+        seconds, signed = conn.execute(
+            "SELECT seconds, signatures_computed FROM dedup_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return float(seconds), int(signed)
+
+
+def in_process_costs(doc: Path) -> tuple[float, float, int, float]:
+    """This process, over the same rows: the content hashes alone, and the whole signatures."""
+    from dlmstore.collector import paused
+    from dlmstore.corpus import signatures
+    from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.corpus.dedup import text_rows
+    from dlmstore.document.parser import parse_document
+
+    with paused():
+        items = text_rows(load_corpus(parse_document(doc)))
+        texts = [signatures.row_text(item.row.data["text"], item.source) for item in items]
+        start = time.perf_counter()
+        for text in texts:
+            hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        exact = time.perf_counter() - start
+        signatures.sign("warm the numpy tables up")
+        start = time.perf_counter()
+        shingles = sum(signatures.sign(text).shingles for text in texts)
+        near = time.perf_counter() - start
+    return exact, near, shingles, sum(len(t) for t in texts) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=STDLIB, help="the tree of .py files (the stdlib)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tiny", type=int, default=100_000, help="files of the generated tree")
+    parser.add_argument("--quick", action="store_true", help="1,500 files and 5,000 tiny ones: a smoke run")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep the generated tree here")
+    args = parser.parse_args()
+    max_files = 1500 if args.quick else None
+    tiny_count = 5000 if args.quick else args.tiny
+    compile_bytecode()
+    load = os.getloadavg()[0]
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="dlm-bench-share-"))
+    work.mkdir(parents=True, exist_ok=True)
+    home = work / "home"
+    env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    env.pop("RAYON_NUM_THREADS", None)
+    env.pop("TOKENIZERS_PARALLELISM", None)
+    rows: list[tuple[str, str, str]] = []
+    try:
+        first = write_doc(work / "first.dlm", FIRST, args.root, max_files)
+        second = write_doc(work / "second.dlm", SECOND, args.root, max_files)
+        # Convert the base once and keep its tokenizer, so no timing below includes that one-off.
+        once = work / "once.dlm"
+        once.write_text(f"---\ndlm_id: {TINY}\n---\nWarm the base up.\n", encoding="utf-8")
+        timed_process([DLM, "tokenize", str(once)], env)
+        fresh(home, TINY)
+        print(f"load average {load:.2f} at start; tree {args.root}", flush=True)
+
+        cold_s, cold = tokenize(first, env)
+        files = cold["tokenization"]["total_rows"] - 1
+        pass_s = cold["tokenization"]["total_tokenize_seconds"]
+        dedup_s, signed = dedup_record(home, FIRST, cold["run_id"])
+        rows.append(("first document, cold dlm tokenize", f"{cold_s:.2f} s",
+                     f"{files:,} files, {cold['tokens']:,} tokens; its pass {pass_s:.2f} s"))  # fmt: skip
+
+        alone_s, alone = tokenize(second, env, "--no-share")
+        alone_disk, _ = disk(home, SECOND)
+        assert alone["tokenization"]["cache_shared"] == 0
+        rows.append(("second document, cold, --no-share", f"{alone_s:.2f} s",
+                     f"{alone['tokenization']['cache_misses']:,} misses; tokens {alone_disk / 2**20:.1f} MiB"))  # fmt: skip
+        fresh(home, SECOND)
+        shared_s, shared = tokenize(second, env)
+        shared_disk, shared_own = disk(home, SECOND)
+        event = shared["tokenization"]
+        assert event["cache_misses"] == 0, event
+        rows.append(("second document, cold, shared", f"{shared_s:.2f} s",
+                     f"{event['cache_shared']:,} rows taken, 0 misses; {alone_s / shared_s:.1f}x faster"))  # fmt: skip
+        rows.append(("  its token files", f"{shared_disk / 2**20:.1f} MiB",
+                     f"of which not a link of the first store's: {shared_own:,} bytes"))  # fmt: skip
+
+        tree = make_tiny_tree(work / "tiny" / "src", tiny_count)
+        tiny = work / "tiny.dlm"
+        tiny.write_text(f"---\ndlm_id: {TINY}\ntraining:\n  sources:\n    - path: {tree}\n---\nTiny.\n")
+        tokenize(tiny, env)
+        tokenize(tiny, env)  # the tree was just written: a racy-clean pass takes no snapshot
+        tokenize(tiny, env)
+        tiny_warm = statistics.median(tokenize(tiny, env)[0] for _ in range(args.repeat))
+        per_100k_shared = shared_s * 100_000 / files
+        per_100k_warm = tiny_warm * 100_000 / tiny_count
+        rows.append((f"{tiny_count:,} tiny files, warm dlm tokenize", f"{tiny_warm:.2f} s",
+                     f"median of {args.repeat}; per 100K files {per_100k_warm:.2f} s"))  # fmt: skip
+
+        exact_s, near_s, shingles, mib = in_process_costs(first)
+        rows.append(("dedup in the cold pass (dedup_runs)", f"{dedup_s:.2f} s",
+                     f"{signed:,} rows signed and clustered; {dedup_s / pass_s:.1%} of its tokenizing"))  # fmt: skip
+        rows.append(("exact: content sha256 of every row", f"{exact_s:.2f} s",
+                     f"{mib:.0f} MiB of text; {exact_s / pass_s:.1%} of the cold pass"))  # fmt: skip
+        rows.append(("near: whole signature of every row", f"{near_s:.2f} s",
+                     f"{shingles:,} shingles; {near_s / pass_s:.1%} of the cold pass"))  # fmt: skip
+
+        timed_process([DLM, "tokenize", str(first)], env)  # all hits: takes the snapshot if the cold one could not
+        shows = [timed_process([DLM, "show", str(first), "--json"], env) for _ in range(args.repeat)]
+        show_s = statistics.median(s for s, _, _ in shows)
+        report = json.loads(shows[-1][2])["dedup"]
+        warm_dedup = statistics.median(json.loads(out)["dedup"]["seconds"] for _, _, out in shows)
+        rows.append(("warm dlm show", f"{show_s:.2f} s",
+                     f"median of {args.repeat}; its duplicate report {warm_dedup * 1000:.1f} ms "
+                     f"({warm_dedup / show_s:.1%}), from run {report['from_run']}"))  # fmt: skip
+        exact_clusters = sum(c["kind"] == "exact" for c in report["clusters"])
+        rows.append(("the tree's duplicates", f"{len(report['clusters']):,}",
+                     f"clusters ({exact_clusters:,} exact, {len(report['clusters']) - exact_clusters:,} near), "
+                     f"{report['duplicate_rows']:,} duplicate rows of {report['rows']:,}"))  # fmt: skip
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\n{'case':<42} {'measured':>10}  against")
+    for case, value, note in rows:
+        print(f"{case:<42} {value:>10}  {note}")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end ({load:.2f} at the start)")
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    speedup = alone_s / shared_s
+    print("\nagainst the issue's goals")
+    print(f"  shared cold vs without sharing >= {GOALS['shared_speedup']:.0f}x: {speedup:.1f}x  "
+          f"{verdict(speedup >= GOALS['shared_speedup'])}")  # fmt: skip
+    print(f"  shared cold per 100K files <= warm per 100K files: {per_100k_shared:.2f} s vs {per_100k_warm:.2f} s  "
+          f"{verdict(per_100k_shared <= per_100k_warm)}")  # fmt: skip
+    print(f"  extra disk of shared packs ~0: {shared_own:,} bytes (without sharing {alone_disk:,})  "
+          f"{verdict(shared_own <= alone_disk * 0.01)}")  # fmt: skip
+    print(f"  near-dup signatures cold <= {GOALS['near_share']:.0%} of the cold tokenize: "
+          f"{near_s / pass_s:.1%} in this process, {dedup_s / pass_s:.1%} in the pass  "
+          f"{verdict(max(near_s, dedup_s) / pass_s <= GOALS['near_share'])}")  # fmt: skip
+    print(f"  exact ~free: {exact_s / pass_s:.1%} of the cold tokenize")
+    print(f"  warm dedup <= {GOALS['warm_share']:.0%} of a warm dlm show: {warm_dedup / show_s:.1%}  "
+          f"{verdict(warm_dedup / show_s <= GOALS['warm_share'])}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
