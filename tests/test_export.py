@@ -382,6 +382,61 @@ def test_a_tokenizer_gguf_cannot_represent_is_one_error_naming_its_pre_tokenizer
     )
 
 
+#: Text that tells pre-tokenizers apart: contractions, digit runs, newlines, runs of spaces, accents.
+TRICKY = (
+    "Hello  world!\n\n  It's 2026: 12345 items, naïve café; they'LL SEE\t\tdone.  \r\n"
+    "x=1234567 'll 've don't ...!!! ¿Qué? 日本語 tokens"
+)
+
+
+@pytest.mark.parametrize("pre", ["qwen2", "llama-bpe"])
+def test_a_qwen2_or_llama3_style_tokenizer_tokenizes_in_llama_cpp_as_in_transformers(
+    pre: str, tmp_path: Path
+) -> None:
+    import torch
+    from llama_cpp import Llama
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from dlmstore.export.model_gguf import write_model_gguf
+    from dlmstore.export.vocab import PRE_TOKENIZERS
+
+    block, ignore_merges = PRE_TOKENIZERS[pre]
+    tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(block["pretokenizers"][0]["pattern"]["Regex"]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator([BODY, TRICKY, BODY.upper()] * 3, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|im_end|>", bos_token="<|im_start|>"
+    )
+    fast.save_pretrained(tmp_path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=len(fast), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+        )  # fmt: skip
+        LlamaForCausalLM(config).save_pretrained(tmp_path)
+    write_model_gguf(tmp_path, tmp_path / "model.gguf")
+    llm = Llama(model_path=str(tmp_path / "model.gguf"), vocab_only=True, verbose=False)
+    try:
+        for text in (TRICKY, BODY):
+            expected = fast(text, add_special_tokens=False)["input_ids"]
+            assert llm.tokenize(text.encode(), add_bos=False, special=False) == expected
+    finally:
+        llm.close()
+
+
 def test_a_damaged_adapter_is_refused_before_anything_is_written(runner: CliRunner, doc: Path) -> None:
     weights = store_dir(VALID_ID) / "adapter" / "versions" / "v0001" / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())

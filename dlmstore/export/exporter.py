@@ -176,7 +176,8 @@ def export_document(
             require_llama_cpp("dlm export")
         default = store.path / EXPORTS_DIR / f"v{version.version:04d}-{chosen or 'hf'}"
         claim = claim_folder(Path(out) if out is not None else default, force=force)
-        ref = resolve_base(document.base_model, relative_to=document.directory)
+        # The base the adapter was trained on, which the document may have changed since.
+        ref = resolve_base(version.base_model, relative_to=document.directory)
         notes: list[str] = []
         staging = stage(claim)
         try:
@@ -187,7 +188,7 @@ def export_document(
                 manifest = manifest_bytes(
                     {
                         "dlm_id": document.dlm_id,
-                        "base_model": document.base_model,
+                        "base_model": version.base_model,
                         "adapter": {
                             "version": version.version,
                             "phase": version.phase,
@@ -224,7 +225,7 @@ def export_document(
         export_id=export_id,
         adapter_version=version.version,
         adapter_sha256=version.sha256,
-        base_model=document.base_model,
+        base_model=version.base_model,
         target=target,
         quant=chosen,
         folder=str(claim.folder),
@@ -327,7 +328,7 @@ def _write(
     num_ctx = min(document.frontmatter.training.sequence_len, params.context_length)
     header = [
         f"Written by dlm export: document {document.dlm_id}, adapter v{version.version:04d} ({version.sha256}),",
-        f"base model {document.base_model}, quantisation {quant}.",
+        f"base model {version.base_model}, quantisation {quant}.",
     ]
     if framing is not None:
         export_block = document.frontmatter.export
