@@ -83,6 +83,10 @@ demo: install
 	$(DLM) lock show examples/tour.dlm
 	@echo "--- what does the adapter answer?"
 	$(DLM) prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40
+	@echo "--- the adapter leaves the store: a merged HF folder, GGUF files (llama.cpp's Q4_K_M) and a Modelfile"
+	$(DLM) export examples/tour.dlm --target ollama
+	@echo "--- the same question, answered by llama.cpp from that export"
+	$(DLM) prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40 --backend llama.cpp
 	@echo "store.db is plain SQLite; ask it anything, e.g. the hit rate per run:"
 	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
 
