@@ -309,7 +309,7 @@ def test_the_report_of_a_trained_store_draws_every_chart_in_chromium(
     registered = sqlite3.connect(store_dir(VALID_ID) / "store.db").execute("SELECT sha256 FROM adapters")
     shas = [sha for (sha,) in registered]
     assert len(shas) == len(list(adapters.iterdir())) == 4  # two runs, sft and preference each
-    assert all(f"<code>{sha}</code>" in text for sha in shas)
+    assert all(f'<code class="sha">{sha}</code>' in text for sha in shas)
 
 
 @pytest.mark.slow

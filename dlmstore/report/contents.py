@@ -40,7 +40,7 @@ from dlmstore.errors import LockError
 from dlmstore.lock.model import Lock, parse_lock
 from dlmstore.lock.policy import Mismatch, compare
 from dlmstore.store.database import Store
-from dlmstore.store.metrics import ExportSummary, list_exports
+from dlmstore.store.metrics import ExportSummary, duration_seconds, list_exports
 
 #: How many train runs get their curves drawn unless told otherwise (newest first).
 DEFAULT_TRAIN_RUNS = 20
@@ -88,12 +88,17 @@ class TrainingRun:
         status: ``running``, ``completed`` or ``failed``.
         started_at: When it started (ISO-8601 UTC).
         phases: Each phase's curve, SFT first.
+        duration_seconds: How long the run took (``finished_at`` minus ``started_at``); null
+            while it runs.
+        error: Why it failed; null when it did not.
     """
 
     run_id: int
     status: str
     started_at: str
     phases: list[PhaseCurve]
+    duration_seconds: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,7 +331,9 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
 def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: int) -> list[TrainingRun]:
     """The newest ``limit`` train runs with their steps by phase (two queries)."""
     runs = conn.execute(
-        "SELECT id, status, started_at FROM runs WHERE command = 'train' ORDER BY id DESC LIMIT ?", (limit,)
+        "SELECT id, status, started_at, finished_at, error FROM runs WHERE command = 'train' "
+        "ORDER BY id DESC LIMIT ?",
+        (limit,),
     ).fetchall()
     steps: dict[tuple[int, str], list[StepPoint]] = defaultdict(list)
     for row in conn.execute(
@@ -345,7 +352,8 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
             for phase in ("sft", "preference")
             if (run["id"], phase) in steps
         ]
-        result.append(TrainingRun(run["id"], run["status"], run["started_at"], phases))
+        took = duration_seconds(run["started_at"], run["finished_at"])
+        result.append(TrainingRun(run["id"], run["status"], run["started_at"], phases, took, run["error"]))
     return result
 
 

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from dlmstore.errors import ReportError
 from dlmstore.plural import plural
-from dlmstore.report.contents import LockEntry, StoreReport, TrainingRun
+from dlmstore.report.contents import LockEntry, PhaseCurve, StoreReport, TrainingRun
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
 from dlmstore.store.atomic import SameAsInputError, replace_user_file
+from dlmstore.store.metrics import PhaseMetrics
 
 #: At most this many source folders get their own bar; the rest are summed in one.
 TOP_FOLDERS = 15
@@ -49,6 +50,7 @@ table { border-collapse: collapse; font-size: .85rem; margin-top: .5rem; }
 th, td { border-bottom: 1px solid #e4e4e4; padding: .25rem .6rem; text-align: left; vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .8rem; }
+code.sha { word-break: break-all; display: inline-block; min-width: 22ch; max-width: 34ch; }
 .empty { color: #777; font-style: italic; } .wide { overflow-x: auto; }
 .sev { border-radius: 3px; padding: 0 .3rem; font-size: .75rem; font-weight: 600; }
 .sev-ALLOW { background: #e3f3e3; color: #225522; } .sev-WARN { background: #fff1cc; color: #6b4e00; }
@@ -157,7 +159,16 @@ def _training(report: StoreReport) -> str:
         f"(the newest {len(report.training)} train runs, newest first).</p>"
     )
     for run in report.training:
-        parts.append(f"<h3>Run {run.run_id} · {escape(run.status)} · started {escape(run.started_at)}</h3>")
+        took = "" if run.duration_seconds is None else f" · took {_duration(run.duration_seconds)}"
+        parts.append(
+            f"<h3>Run {run.run_id} · {escape(run.status)} · started {escape(run.started_at)}{took}</h3>"
+        )
+        if run.error:
+            parts.append(f'<p class="meta">failed: {escape(run.error)}</p>')
+        if run.phases:
+            parts.append(
+                '<p class="meta">' + " · ".join(_phase_line(run, curve) for curve in run.phases) + "</p>"
+            )
         if not run.phases:
             parts.append(_empty("No steps were logged (the run failed before its first step)."))
             continue
@@ -179,11 +190,30 @@ def _training(report: StoreReport) -> str:
     return "\n".join(parts)
 
 
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{seconds:.1f} s" if seconds < 60 else f"{minutes} min {rest:02d} s"
+
+
+def _phase_line(run: TrainingRun, curve: PhaseCurve) -> str:
+    """A phase's steps, final and best loss (the numbers its curve draws)."""
+    summary = PhaseMetrics.of(curve.phase, [(point.step, point.loss) for point in curve.steps])
+    final = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
+    best = "" if summary.best_loss is None else f", best {summary.best_loss:.4f} at step {summary.best_step}"
+    return f"{escape(_phase_title(run, curve.phase, curve.method))}: {plural(summary.steps, 'step')}, final loss {final}{best}"
+
+
 def _cache(report: StoreReport) -> str:
     head = "<h2>Tokenized cache</h2>"
     passes = report.cache_passes
     if not passes:
         return head + _empty("No tokenization pass yet: run `dlm tokenize` or `dlm train` on the document.")
+    if any(p.cache_mode != "on" for p in passes):  # every row a miss on purpose, not an emptied cache
+        modes = ", ".join(f"run {p.run_id} {p.cache_mode}" for p in passes if p.cache_mode != "on")
+        head += (
+            f'<p class="meta">Cache not used ({escape(modes)}: bypassed is <code>--no-cache</code>, off is '
+            "<code>training.cache.enabled: false</code>): those runs' misses are every row, by request.</p>"
+        )
     labels = [str(p.run_id) for p in passes]
     hits = column_chart(
         "cache hits and misses per run",
@@ -271,7 +301,7 @@ def _adapters(report: StoreReport) -> str:
             f"v{a.version:04d}", str(a.run_id), escape(a.phase), escape(a.method or ""),
             "" if a.parent_version is None else f"v{a.parent_version:04d}", f"{a.steps:,}",
             "" if a.final_loss is None else f"{a.final_loss:.4f}", escape(human_bytes(a.bytes)),
-            f"<code>{escape(a.sha256)}</code>", escape(a.created_at),
+            f'<code class="sha">{escape(a.sha256)}</code>', escape(a.created_at),
         ]
         for a in report.adapters
     ]  # fmt: skip
