@@ -189,7 +189,6 @@ class _Member:
 
 def text_rows(corpus: Corpus) -> list[TextRow]:
     """The text rows of ``corpus`` with their paths, in corpus order."""
-    document = corpus.document
     # Each section's directive: None for the body's; (path as written, whether it names one file).
     directives: list[tuple[str, bool] | None] = [None] * len(corpus.body_sections)
     for provenance in corpus.expansion.provenance:
@@ -204,7 +203,7 @@ def text_rows(corpus: Corpus) -> list[TextRow]:
         if row.kind != "text" or section is None:
             continue
         if directive is None or section.source is None:
-            path = f"{document.path.name}:{section.line}"
+            path = f":{section.line}"  # shown as document:line (_shown): the same for every copy of it
         elif directive[1]:
             path = directive[0]
         else:
@@ -255,7 +254,10 @@ def analyse(store: Store, corpus: Corpus, *, run_id: int, mode: str) -> DedupRep
         computed = len(made)
         signatures.save(store, {**taken, **made})
         members = find_clusters(items, {**known, **taken, **made})
-    report = _report(members, mode=mode, rows=len(items), from_run=None, computed=computed, start=start)
+    report = _report(
+        members, document=corpus.document.path.name, mode=mode, rows=len(items), from_run=None,
+        computed=computed, start=start,
+    )  # fmt: skip
     _record(store, run_id, report, digest=digest, members=members, members_run=prior)
     return report
 
@@ -279,7 +281,10 @@ def inspect(db_path: Path, corpus: Corpus, *, mode: str) -> DedupReport:
     if members is None and len(known) < len(items):
         members = _recorded_elsewhere(db_path.parent, digest)
     if members is not None:
-        return _report(members, mode=mode, rows=len(items), from_run=prior, computed=0, start=start)
+        return _report(
+            members, document=corpus.document.path.name, mode=mode, rows=len(items), from_run=prior,
+            computed=0, start=start,
+        )  # fmt: skip
     missing = [item for item in items if item.row.row_key not in known]
     if missing:
         known = {**known, **signatures.from_other_stores(db_path.parent, [i.row.row_key for i in missing])}
@@ -289,10 +294,15 @@ def inspect(db_path: Path, corpus: Corpus, *, mode: str) -> DedupReport:
         if item.row.row_key not in known
     }
     members = find_clusters(items, {**known, **made})
-    return _report(members, mode=mode, rows=len(items), from_run=None, computed=len(made), start=start)
+    return _report(
+        members, document=corpus.document.path.name, mode=mode, rows=len(items), from_run=None,
+        computed=len(made), start=start,
+    )  # fmt: skip
 
 
-def recorded_for(db_path: Path, run_id: int, *, dlm_sha256: str, mode: str) -> DedupReport | None:
+def recorded_for(
+    db_path: Path, run_id: int, *, document: str, dlm_sha256: str, mode: str
+) -> DedupReport | None:
     """The clusters recorded for ``run_id`` when it read a document of ``dlm_sha256`` (``dlm
     show``, when that run's pass snapshot proves the tree unchanged: then the rows are the same);
     ``None`` when it recorded none, or read other document bytes."""
@@ -309,12 +319,14 @@ def recorded_for(db_path: Path, run_id: int, *, dlm_sha256: str, mode: str) -> D
         if row is None:
             return None
         members = _members(conn, row[0])
-        return _report(members, mode=mode, rows=row[1], from_run=run_id, computed=0, start=start)
+        return _report(
+            members, document=document, mode=mode, rows=row[1], from_run=run_id, computed=0, start=start
+        )
 
     return read_if_there(db_path, read)
 
 
-def copy_record(store: Store, from_run: int, to_run: int, *, mode: str) -> DedupReport | None:
+def copy_record(store: Store, from_run: int, to_run: int, *, document: str, mode: str) -> DedupReport | None:
     """Record for ``to_run`` what ``from_run`` found (a pass answered from ``from_run``'s snapshot:
     the same rows); ``None`` when ``from_run`` recorded nothing."""
     start = time.perf_counter()
@@ -325,7 +337,9 @@ def copy_record(store: Store, from_run: int, to_run: int, *, mode: str) -> Dedup
         if row is None:
             return None
         members = _members(conn, row["members_run_id"])
-    report = _report(members, mode=mode, rows=row["rows"], from_run=None, computed=0, start=start)
+    report = _report(
+        members, document=document, mode=mode, rows=row["rows"], from_run=None, computed=0, start=start
+    )
     _record(
         store, to_run, report, digest=row["corpus_sha256"], members=members, members_run=row["members_run_id"]
     )
@@ -472,7 +486,14 @@ def kept_rows(rows: TokenizedRows, dropped: set[str]) -> TokenizedRows:
 
 
 def _report(
-    members: list[_Member], *, mode: str, rows: int, from_run: int | None, computed: int, start: float
+    members: list[_Member],
+    *,
+    document: str,
+    mode: str,
+    rows: int,
+    from_run: int | None,
+    computed: int,
+    start: float,
 ) -> DedupReport:
     clusters: dict[int, list[_Member]] = {}
     for member in members:
@@ -485,7 +506,9 @@ def _report(
             DedupCluster(
                 kind,
                 [
-                    DedupMember(m.path, m.row_key, m.similarity, not m.drop_near, _drops(m, mode))
+                    DedupMember(
+                        _shown(m.path, document), m.row_key, m.similarity, not m.drop_near, _drops(m, mode)
+                    )
                     for m in group
                 ],
             )
@@ -501,6 +524,11 @@ def _report(
         signatures_computed=computed,
         seconds=round(time.perf_counter() - start, 4),
     )
+
+
+def _shown(path: str, document: str) -> str:
+    """A member's path as shown: a body row's ``:LINE`` as ``document:LINE``."""
+    return f"{document}{path}" if path.startswith(":") else path
 
 
 def _drops(member: _Member, mode: str) -> bool:

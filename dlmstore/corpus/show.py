@@ -147,7 +147,11 @@ def summarize(path: str | Path) -> DocumentSummary:
         source_warnings: tuple[str, ...] = ()  # a snapshot is only taken of a pass without warnings
         # The same rows as that run's: its recorded clusters, when it read these document bytes.
         dedup = duplicates.recorded_for(
-            store_path / DB_NAME, snapshot.run_id, dlm_sha256=document.sha256, mode=mode
+            store_path / DB_NAME,
+            snapshot.run_id,
+            document=document.path.name,
+            dlm_sha256=document.sha256,
+            mode=mode,
         )
     if dedup is None:
         # Else the stat records the last `dlm tokenize` kept, read-only: files they

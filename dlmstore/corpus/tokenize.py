@@ -446,7 +446,9 @@ def tokenize_document(
                     store, run_id, result.event,
                     tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
                 )  # fmt: skip
-                found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
+                found = duplicates.copy_record(
+                    store, snapshot.run_id, run_id, document=document.path.name, mode=settings.dedup
+                )
         else:
             share = settings.cache.share and not no_share
             stats = stat_records(store, share=share) if enabled else None
