@@ -630,7 +630,9 @@ row_signatures = Table(
         nullable=False,
         comment="sha256 of the row's text (a source file's without its # source header): exact duplicates.",
     ),
-    Column("shingles", Integer, nullable=False, comment="Distinct word shingles the signature was made from."),
+    Column(
+        "shingles", Integer, nullable=False, comment="Distinct word shingles the signature was made from."
+    ),
     Column(
         "minhash",
         LargeBinary,
@@ -657,7 +659,12 @@ dedup_runs = Table(
         nullable=False,
         comment="training.dedup of the run: off (report only), exact or near (what was dropped).",
     ),
-    Column("scheme", Text, nullable=False, comment="The signature scheme and threshold the clusters were found with."),
+    Column(
+        "scheme",
+        Text,
+        nullable=False,
+        comment="The signature scheme and threshold the clusters were found with.",
+    ),
     Column(
         "corpus_sha256",
         Text,
@@ -675,8 +682,15 @@ dedup_runs = Table(
     Column("rows", Integer, nullable=False, comment="Text rows compared."),
     Column("clusters", Integer, nullable=False, comment="Clusters of two or more duplicate rows."),
     Column("duplicate_rows", Integer, nullable=False, comment="Rows in clusters besides each kept row."),
-    Column("dropped_rows", Integer, nullable=False, comment="Rows the run left out of training (0 when mode is off)."),
-    Column("signatures_computed", Integer, nullable=False, comment="Rows whose signature was made by this run."),
+    Column(
+        "dropped_rows",
+        Integer,
+        nullable=False,
+        comment="Rows the run left out of training (0 when mode is off).",
+    ),
+    Column(
+        "signatures_computed", Integer, nullable=False, comment="Rows whose signature was made by this run."
+    ),
     Column("seconds", Float, nullable=False, comment="Time spent finding the clusters."),
     Column("created_at", Text, nullable=False, comment="When it was recorded."),
     CheckConstraint("mode IN ('off', 'exact', 'near')", name="dedup_runs_mode"),
@@ -695,7 +709,13 @@ dedup_members = Table(
     ),
     Column("cluster", Integer, nullable=False, comment="The cluster's number in the run, from 1."),
     Column("row_key", Text, nullable=False, comment="The member row's key."),
-    Column("path", Text, nullable=False, comment="Where the row comes from: a source file or document:line."),
+    Column(
+        "path",
+        Text,
+        nullable=False,
+        comment="Where the row comes from: a source file (under its directive's path), or :LINE for a prose "
+        "section of the document's body (shown as document:LINE).",
+    ),
     Column(
         "similarity",
         Float,
