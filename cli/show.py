@@ -10,6 +10,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
     from dlmstore.corpus.dedup import DedupReport
+    from dlmstore.sources.expand import SourceProvenance
 
 
 @click.command("show")
@@ -66,9 +67,11 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
             if key.startswith("skipped_") and value
         }
         detail = ", ".join(f"{n} {why}" for why, n in skipped.items())
+        left = _left_out(source)
+        notes = "; ".join(part for part in (f"skipped {detail}" if detail else "", left) if part)
         click.echo(
             f"source:   {source.directive}: {plural(source.files_included, 'file')}, "
-            f"{human_bytes(source.bytes_included)}" + (f" (skipped {detail})" if detail else "")
+            f"{human_bytes(source.bytes_included)}" + (f" ({notes})" if notes else "")
         )
     state = "exists" if summary.store.exists else "not created yet"
     click.echo(f"store:    {summary.store.path} ({state})")
@@ -82,6 +85,20 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
 
 #: Clusters listed by the text output; --json lists every one.
 SHOWN_CLUSTERS = 20
+
+
+def _left_out(source: SourceProvenance) -> str:
+    """What a directive's filters left out, by reason (the files it read and skipped are apart)."""
+    reasons = [
+        (source.excluded_not_included, "not matching include"),
+        (source.excluded - source.excluded_not_included, "by exclude, the default excludes or .dlm/ignore"),
+    ]
+    parts = [f"{n} {why}" for n, why in reasons if n]
+    text = f"left out {source.excluded}: {', '.join(parts)}" if source.excluded else ""
+    if source.excluded_dirs:
+        folders = f"{plural(source.excluded_dirs, 'folder')} not walked"
+        text = f"{text}; {folders}" if text else folders
+    return text
 
 
 def _print_dedup(dedup: DedupReport) -> None:

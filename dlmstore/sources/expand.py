@@ -67,6 +67,9 @@ class SourceProvenance:
             ``.dlm/training.yaml`` or ``.dlm/ignore`` files.
         excluded_dirs: directories not descended into (nothing below them
             could be read, or they are symlinked); their files are not counted.
+        excluded_not_included: of ``excluded``, files no ``include`` glob matched (the
+            rest: ``exclude`` globs, the default excludes, ``.dlm/training.yaml``'s
+            excludes and ``.dlm/ignore`` rules, and the document itself).
     """
 
     directive: str
@@ -80,6 +83,7 @@ class SourceProvenance:
     skipped_outside: int
     excluded: int
     excluded_dirs: int
+    excluded_not_included: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,7 @@ def expand_sources(
                 skipped_outside=walked.skipped_outside,
                 excluded=walked.excluded,
                 excluded_dirs=walked.excluded_dirs,
+                excluded_not_included=walked.not_included,
             )
         )
     found = proof.proof() if proof is not None and not warnings else None

@@ -117,6 +117,8 @@ class SourceWalk:
         skipped_outside: symlinked files resolving outside the document's
             directory and the directive root (permissive policy).
         warnings: one line each, meant for stderr.
+        not_included: of ``excluded``, files no ``include`` glob matched (the rest: an
+            exclude glob, a default exclude or an ignore rule, or the document itself).
     """
 
     root: str
@@ -126,6 +128,7 @@ class SourceWalk:
     skipped_outside: int
     warnings: tuple[str, ...]
     listed: ListedDirs | None = None
+    not_included: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ def walk_directive(
         skipped_outside=walker.skipped_outside,
         warnings=tuple(walker.warnings),
         listed=None if walker.stamps is None else ListedDirs(tuple(walker.stamps), listed_ns),
+        not_included=walker.not_included,
     )
 
 
@@ -325,6 +329,7 @@ class _Walker:
         self.files: list[ChosenFile] = []
         self.warnings: list[str] = []
         self.excluded = 0
+        self.not_included = 0  # of excluded: no include glob matched (dlm show says why)
         self.excluded_dirs = 0
         self.skipped_outside = 0
         self.task: Task | None = None  # the walk's progress, counted once per directory
@@ -340,15 +345,16 @@ class _Walker:
         except OSError as exc:
             self.warnings.append(f"{self.label}: cannot list {dir_rel or '.'}: {exc.strerror}")
             return
-        items, dirs, links, excluded, has_folder = self._classify(entries, dir_rel, scope)
+        items, dirs, links, excluded, has_folder, not_included = self._classify(entries, dir_rel, scope)
         if links or has_folder:  # a link's target, or a .dlm/ file's text, is not in a folder's stamp
             self.stamps = stamps = None
         if has_folder:  # rare: a .dlm/ folder opens a new scope; classify again under it
             folder = load_folder(dir_abs, dir_rel, label=self.label)
             self.warnings.extend(folder.warnings)
             scope = scope.enter(folder)
-            items, dirs, links, excluded, _ = self._classify(entries, dir_rel, scope)
+            items, dirs, links, excluded, _, not_included = self._classify(entries, dir_rel, scope)
         self.excluded += excluded
+        self.not_included += not_included
         exact = "\n" in dir_rel
         walked = 0
         for entry in dirs:
@@ -375,10 +381,10 @@ class _Walker:
 
     def _classify(
         self, entries: list[os.DirEntry[str]], dir_rel: str, scope: Scope
-    ) -> tuple[list[_Item], list[os.DirEntry[str]], list[os.DirEntry[str]], int, bool]:
+    ) -> tuple[list[_Item], list[os.DirEntry[str]], list[os.DirEntry[str]], int, bool, int]:
         """Split one directory's entries into kept files, directories,
-        symlinks, the count of files excluded, and whether a ``.dlm/`` folder
-        is there.
+        symlinks, the count of files excluded, whether a ``.dlm/`` folder
+        is there, and how many of the excluded no include glob matched.
 
         This is the hot loop of the walk: the name tests are called inline,
         and a relpath is built only for a file that is kept. A path holding a
@@ -392,7 +398,7 @@ class _Walker:
         dirs: list[os.DirEntry[str]] = []
         links: list[os.DirEntry[str]] = []
         has_folder = False
-        excluded = 0
+        excluded = not_included = 0
         for entry in entries:
             name = entry.name
             if entry.is_file(follow_symlinks=False):
@@ -400,6 +406,7 @@ class _Walker:
                     keep = scope.included_exactly(prefix + name)
                 elif include is not None and not include(name):
                     keep = False
+                    not_included += 1
                 elif ignore is not None and (found := ignore(name)) is not None:
                     keep = negated[found.lastindex or 0]
                 else:
@@ -417,7 +424,7 @@ class _Walker:
                 if name == DLM_FOLDER and entry.is_dir():
                     has_folder = True
             # sockets, FIFOs and devices are never sources
-        return items, dirs, links, excluded, has_folder
+        return items, dirs, links, excluded, has_folder, not_included
 
     def _symlink(self, path: str, rel: str, scope: Scope, items: list[_Item]) -> None:
         """Apply the symlink policy to one link, appending a followed file to ``items``."""
