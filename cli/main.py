@@ -37,6 +37,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "cache": ("cache", "cache_group", "Inspect and maintain the tokenized cache of a document's store."),
     "data": ("data", "data_group", "Token datasets: pretrain shards and SFT caches, registered in store.db."),
+    "eval": ("eval", "eval_command", "Evaluate a stored adapter of the document at PATH on its val split and probes."),
     "export": (
         "export", "export_command",
         "Export the document's adapter: a merged HF folder, GGUF files and a Modelfile or server command.",

@@ -11,6 +11,7 @@ from .params import SEED
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
+    from dlmstore.eval.records import ModelEval, PhaseEval
     from dlmstore.train.summary import TrainSummary
 
 
@@ -138,6 +139,8 @@ def _print_summary(summary: TrainSummary, as_json: bool) -> None:
             rewards = _rewards(part.metrics)
             click.echo(f"run {summary.run_id} preference ({part.method}): {plural(part.steps, 'step')} on "
                        f"{plural(part.rows, 'triple')}, final loss {loss}{rewards} -> v{part.adapter_version:04d}")  # fmt: skip
+        if part.evaluation is not None:
+            _print_evaluation(part.evaluation)
     for use in summary.datasets:
         click.echo(f"dataset: {use.path} ({use.kind}, weight {use.weight:g}): {plural(use.samples, 'item')}, "
                    f"{plural(use.tokens, 'token')}")  # fmt: skip
@@ -150,6 +153,32 @@ def _print_summary(summary: TrainSummary, as_json: bool) -> None:
     click.echo(f"cache:   {plural(event.cache_hits, 'hit')}, {plural(event.cache_misses, 'miss', 'misses')} ({rate}), "
                f"{human_bytes(event.cache_bytes_after)} cached")  # fmt: skip
     click.echo(f"lock:    {summary.lock_decision}")
+
+
+def _print_evaluation(evaluation: PhaseEval) -> None:
+    """A phase's val loss, base -> adapter, with its best step and early stopping; its probes, base -> adapter."""
+    base, adapter, stop = evaluation.base, evaluation.adapter, evaluation.early_stop
+    if adapter.val_loss is None:
+        click.echo("  val:    no rows held out")
+    else:
+        line = f"loss {_number(base.val_loss, '.4f')} -> {adapter.val_loss:.4f} ({plural(adapter.val_rows, 'row')})"
+        if stop is not None and stop.best_val_loss is not None:
+            line += f", best {stop.best_val_loss:.4f} at step {stop.best_step}"
+        if stop is not None and stop.stopped_at is not None:
+            line += f"; early stopping at step {stop.stopped_at} ({stop.patience} evaluations without improvement)"
+        click.echo(f"  val:    {line}")
+    if adapter.probes:
+        click.echo(f"  probes: {_probes(base)} -> {_probes(adapter)}")
+
+
+def _probes(model: ModelEval) -> str:
+    """``base NLL 7.92, 0/3 exact, F1 0.04``."""
+    return (f"{model.model if model.model == 'base' else 'adapter'} NLL {_number(model.probe_nll, '.2f')}, "
+            f"{model.probe_exact}/{len(model.probes)} exact, F1 {_number(model.probe_f1, '.2f')}")  # fmt: skip
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
 def _rewards(metrics: dict[str, float]) -> str:

@@ -156,6 +156,7 @@ def test_every_command_prints_json_its_schema_validates(
         ["tokenize", str(doc)],
         ["train", str(doc)],
         ["prompt", str(doc), "What does the cache key include?", "--max-new-tokens", "2"],
+        ["eval", str(doc)],
         ["export", str(doc), "--quant", "Q4_K_M"],
         ["metrics", str(doc)],
         ["metrics", str(doc), "--run-id", "2"],

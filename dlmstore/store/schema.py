@@ -67,7 +67,7 @@ runs = Table(
         primary_key=True,
         comment="Run id; AUTOINCREMENT so an id is never reused, even after a crash.",
     ),
-    Column("command", Text, nullable=False, comment="What ran: tokenize or train."),
+    Column("command", Text, nullable=False, comment="What ran: tokenize, train or eval."),
     Column(
         "status",
         Text,

@@ -392,6 +392,13 @@ def latest(store: Store, phase: Phase | None = None) -> AdapterVersion | None:
     return AdapterVersion(**row) if row else None
 
 
+def find_version(store: Store, version: int) -> AdapterVersion | None:
+    """The registered adapter ``version``, or ``None``."""
+    with store.read() as conn:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM adapters WHERE version = ?", (version,)).fetchone()
+    return AdapterVersion(**row) if row else None
+
+
 def sweep_debris(store: Store, *, run_id: int) -> list[str]:
     """Remove what train runs that are no longer running left behind; return the paths removed.
 

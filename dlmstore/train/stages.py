@@ -32,10 +32,11 @@ them up into ``TrainTimings`` (``bench/bench_train.py`` prints the split).
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from dlmstore.corpus.pass_result import PassResult, TokenizedRows
     from dlmstore.document.frontmatter import TrainingSettings
     from dlmstore.document.parser import Document
+    from dlmstore.eval.probes import Probe
+    from dlmstore.eval.records import PhaseEval
     from dlmstore.lock.run import PendingLock
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
@@ -137,6 +140,9 @@ class Prepared:
     resume: Checkpoint | None
     resumed_from: int | None
     rows_sha256: str  # the identity of the rows the run trains on (its checkpoints record it)
+    val_rows: TokenizedRows | None = None  # the rows held out for validation (dlmstore.eval.split)
+    probes: tuple[Probe, ...] = ()  # what the base and each phase's adapter are asked (dlmstore.eval.probes)
+    val_history: tuple[tuple[int, float | None], ...] = ()  # the val losses of the run resumed, to its step
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class Trained:
     plan: TrainingPlan
     model_load: float
     accounting: dict[str, Any] | None  # this rank's SFT accounting (``dlmstore.train.data.usage``)
+    evaluations: list[PhaseEval] = dataclasses.field(default_factory=list)  # after each phase (rank 0's)
 
 
 def resolve(path: str, options: Options) -> Setup:
@@ -248,7 +255,7 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
 
 
 def tokenize(
-    store: Store, run_id: int, setup: Setup, base: BaseFiles, begun: Begun, options: Options
+    store: Store, run_id: int, setup: Setup, base: BaseFiles, tokenizer: Any, options: Options
 ) -> Tokenized:
     """The same pass as ``dlm tokenize`` (through the cache unless ``--no-cache``), recorded for this run.
 
@@ -273,7 +280,7 @@ def tokenize(
         corpus = load_corpus(setup.document, stat_cache=stats)
         result = tokenize_pass(
             store, corpus, run_id=run_id, tokenizer_sha256=base.fingerprint,
-            load_tokenizer=lambda: begun.tokenizer, use_cache=use_cache, cache_mode=mode,
+            load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
             max_bytes=settings.cache.max_bytes, share=share,
         )  # fmt: skip
     record_tokenization_event(
@@ -305,22 +312,27 @@ def prepare(
             changed), nothing to train for the phases asked, or no SFT
             adapter for the preference phase to start from.
     """
+    from dlmstore.eval.probes import extract_probes, marked_keys
     from dlmstore.train.checkpoints import check_identity, rows_sha256
+    from dlmstore.train.data.examples import held_out
+    from dlmstore.train.loops.validation import val_history
     from dlmstore.train.phases import plan_phases, starting_adapter
 
     document = setup.document
-    rows = rows_sha256(tokenized.rows.row_keys, tokenized.preferences.row_keys)
+    train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections))
+    rows = rows_sha256(train_rows.row_keys, tokenized.preferences.row_keys)
     if begun.checkpoint is not None:
         current = dataclasses.replace(begun.checkpoint.identity, rows_sha256=rows)
         check_identity(begun.checkpoint, current, fields=("rows_sha256",))
     phases = plan_phases(
         options.phase, setup.settings.preference, path=str(document.path),
-        sft_rows=len(tokenized.rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
+        sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
+    checkpoint = begun.checkpoint
     return Prepared(
         run_id=run_id,
         store_path=store.path,
-        rows=tokenized.rows,
+        rows=train_rows,
         preferences=tokenized.preferences,
         phases=phases,
         parent=starting_adapter(store, document) if phases.needs_prior_adapter else None,
@@ -328,6 +340,9 @@ def prepare(
         resume=begun.checkpoint,
         resumed_from=begun.resumed_from,
         rows_sha256=rows,
+        val_rows=val_rows,
+        probes=tuple(extract_probes(document.sections, seed=setup.seed)),
+        val_history=val_history(store, begun.resumed_from, None if checkpoint is None else checkpoint.step),
     )
 
 
@@ -340,11 +355,13 @@ def train_phases(
     their share and stage nothing. Nothing is published: on any failure the
     staged folders are removed.
     """
+    from dlmstore.eval.records import ModelEval
     from dlmstore.train.checkpoints import check_identity, plan_settings, run_folder, run_identity
-    from dlmstore.train.data.examples import training_examples
+    from dlmstore.train.data.examples import training_examples, validation_examples
     from dlmstore.train.data.preference_data import training_preferences
     from dlmstore.train.loops.preference import fit_preference, load_policy
     from dlmstore.train.loops.supervised import fit_sft
+    from dlmstore.train.loops.validation import after_phase
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
 
     document, ref, seed = setup.document, setup.ref, setup.seed
@@ -353,6 +370,9 @@ def train_phases(
     fits: list[PhaseFit] = []
     staged: list[StagedVersion] = []
     accounting: dict[str, Any] | None = None
+    evaluations: list[PhaseEval] = []
+    base: ModelEval | None = None  # the base's evaluation, measured after the first phase
+    system_prompt = document.frontmatter.system_prompt
     with warnings.catch_warnings(), _aborting(staged):
         # transformers deprecation notices about its own internals are noise here
         warnings.filterwarnings("ignore", category=FutureWarning)
@@ -379,18 +399,25 @@ def train_phases(
             dataset, names = training_examples(
                 prepared.rows, prepared.inputs, sequence_len=settings.sequence_len, seed=seed
             )
+            val = validation_examples(prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len)
             dataset_seconds = time.perf_counter() - t0
             fit = fit_sft(
                 store, prepared.run_id, model, tokenizer, dataset, len(names), plan, world=world,
                 checkpoint_steps=settings.checkpoint_steps,
                 checkpoint_dir=run_folder(prepared.store_path, prepared.run_id),
                 identity=identity, resume_from=None if checkpoint is None else checkpoint.path,
-                store_path=prepared.store_path, dlm_id=document.dlm_id,
+                store_path=prepared.store_path, dlm_id=document.dlm_id, val=val, val_history=prepared.val_history,
             )  # fmt: skip
             fit.dataset_seconds = dataset_seconds
             accounting = fit.accounting
             if store is not None:
                 staged.append(_stage(store, prepared.run_id, document, fit))
+            evaluations.append(
+                after_phase(
+                    fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size, base
+                )
+            )
+            base = evaluations[-1].base
             fits.append(fit)
             model = fit.model
             plan = fit.plan
@@ -407,9 +434,22 @@ def train_phases(
             fits.append(fit)
             if store is not None:
                 staged.append(_stage(store, prepared.run_id, document, fit, parent=parent))
+            val = validation_examples(prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len)
+            evaluations.append(
+                after_phase(
+                    fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size, base
+                )
+            )
             if not phases.sft:
                 plan = fit.plan
-    return Trained(fits=fits, staged=staged, plan=plan, model_load=model_load, accounting=accounting)
+    return Trained(
+        fits=fits,
+        staged=staged,
+        plan=plan,
+        model_load=model_load,
+        accounting=accounting,
+        evaluations=evaluations,
+    )
 
 
 def publish(
@@ -431,10 +471,35 @@ def publish(
 
     preference = setup.settings.preference if prepared.phases.preference else None
     t0 = time.perf_counter()
-    adapters = commit_versions(store, trained.staged, lambda: commit_lock(store, lock, preference=preference))
+    adapters = commit_versions(
+        store,
+        trained.staged,
+        lambda: _recording(commit_lock(store, lock, preference=preference), prepared, trained),
+    )
     kept = remove_finished(store, run_id=prepared.run_id, fresh=options.fresh)
     trained.fits[-1].save_seconds += time.perf_counter() - t0
     return adapters, kept
+
+
+@contextmanager
+def _recording(
+    transaction: AbstractContextManager[sqlite3.Connection], prepared: Prepared, trained: Trained
+) -> Iterator[sqlite3.Connection]:
+    """``transaction``, recording each phase's evaluations once its adapters are registered in it."""
+    from dlmstore.eval.records import record_evaluation, with_version
+
+    with transaction as conn:
+        yield conn
+        versions = dict(
+            conn.execute(
+                "SELECT phase, version FROM adapters WHERE run_id = ?", (prepared.run_id,)
+            ).fetchall()
+        )
+        for index, item in enumerate(trained.evaluations):
+            adapter = with_version(item.adapter, versions[item.phase])
+            trained.evaluations[index] = dataclasses.replace(item, adapter=adapter)
+            record_evaluation(conn, prepared.run_id, item.phase, item.base)
+            record_evaluation(conn, prepared.run_id, item.phase, adapter, item.early_stop)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dlmstore.eval.records import PhaseEval
 from dlmstore.store.events import TokenizationEvent
 from dlmstore.train.data.usage import DatasetUse
 from dlmstore.train.plan import TrainingPlan
@@ -24,9 +25,10 @@ class TrainTimings:
         model_load: Loading the base (and the SFT adapter for ``--phase preference``).
         trainer_setup: LoRA wrapping and TRL's own preparation.
         first_step: The first optimizer step.
-        train: All steps, the first included.
+        train: All steps, the first included (the val split's evaluations during them left out).
         save: Writing the adapter.
         restore: Loading the checkpoint a resumed run continues from (adapter, optimizer, scheduler, RNG); 0 otherwise.
+        evaluate: The val loss during training and the base and adapter evaluated after each phase (val loss, probes).
     """
 
     startup: float  # parse, resolve, store, lock (ours)
@@ -39,6 +41,7 @@ class TrainTimings:
     train: float  # all steps, the first included
     save: float
     restore: float = 0.0
+    evaluate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class PhaseSummary:
         metrics: The last values TRL logged besides the loss.
         steps_this_run: The steps this invocation trained: ``steps`` less the checkpoint's step
             when ``--resume`` continued the phase, else ``steps``.
+        evaluation: The base and this phase's adapter on the val split and the probes, and how the phase used its val split.
     """
 
     phase: str  # sft | preference
@@ -74,6 +78,7 @@ class PhaseSummary:
     parent_version: int | None
     metrics: dict[str, float] = field(default_factory=dict)
     steps_this_run: int = 0
+    evaluation: PhaseEval | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class TrainSummary:
         final_loss: The last phase's final loss; null when none was logged.
         rows_trained: Rows SFT trained on (0 without an SFT phase).
         tokens: Tokens of those rows.
+        val_rows: Rows of the document held out for validation (``dlmstore.eval.split``).
         preference_rows: Preference rows in the document.
         phases: Each phase the run trained, in order.
         tokenization: The run's tokenize pass.
@@ -116,6 +122,7 @@ class TrainSummary:
     final_loss: float | None
     rows_trained: int
     tokens: int
+    val_rows: int
     preference_rows: int
     phases: list[PhaseSummary]
     tokenization: TokenizationEvent

@@ -156,7 +156,7 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
         ) as run_id:
             try:
                 begun = stages.begin(store, run_id, setup, base, options, world)
-                tokenized = stages.tokenize(store, run_id, setup, base, begun, options)
+                tokenized = stages.tokenize(store, run_id, setup, base, begun.tokenizer, options)
                 prepared = stages.prepare(store, run_id, setup, begun, tokenized, options)
             except DlmError as exc:
                 share(world, error=exc)
@@ -202,6 +202,7 @@ def _summarize(
     from dlmstore.train.summary import PhaseSummary, TrainSummary, TrainTimings
 
     fits, phases, rows, preferences = trained.fits, prepared.phases, prepared.rows, prepared.preferences
+    evaluations = {item.phase: item for item in trained.evaluations}
     last, final = fits[-1], adapters[-1]
     resumed_at = 0 if prepared.resume is None else prepared.resume.step  # --resume continues the SFT phase
     summaries = [
@@ -216,6 +217,7 @@ def _summarize(
             parent_version=adapter.parent_version,
             metrics=fit.metrics,
             steps_this_run=fit.steps - (resumed_at if fit.phase == "sft" else 0),
+            evaluation=evaluations.get(fit.phase),
         )  # fmt: skip
         for fit, adapter in zip(fits, adapters, strict=True)
     ]
@@ -229,6 +231,7 @@ def _summarize(
         final_loss=last.final_loss,
         rows_trained=len(rows) if phases.sft else 0,
         tokens=rows.token_count if phases.sft else 0,
+        val_rows=0 if prepared.val_rows is None else len(prepared.val_rows),
         preference_rows=len(preferences),
         phases=summaries,
         tokenization=tokenized.result.event,
@@ -246,6 +249,7 @@ def _summarize(
             train=round(sum(f.train for f in fits), 3),
             save=round(sum(f.save_seconds for f in fits), 3),
             restore=round(sum(f.restore_seconds for f in fits), 3),
+            evaluate=round(sum(f.eval_seconds for f in fits), 3),
         ),
         datasets=uses,
         world_size=world.size,

@@ -18,6 +18,12 @@ with the inputs; the model shifts them; ``-100`` is not trained):
 * :class:`SftExamples` - an SFT dataset's conversations, cut to
   ``sequence_len``, with the stored assistant-only loss mask.
 
+:func:`validation_examples` is the val split the same way: the document's
+held-out rows (``dlmstore.eval.split``) as :class:`RowExamples`, and the
+``val`` split of each token dataset the run trains on (its first
+:data:`VAL_ITEMS_PER_DATASET` items at most, evenly spaced), batched by the
+same :class:`Collator`.
+
 :func:`training_examples` mixes several by weight
 (:class:`~dlmstore.datasets.MixtureDataset`; the document's rows weigh 1)
 and tags each item with its source and position, which the collator
@@ -168,6 +174,83 @@ def training_examples(
     return TaggedMixture(sources, weights=weights, seed=seed), names
 
 
+#: The most items of one token dataset's ``val`` split a run evaluates (evenly spaced over the split).
+VAL_ITEMS_PER_DATASET = 32
+
+
+class Spaced(Dataset[Item]):
+    """At most ``count`` items of ``dataset``, evenly spaced (all of them when it has no more)."""
+
+    def __init__(self, dataset: Dataset[Item], count: int) -> None:
+        self.dataset = dataset
+        size = len(dataset)  # type: ignore[arg-type]
+        self.positions = list(range(size)) if size <= count else [i * size // count for i in range(count)]
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index: int) -> Item:
+        return self.dataset[self.positions[index]]
+
+
+def held_out(rows: Any, seed: int, always_train: frozenset[str]) -> tuple[Any, Any]:
+    """The rows that train and the rows held out for validation (``dlmstore.eval.split``), each in order.
+
+    When the split would hold out every row, none is held out: the document
+    trains on all its rows and has no val split.
+    """
+    from dlmstore.corpus.dedup import kept_rows
+    from dlmstore.eval.split import split_rows
+
+    split = split_rows(rows.row_keys, seed, always_train=always_train)
+    if not split.val or not split.train:
+        return rows, kept_rows(rows, set(rows.row_keys))
+    keys = rows.row_keys
+    return kept_rows(rows, {keys[i] for i in split.val}), kept_rows(rows, {keys[i] for i in split.train})
+
+
+def validation_examples(
+    val_rows: Any, inputs: Sequence[Any], *, sequence_len: int
+) -> tuple[Dataset[Item], int] | None:
+    """The val split as one dataset of tagged items and its number of sources; None when it is empty.
+
+    The document's val rows come first, then each token dataset's ``val``
+    split (for a dataset trained on its ``train`` split that has one).
+    """
+    from dlmstore.datasets.meta import load_meta
+
+    sources: list[Dataset[Item]] = []
+    if val_rows is not None and len(val_rows):
+        sources.append(RowExamples(val_rows, sequence_len))
+    for item in inputs:
+        if item.split != "train" or not load_meta(item.path).files_of("val", "tokens"):
+            continue
+        if item.kind == "pretrain":
+            dataset: Dataset[Item] = PackedWindows(item.path, "val", sequence_len)
+        else:
+            dataset = SftExamples(item.path, "val", sequence_len, item.token_dtype)
+        if len(dataset):  # type: ignore[arg-type]
+            sources.append(Spaced(dataset, VAL_ITEMS_PER_DATASET))
+    if not sources:
+        return None
+    return Chained(sources), len(sources)
+
+
+class Chained(Dataset[Item]):
+    """Several datasets one after another, each item tagged with its source and position."""
+
+    def __init__(self, sources: Sequence[Dataset[Item]]) -> None:
+        self.sources = list(sources)
+        self.starts = np.cumsum([0, *(len(source) for source in self.sources)])  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, index: int) -> Item:
+        source = int(np.searchsorted(self.starts, index, side="right")) - 1
+        return {**self.sources[source][index - int(self.starts[source])], "source": source, "sample": index}
+
+
 class Collator:
     """Pads a batch (TRL's language-model collator) after taking off and counting the tags.
 
@@ -228,3 +311,9 @@ class Collator:
         self.samples = [int(v) for v in state["samples"]]
         self.source_samples = [int(v) for v in state["source_samples"]]
         self.source_tokens = [int(v) for v in state["source_tokens"]]
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id batches are padded with: the tokenizer's pad token, else its end of sequence, else 0."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad if pad is not None else 0)

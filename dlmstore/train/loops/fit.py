@@ -43,6 +43,8 @@ class PhaseFit:
     dataset_seconds: float = 0.0
     restore_seconds: float = 0.0
     accounting: dict[str, Any] | None = None
+    validation: Any = None  # the SFT phase's Validation callback (dlmstore.train.loops.validation)
+    eval_seconds: float = 0.0  # validating during training (taken out of ``train``) and evaluating after
 
 
 def run_trainer(

@@ -51,7 +51,7 @@ from dlmstore.train.checkpoints import (
     register,
     write_rank_state,
 )
-from dlmstore.train.data.examples import TOKENS_KEY, Collator
+from dlmstore.train.data.examples import TOKENS_KEY, Collator, pad_token_id
 from dlmstore.train.distributed import World, barrier
 
 
@@ -236,10 +236,17 @@ def fit_sft(
     resume_from: Path | None,
     store_path: Path,
     dlm_id: str,
+    val: tuple[Any, int] | None = None,
+    val_history: tuple[tuple[int, float | None], ...] = (),
 ) -> Any:
     """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.loops.fit.PhaseFit`.
 
-    ``store`` is None on ranks other than 0 (they record nothing).
+    ``store`` is None on ranks other than 0 (they record nothing). ``val``
+    is the val split and its number of sources
+    (``dlmstore.train.data.examples.validation_examples``), evaluated every
+    few steps and able to stop the phase early
+    (:mod:`dlmstore.train.loops.validation`); ``val_history`` is what the
+    run resumed from recorded of it.
     """
     from peft import LoraConfig, get_peft_model
     from transformers import TrainerState, set_seed
@@ -248,6 +255,7 @@ def fit_sft(
     from dlmstore.train.loops.callbacks import StepRecorder
     from dlmstore.train.loops.fit import run_trainer
     from dlmstore.train.loops.reporting import reporting
+    from dlmstore.train.loops.validation import Validation, replayed
     from dlmstore.train.plan import lora_config_kwargs, sft_config_kwargs
 
     checkpointing = bool(checkpoint_steps)
@@ -262,12 +270,21 @@ def fit_sft(
         if checkpointing:
             kwargs.update(save_strategy="steps", save_steps=checkpoint_steps, save_total_limit=2)
         recorder = StepRecorder(store, run_id, phase="sft")
-        collator = Collator(_pad_id(tokenizer), sources)
+        collator = Collator(pad_token_id(tokenizer), sources)
         callbacks: list[Any] = [recorder]
         if checkpointing:
             callbacks.append(
                 CheckpointRecorder(store, run_id, world, collator, identity, plan_settings(plan))
             )
+        validation = None
+        if val is not None:
+            from dlmstore.eval.early_stop import eval_interval
+
+            validation = Validation(
+                store, run_id, val[0], Collator(pad_token_id(tokenizer), val[1]), plan.micro_batch_size, world,
+                eval_interval(plan.max_steps), replayed(val_history),
+            )  # fmt: skip
+            callbacks.append(validation)
         if resume_from is not None:
             # the trainer reads trainer_state.json inside train(), where no method of ours can catch it
             with loading(resume_from, ("trainer_state.json",)):
@@ -308,6 +325,10 @@ def fit_sft(
         )  # fmt: skip
         fit.accounting = collator.state()
         fit.restore_seconds = trainer.restore_seconds
+        if validation is not None:
+            fit.validation = validation
+            fit.train -= validation.seconds
+            fit.eval_seconds += validation.seconds
         return fit
     finally:
         if scratch is not None:
@@ -384,8 +405,3 @@ def _unreadable(folder: Path, names: Sequence[str]) -> tuple[str, str] | None:
                 return name, f"a damaged torch archive: {_reason(exc)}"
             return name, _reason(exc)
     return None
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad if pad is not None else 0)

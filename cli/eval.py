@@ -1,0 +1,97 @@
+"""``dlm eval PATH``: the val split and the probes, for a stored adapter, the base, or two side by side."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from .render import emit_json, json_option
+
+if TYPE_CHECKING:
+    from dlmstore.eval.records import EvalReport, ModelEval
+
+
+def _version(text: str) -> int:
+    """``v3``, ``v0003`` or ``3`` -> 3."""
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise click.BadParameter(f"{text!r} is not an adapter version (v1, v0003, 3)")
+    return int(digits)
+
+
+class Version(click.ParamType[int]):
+    name = "vN"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return _version(str(value))
+        except click.BadParameter as exc:
+            self.fail(exc.message, param, ctx)
+
+
+@click.command("eval")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--adapter", type=Version(), help="The adapter version to evaluate (default: the newest).")
+@click.option("--base", is_flag=True, help="Evaluate the base model instead of an adapter.")
+@click.option("--against", type=Version(), help="The adapter version to compare with (default: the base).")
+@click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
+@json_option("dlmstore.eval.records:EvalReport", help="Print the evaluation as JSON.")
+def eval_command(
+    path: str, adapter: int | None, base: bool, against: int | None, no_cache: bool, as_json: bool
+) -> None:
+    """Evaluate a stored adapter of the document at PATH on its val split and probes.
+
+    The val split and the probes are the ones `dlm train` evaluates after
+    each phase: the rows its seed holds out (their tokens from the cache),
+    the `### Q !probe` pairs or a seeded sample of the Q/A pairs. Each probe
+    is answered greedily and scored against the document's answer: the
+    answer's mean token NLL (teacher-forced), exact match and token-F1.
+    Recorded as a run of its own (`dlm metrics` lists it).
+    """
+    if adapter is not None and base:
+        raise click.UsageError("--adapter and --base cannot be combined; pass one of them")
+    from dlmstore.train.evaluate import evaluate_document
+
+    from .progress import progress_shown
+
+    with progress_shown(as_json=as_json):
+        report = evaluate_document(path, adapter=adapter, base=base, against=against, no_cache=no_cache)
+    if as_json:
+        emit_json(report)
+    else:
+        _print(report)
+
+
+def _print(report: EvalReport) -> None:
+    first, *others = report.models
+    click.echo(f"run {report.run_id} eval: {_line(first)}")
+    for other in others:
+        click.echo(f"{'against':>{len(f'run {report.run_id} eval')}}: {_line(other)}")
+    for index, probe in enumerate(first.probes):
+        click.echo(f"probe {index + 1}: {probe.question}")
+        click.echo(f"  reference: {probe.reference}")
+        for model in report.models:
+            answer = model.probes[index]
+            mark = "exact" if answer.exact else f"F1 {answer.f1:.2f}"
+            click.echo(f"  {model.model:>9}: {answer.answer}  ({mark}, NLL {_number(answer.nll)})")
+
+
+def _line(model: ModelEval) -> str:
+    val = (
+        "no val rows"
+        if model.val_loss is None
+        else f"val loss {model.val_loss:.4f} (ppl {_number(model.val_perplexity, '.2f')}, {model.val_rows} rows)"
+    )
+    if not model.probes:
+        return f"{model.model}: {val}, no probes"
+    return (
+        f"{model.model}: {val}; probes NLL {_number(model.probe_nll)}, {model.probe_exact}/{len(model.probes)} exact, "
+        f"F1 {_number(model.probe_f1, '.2f')}"
+    )
+
+
+def _number(value: float | None, spec: str = ".3f") -> str:
+    return "n/a" if value is None else format(value, spec)

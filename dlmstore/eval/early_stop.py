@@ -1,0 +1,83 @@
+"""When the val split is evaluated during training, and when it stops training: DLM's rules.
+
+DLM evaluates every ``max_steps // 4`` optimizer steps (at least 1) when
+the run has a step cap, else every 50 (``dlm.train.trainer._default_eval_steps``),
+at each step that is a multiple of that interval, as transformers'
+``eval_strategy="steps"`` does. Early stopping is transformers'
+``EarlyStoppingCallback`` with DLM's settings (``dlm.eval.early_stop``):
+patience 3, threshold 0. An evaluation improves when its loss is below the
+best so far by more than the threshold; after ``patience`` evaluations in a
+row that do not, training stops at that step. DLM keeps the last step's
+weights, not the best step's (it saves no checkpoints to reload one), and
+so does dlmstore: the step chosen is the step training stopped at, and the
+best step is recorded beside it. With a step cap and patience 3 there are
+four evaluations, so early stopping can end only a run without one.
+
+:class:`EarlyStopping` is the rule alone, with no trainer: the SFT loop's
+callback feeds it each val loss (``dlmstore.train.loops.validation``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: DLM's ``EarlyStopConfig`` defaults; its v15 frontmatter has no key for either.
+PATIENCE = 3
+THRESHOLD = 0.0
+#: DLM's cadence without a step cap.
+EPOCH_RUN_INTERVAL = 50
+
+
+def eval_interval(max_steps: int | None) -> int:
+    """Steps between two evaluations of the val split (DLM's ``_default_eval_steps``)."""
+    if max_steps is not None and max_steps > 0:
+        return max(1, max_steps // 4)
+    return EPOCH_RUN_INTERVAL
+
+
+@dataclass
+class EarlyStopping:
+    """The best val loss so far, and whether it is time to stop (see the module docstring)."""
+
+    patience: int = PATIENCE
+    threshold: float = THRESHOLD
+    best_loss: float | None = None
+    best_step: int | None = None
+    misses: int = 0
+    stopped_at: int | None = None
+
+    def update(self, step: int, loss: float | None) -> bool:
+        """Take the val loss after ``step``; True when training should stop there.
+
+        A loss that is missing or not finite never improves.
+        """
+        if loss is not None and math.isfinite(loss) and self._improves(loss):
+            self.best_loss, self.best_step, self.misses = loss, step, 0
+        else:
+            self.misses += 1
+        if self.misses >= self.patience:
+            self.stopped_at = step
+            return True
+        return False
+
+    def _improves(self, loss: float) -> bool:
+        best = self.best_loss
+        return best is None or (loss < best and abs(loss - best) > self.threshold)
+
+    def reason(self, last_step: int) -> str:
+        """Why the phase ended at ``last_step``, in one line."""
+        if self.stopped_at is not None:
+            return (
+                f"early stopping at step {self.stopped_at}: the val loss did not improve on "
+                f"{_loss(self.best_loss)} (step {self.best_step}) in {self.patience} evaluations"
+            )
+        if self.best_step is None:
+            return f"trained all {last_step} steps; no val loss was finite"
+        return (
+            f"trained all {last_step} steps; best val loss {_loss(self.best_loss)} at step {self.best_step}"
+        )
+
+
+def _loss(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,262 @@
+"""``dlm eval``: the val split and the probes against a stored adapter, the base, or two side by side.
+
+The same evaluation ``dlm train`` runs after each phase
+(``dlmstore.train.loops.validation.after_phase``), on demand and recorded
+as a run of its own (``runs.command = 'eval'``, rows in ``evaluations``
+and ``probe_results`` with phase ``eval``):
+
+1. the document is resolved as ``dlm train`` resolves it, and its rows go
+   through the same tokenize pass (the cache, so a trained document's val
+   rows are all hits: nothing is tokenized again);
+2. the val split is the training's (``dlmstore.eval.split``: the row keys
+   and the seed decide it), with the token datasets' ``val`` splits, and
+   the probes are the training's (``dlmstore.eval.probes``);
+3. the base is loaded once, and each adapter asked for is checked against
+   the sha256 recorded when it was registered, then loaded onto it by
+   peft; the base is the same model with its adapters disabled;
+4. each model is evaluated (the val loss, each probe's greedy answer and
+   scores) and everything is recorded in one transaction.
+
+What is evaluated: ``--adapter vN`` (default: the newest adapter) or
+``--base``, compared with ``--against vM``, or else with the base (nothing
+when the base is the one asked for). Nothing is written to the adapters:
+their bytes are read, and checked, only.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlmstore.eval.records import EvalReport
+    from dlmstore.store.database import Store
+    from dlmstore.train.adapters import AdapterVersion
+
+
+_NOTHING_TRAINED = "run `dlm train {path}` first, or `dlm eval {path} --base` to evaluate the base model"
+
+
+def evaluate_document(
+    path: str,
+    *,
+    adapter: int | None = None,
+    base: bool = False,
+    against: int | None = None,
+    no_cache: bool = False,
+) -> EvalReport:
+    """Evaluate a stored adapter (or the base) of the document at ``path`` on its val split and probes.
+
+    Args:
+        path: the .dlm document.
+        adapter: the adapter version to evaluate (``--adapter``); the newest when None.
+        base: evaluate the base model instead (``--base``).
+        against: the adapter version to compare with (``--against``); the base when None.
+        no_cache: tokenize every row, neither reading nor writing the cache.
+
+    Raises:
+        DocumentError: the document is invalid.
+        StoreError: no adapter trained yet, no such version, or an adapter's
+            weights do not match the sha256 recorded for them.
+        BaseModelError: the base model cannot be loaded.
+        TrainingError: a token dataset cannot be read, or the settings ask
+            for what this machine cannot run.
+    """
+    from dlmstore.bases import load_tokenizer
+    from dlmstore.document.parser import parse_document
+    from dlmstore.errors import StoreError
+    from dlmstore.eval.probes import extract_probes, marked_keys
+    from dlmstore.eval.records import EvalReport, record_evaluation
+    from dlmstore.home import store_dir
+    from dlmstore.store.connection import DB_NAME
+    from dlmstore.store.database import open_store
+    from dlmstore.store.runs import recorded_run
+    from dlmstore.train import stages
+    from dlmstore.train.data.examples import held_out, validation_examples
+    from dlmstore.train.data.inputs import check_dataset_input, context_length
+
+    started = time.perf_counter()
+    options = stages.Options(no_cache=no_cache)
+    dlm_id = parse_document(path).dlm_id
+    if not base and not (store_dir(dlm_id) / DB_NAME).is_file():
+        raise StoreError(f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path))
+    with open_store(dlm_id) as store:
+        subjects = _subjects(store, path, adapter=adapter, base=base, against=against)  # before the slow part
+        setup = stages.resolve(path, options)
+        files = stages.locate(setup)
+        document, settings = setup.document, setup.settings
+        with recorded_run(
+            store, command="eval", dlm_path=document.path, dlm_sha256=document.sha256
+        ) as run_id:
+            tokenizer = load_tokenizer(setup.ref)
+            inputs = [
+                check_dataset_input(
+                    spec,
+                    tokenizer_sha256=files.fingerprint,
+                    vocab_size=len(tokenizer),
+                    sequence_len=settings.sequence_len,
+                    context_len=context_length(files.folder),
+                )  # fmt: skip
+                for spec in setup.specs
+            ]
+            tokenized = stages.tokenize(store, run_id, setup, files, tokenizer, options)
+            _, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections))
+            val = validation_examples(val_rows, inputs, sequence_len=settings.sequence_len)
+            probes = extract_probes(document.sections, seed=setup.seed)
+            evaluations = _evaluate(store, setup, tokenizer, subjects, val, probes)
+            with store.write() as conn:
+                for evaluation in evaluations:
+                    record_evaluation(conn, run_id, "eval", evaluation)
+    event = tokenized.result.event
+    return EvalReport(
+        run_id=run_id,
+        dlm_id=document.dlm_id,
+        seed=setup.seed,
+        val_rows=len(val_rows),
+        models=evaluations,
+        cache_hits=event.cache_hits,
+        cache_misses=event.cache_misses,
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _subjects(
+    store: Store, path: str, *, adapter: int | None, base: bool, against: int | None
+) -> list[AdapterVersion | None]:
+    """What to evaluate, first the one asked for: adapter versions, None for the base."""
+    from dlmstore.errors import StoreError
+    from dlmstore.train.adapters import find_version, latest
+
+    def version(number: int, option: str) -> AdapterVersion:
+        found = find_version(store, number)
+        if found is None:
+            newest = latest(store)
+            known = (
+                "no adapter has been trained yet"
+                if newest is None
+                else f"the newest is v{newest.version:04d}"
+            )
+            raise StoreError(
+                f"{path}: {option} v{number:04d}: no such adapter version ({known})",
+                hint=f"`dlm metrics {path}` lists the runs and the adapters they wrote",
+            )
+        return _check(store, found)
+
+    first: AdapterVersion | None
+    if base:
+        first = None
+    elif adapter is not None:
+        first = version(adapter, "--adapter")
+    else:
+        first = latest(store)
+        if first is None:
+            raise StoreError(
+                f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path)
+            )
+        _check(store, first)
+    second = version(against, "--against") if against is not None else None
+    if against is None and first is not None:
+        return [first, None]
+    if first is None and second is None:
+        return [None]
+    return [first, second]
+
+
+def _evaluate(
+    store: Store,
+    setup: Any,
+    tokenizer: Any,
+    subjects: list[AdapterVersion | None],
+    val: tuple[Any, int] | None,
+    probes: Any,
+) -> list[Any]:
+    """Load the base once, the adapters on it, and evaluate each subject in order."""
+    from dlmstore.eval.model import as_base, evaluate_model
+    from dlmstore.train.data.examples import Collator, pad_token_id
+    from dlmstore.train.plan import dlm_target_modules, resolve_plan
+    from dlmstore.train.stages import load_base_model
+
+    settings = setup.settings
+    with warnings.catch_warnings():
+        # transformers deprecation notices about its own internals are noise here (as in dlm train)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        model = load_base_model(setup.ref, settings.adapter, setup.precision, seed=setup.seed)
+        plan = resolve_plan(
+            settings, setup.hardware, base_params=model.num_parameters(),
+            auto_target_modules=dlm_target_modules(setup.ref), seed=setup.seed,
+        )  # fmt: skip
+        for subject in subjects:
+            if subject is not None:
+                model = _load_adapter(store, model, subject)
+    args = None if val is None else (val[0], Collator(pad_token_id(tokenizer), val[1]), plan.micro_batch_size)
+    system_prompt = setup.document.frontmatter.system_prompt
+    out = []
+    for subject in subjects:
+        if subject is None:
+            with as_base(model):
+                out.append(
+                    evaluate_model(
+                        model,
+                        tokenizer,
+                        adapter_version=None,
+                        val=args,
+                        probes=probes,
+                        system_prompt=system_prompt,
+                    )
+                )
+        else:
+            model.set_adapter(_name(subject))
+            out.append(
+                evaluate_model(
+                    model,
+                    tokenizer,
+                    adapter_version=subject.version,
+                    val=args,
+                    probes=probes,
+                    system_prompt=system_prompt,
+                )  # fmt: skip
+            )
+    return out
+
+
+def _name(adapter: AdapterVersion) -> str:
+    return f"v{adapter.version:04d}"
+
+
+def _load_adapter(store: Store, model: Any, adapter: AdapterVersion) -> Any:
+    """``model`` with ``adapter`` loaded on it (named ``v0003``)."""
+    from peft import PeftModel
+
+    folder = store.path / adapter.path
+    if isinstance(model, PeftModel):
+        model.load_adapter(str(folder), adapter_name=_name(adapter))
+        return model
+    return PeftModel.from_pretrained(model, str(folder), adapter_name=_name(adapter))
+
+
+def _check(store: Store, adapter: AdapterVersion) -> AdapterVersion:
+    """``adapter``, once its weights are found to match the sha256 recorded when it was registered.
+
+    Raises:
+        StoreError: they cannot be read, or do not match.
+    """
+    from dlmstore.errors import StoreError
+    from dlmstore.store.digests import file_sha256
+    from dlmstore.train.adapters import WEIGHTS
+
+    weights = store.path / adapter.path / WEIGHTS
+    try:
+        found = file_sha256(weights)
+    except OSError as exc:
+        raise StoreError(
+            f"adapter v{adapter.version:04d}: cannot read {weights}: {exc.strerror or exc}",
+            hint="train the document again to write a new adapter version",
+        ) from None
+    if found != adapter.sha256:
+        raise StoreError(
+            f"adapter v{adapter.version:04d} is damaged: {weights} does not match the sha256 recorded when it "
+            f"was registered ({adapter.sha256}, now {found})",
+            hint="train the document again to write a new adapter version",
+        )
+    return adapter

@@ -1,0 +1,414 @@
+"""Evaluation (#29): the val split, early stopping, probes and their scores, and `dlm eval`.
+
+The pure parts (the split, the probe rule, the scores, early stopping) are
+checked on hand-made cases; the rest trains ``tiny_base`` (conftest.py),
+whose answers are nonsense but whose records, bytes and reruns are what is
+checked here. The demo's claim (the real model answers its probes after
+training) is checked by the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.document.parser import parse_document
+from dlmstore.eval.early_stop import EarlyStopping, eval_interval
+from dlmstore.eval.probes import extract_probes, marked_keys
+from dlmstore.eval.scores import exact_match, normalise, perplexity, token_f1
+from dlmstore.eval.split import VAL_FRACTION, is_val, split_rows
+from dlmstore.home import store_dir
+
+from .helpers import VALID_ID, write_doc
+
+# --- the split -------------------------------------------------------------------------------
+
+
+def test_a_row_is_held_out_when_its_hash_bucket_is_below_a_tenth_of_the_range() -> None:
+    for key in (f"sha256:{i:064x}" for i in range(200)):
+        bucket = int.from_bytes(hashlib.sha256(f"42\x00{key}".encode()).digest()[:8], "big")
+        assert is_val(key, 42) == (bucket < int(0.1 * 2**64))
+
+
+def test_the_split_is_a_pure_function_of_each_row_key_and_the_seed() -> None:
+    keys = [f"sha256:{i:064x}" for i in range(2000)]
+    split = split_rows(keys, 42)
+    held = {keys[i] for i in split.val}
+    # other rows added, the order reversed: every row keeps its side
+    more = [*reversed(keys), *(f"sha256:{i:064x}" for i in range(5000, 5100))]
+    again = split_rows(more, 42)
+    assert {more[i] for i in again.val} & set(keys) == held
+    assert sorted(split.train + split.val) == list(range(len(keys)))
+    assert 0.07 < len(held) / len(keys) < 0.13  # about VAL_FRACTION of them
+    assert {keys[i] for i in split_rows(keys, 43).val} != held  # another seed draws again
+    assert VAL_FRACTION == 0.1
+
+
+def test_rows_kept_for_training_are_never_held_out() -> None:
+    keys = [f"sha256:{i:064x}" for i in range(300)]
+    held = [keys[i] for i in split_rows(keys, 7).val]
+    assert held
+    assert not split_rows(keys, 7, always_train=held).val
+
+
+# --- probes ----------------------------------------------------------------------------------
+
+PROBE_BODY = """Prose.
+
+::instruction::
+### Q
+Unmarked one?
+### A
+One.
+
+### Q !probe
+Marked first?
+### A
+First.
+
+### Q
+Unmarked two?
+### A
+Two.
+
+### Q
+Unmarked three?
+### A
+Three.
+"""
+
+
+def test_marked_pairs_come_first_then_a_seeded_sample_of_the_others(tmp_path: Path) -> None:
+    document = parse_document(write_doc(tmp_path / "doc.dlm", body=PROBE_BODY))
+    probes = extract_probes(document.sections, seed=3)
+    assert [(p.question, p.marked) for p in probes][0] == ("Marked first?", True)
+    others = ["Unmarked one?", "Unmarked two?", "Unmarked three?"]
+    ranked = sorted(others, key=lambda q: hashlib.sha256(f"3\x00{q}".encode()).hexdigest())
+    assert [p.question for p in probes[1:]] == ranked[:2]  # DLM's k = 3
+    assert [p.reference for p in probes][0] == "First."
+    assert marked_keys(document.sections) == {probes[0].row_key}
+
+
+def test_three_marked_pairs_are_the_probes_and_nothing_is_sampled(tmp_path: Path) -> None:
+    body = "::instruction::\n" + "".join(f"### Q !probe\nQ{i}?\n### A\nA{i}.\n\n" for i in range(4))
+    document = parse_document(write_doc(tmp_path / "doc.dlm", body=body))
+    assert [p.question for p in extract_probes(document.sections, seed=0)] == ["Q0?", "Q1?", "Q2?"]
+
+
+# --- scores ----------------------------------------------------------------------------------
+
+
+def test_exact_match_compares_normalised_texts() -> None:
+    assert normalise("The `store.db` file!") == "storedb file"
+    assert exact_match("In one SQLite database.", "in one sqlite database")
+    assert exact_match("A store", "store")
+    assert not exact_match("In two SQLite databases.", "In one SQLite database.")
+
+
+def test_token_f1_is_the_harmonic_mean_of_word_precision_and_recall() -> None:
+    # answer: 4 words, reference: 3, common: 2 -> p = 1/2, r = 2/3, F1 = 4/7
+    assert token_f1("one sqlite file here", "one sqlite database") == pytest.approx(4 / 7)
+    assert token_f1("same words", "Same words.") == 1.0
+    assert token_f1("nothing shared", "other text") == 0.0
+    assert token_f1("", "") == 1.0 and token_f1("", "x") == 0.0
+
+
+def test_perplexity_is_exp_of_the_loss_and_infinite_when_that_is_not_finite() -> None:
+    assert perplexity(1.0) == pytest.approx(math.e)
+    assert perplexity(float("nan")) == math.inf and perplexity(1e6) == math.inf
+
+
+# --- early stopping --------------------------------------------------------------------------
+
+
+def test_the_eval_interval_is_a_quarter_of_the_step_cap_else_fifty_steps() -> None:
+    assert [eval_interval(n) for n in (60, 10, 3, None)] == [15, 2, 1, 50]
+
+
+def test_early_stopping_stops_after_three_evaluations_without_improvement_and_says_why() -> None:
+    stopping = EarlyStopping()
+    assert [stopping.update(step, loss) for step, loss in [(1, 2.0), (2, 1.5), (3, 1.6), (4, 1.5), (5, 1.7)]] == [
+        False, False, False, False, True,
+    ]  # fmt: skip
+    assert (stopping.best_step, stopping.best_loss, stopping.stopped_at) == (2, 1.5, 5)
+    assert stopping.reason(5) == (
+        "early stopping at step 5: the val loss did not improve on 1.5000 (step 2) in 3 evaluations"
+    )
+    assert EarlyStopping().reason(4) == "trained all 4 steps; no val loss was finite"
+
+
+def test_a_loss_that_is_not_finite_never_improves() -> None:
+    stopping = EarlyStopping()
+    assert not stopping.update(1, float("nan"))
+    assert not stopping.update(2, 3.0)
+    assert stopping.best_step == 2 and stopping.misses == 0
+
+
+# --- training: val loss, early stopping and probes, recorded ---------------------------------
+
+EVAL_BODY = """Prose about dlmstore, the local-first store.
+
+::instruction::
+### Q !probe
+Where is the metadata kept?
+### A
+In store.db.
+
+### Q
+What writes adapters?
+### A
+dlm train.
+
+### Q
+Which command shows a document?
+### A
+dlm show.
+"""
+
+
+def _eval_doc(tmp_path: Path, base_model: str, *, steps: int = 4, seed: int = 7) -> Path:
+    notes = tmp_path / "notes"
+    notes.mkdir(exist_ok=True)
+    for i in range(10):
+        (notes / f"n{i}.md").write_text(
+            f"Note {i} about caching tokens and keeping runs in store.db. Each note differs: {i}.\n"
+        )
+    front = (
+        f"base_model: {base_model}\ntraining:\n  sequence_len: 64\n  max_steps: {steps}\n  micro_batch_size: 2\n"
+        f"  seed: {seed}\n  sources:\n    - path: notes\n"
+    )
+    return write_doc(tmp_path / "doc.dlm", body=EVAL_BODY, frontmatter=front)
+
+
+@pytest.fixture
+def eval_doc(tmp_path: Path, tiny_base: Path, one_torch_thread: None) -> Path:
+    return _eval_doc(tmp_path, str(tiny_base))
+
+
+def _db() -> sqlite3.Connection:
+    conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _train(doc: Path, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["train", str(doc), "--json", *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    payload: dict[str, Any] = json.loads(result.stdout)
+    return payload
+
+
+def _held_out(doc: Path, seed: int) -> list[str]:
+    """The keys the split holds out, computed here from the rule (rows of the corpus, probes kept)."""
+    from dlmstore.corpus.assemble import load_corpus
+
+    document = parse_document(doc)
+    keys = [row.row_key for row in load_corpus(document).rows() if row.kind != "preference"]
+    return [keys[i] for i in split_rows(keys, seed, always_train=marked_keys(document.sections)).val]
+
+
+def test_a_run_records_its_val_losses_and_the_base_and_adapter_probe_scores(eval_doc: Path) -> None:
+    held = _held_out(eval_doc, 7)
+    assert held  # the fixture's seed holds a row out
+    summary = _train(eval_doc)
+    assert summary["val_rows"] == len(held)
+    assert summary["rows_trained"] == 14 - len(held)  # 10 notes, the prose, 3 pairs
+    with _db() as db:
+        steps = db.execute("SELECT step, loss, perplexity, rows FROM val_steps WHERE run_id = 1").fetchall()
+        evaluations = db.execute("SELECT * FROM evaluations WHERE run_id = 1 ORDER BY id").fetchall()
+        probes = db.execute(
+            "SELECT evaluation_id, position, question, exact, f1, nll FROM probe_results"
+        ).fetchall()
+    assert [row["step"] for row in steps] == [1, 2, 3, 4]  # max_steps // 4 = 1: every step
+    assert all(
+        row["perplexity"] == pytest.approx(math.exp(row["loss"])) and row["rows"] == 1 for row in steps
+    )
+    assert [(row["phase"], row["model"], row["adapter_version"]) for row in evaluations] == [
+        ("sft", "base", None), ("sft", "v0001", 1),
+    ]  # fmt: skip
+    base, adapter = evaluations
+    assert adapter["val_loss"] == steps[-1]["loss"]  # the last evaluation is the adapter's
+    assert (adapter["eval_interval"], adapter["best_step"]) == (
+        1,
+        min(steps, key=lambda r: r["loss"])["step"],
+    )
+    assert adapter["stopped_early"] == 0 and adapter["stop_reason"].startswith("trained all 4 steps")
+    assert base["eval_interval"] is None and base["probes"] == adapter["probes"] == 3
+    assert [row["question"] for row in probes[:3]][0] == "Where is the metadata kept?"
+    assert len(probes) == 6 and all(row["nll"] > 0 for row in probes)
+    evaluation = summary["phases"][0]["evaluation"]
+    assert evaluation["adapter"]["model"] == "v0001" and evaluation["base"]["model"] == "base"
+    assert evaluation["early_stop"]["best_val_loss"] == pytest.approx(adapter["best_val_loss"])
+
+
+def test_a_warm_run_splits_identically_and_takes_every_val_row_from_the_cache(eval_doc: Path) -> None:
+    first, second = _train(eval_doc), _train(eval_doc)
+    assert second["tokenization"]["cache_misses"] == 0  # no row, val rows included, was tokenized again
+    assert second["val_rows"] == first["val_rows"] and second["adapter_sha256"] == first["adapter_sha256"]
+    with _db() as db:
+        losses = [
+            db.execute("SELECT step, loss FROM val_steps WHERE run_id = ? ORDER BY step", (run,)).fetchall()
+            for run in (1, 2)
+        ]
+        answers = [
+            db.execute(
+                "SELECT e.model, p.row_key, p.answer, p.nll, p.f1 FROM probe_results p "
+                "JOIN evaluations e ON e.id = p.evaluation_id WHERE e.run_id = ? AND e.model = 'base'",
+                (run,),
+            ).fetchall()
+            for run in (1, 2)
+        ]
+    assert [tuple(r) for r in losses[0]] == [tuple(r) for r in losses[1]]
+    assert [tuple(r) for r in answers[0]] == [tuple(r) for r in answers[1]]
+
+
+def test_evaluating_changes_neither_the_adapter_bytes_nor_what_is_trained(
+    eval_doc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evaluated = _train(eval_doc)
+    from dlmstore.eval.records import ModelEval, PhaseEval
+    from dlmstore.train.loops import validation
+
+    def nothing(fit: Any, *args: Any) -> PhaseEval:
+        empty = ModelEval("base", None, None, None, 0, 0)
+        return PhaseEval(fit.phase, empty, ModelEval("adapter", None, None, None, 0, 0))
+
+    monkeypatch.setattr(validation.Validation, "on_step_end", lambda *args, **kwargs: None)
+    monkeypatch.setattr(validation, "after_phase", nothing)
+    bare = _train(eval_doc)
+    assert bare["adapter_sha256"] == evaluated["adapter_sha256"]
+    with _db() as db:
+        assert db.execute("SELECT count(*) FROM val_steps WHERE run_id = 2").fetchone()[0] == 0
+
+
+def test_early_stopping_ends_the_phase_at_the_step_it_chose_and_records_why(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlmstore.eval import early_stop
+    from dlmstore.train.loops import validation
+
+    doc = _eval_doc(tmp_path, str(tiny_base), steps=8)
+    # every step evaluated, and the loss never beats step 1's: patience 3 stops at step 4 of 8
+    monkeypatch.setattr(early_stop, "eval_interval", lambda max_steps: 1)
+    rising = iter([1.0, 1.2, 1.1, 1.3])
+    monkeypatch.setattr(validation, "val_loss", lambda *args, **kwargs: (next(rising), 1, 30))
+    summary = _train(doc)
+    stop = summary["phases"][0]["evaluation"]["early_stop"]
+    assert summary["steps"] == 4 and stop["stopped_early"] and stop["stopped_at"] == 4
+    assert stop["reason"] == (
+        "early stopping at step 4: the val loss did not improve on 1.0000 (step 1) in 3 evaluations"
+    )
+    with _db() as db:
+        row = db.execute(
+            "SELECT stopped_early, best_step, stop_reason FROM evaluations WHERE model = 'v0001'"
+        ).fetchone()
+        steps = [r[0] for r in db.execute("SELECT step FROM val_steps ORDER BY step")]
+        adapter_steps = db.execute("SELECT steps FROM adapters WHERE version = 1").fetchone()[0]
+    assert (row["stopped_early"], row["best_step"], row["stop_reason"]) == (1, 1, stop["reason"])
+    assert steps == [1, 2, 3, 4] and adapter_steps == 4
+
+
+# --- dlm eval --------------------------------------------------------------------------------
+
+
+def _eval(doc: Path, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["eval", str(doc), "--json", *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    payload: dict[str, Any] = json.loads(result.stdout)
+    return payload
+
+
+def _without_timings(payload: dict[str, Any]) -> dict[str, Any]:
+    payload = {key: value for key, value in payload.items() if key not in ("run_id", "seconds")}
+    payload["models"] = [{k: v for k, v in model.items() if k != "seconds"} for model in payload["models"]]
+    return payload
+
+
+def test_dlm_eval_scores_the_newest_adapter_against_the_base_as_training_did(eval_doc: Path) -> None:
+    trained = _train(eval_doc)["phases"][0]["evaluation"]
+    first, second = _eval(eval_doc), _eval(eval_doc)
+    assert _without_timings(first) == _without_timings(second)  # greedy answers, fixed seed: the same record
+    assert [m["model"] for m in first["models"]] == ["v0001", "base"]
+    assert first["cache_misses"] == 0 and first["val_rows"] == 1
+    adapter, base = first["models"]
+    assert adapter["val_loss"] == pytest.approx(trained["adapter"]["val_loss"], rel=1e-6)
+    assert base["val_loss"] == pytest.approx(trained["base"]["val_loss"], rel=1e-6)
+    assert [p["answer"] for p in adapter["probes"]] == [p["answer"] for p in trained["adapter"]["probes"]]
+    with _db() as db:
+        runs = db.execute("SELECT id, command, status FROM runs ORDER BY id").fetchall()
+        recorded = db.execute(
+            "SELECT run_id, phase, model, probes FROM evaluations WHERE phase = 'eval' ORDER BY id"
+        ).fetchall()
+    assert [tuple(r) for r in runs] == [
+        (1, "train", "completed"),
+        (2, "eval", "completed"),
+        (3, "eval", "completed"),
+    ]
+    assert [tuple(r) for r in recorded] == [
+        (2, "eval", "v0001", 3), (2, "eval", "base", 3), (3, "eval", "v0001", 3), (3, "eval", "base", 3),
+    ]  # fmt: skip
+
+
+def test_dlm_eval_puts_two_adapters_side_by_side_or_the_base_alone(eval_doc: Path) -> None:
+    _train(eval_doc)
+    _train(eval_doc, "--max-steps", "2")
+    both = _eval(eval_doc, "--adapter", "v1", "--against", "v0002")
+    assert [(m["model"], m["adapter_version"]) for m in both["models"]] == [("v0001", 1), ("v0002", 2)]
+    assert both["models"][0]["val_loss"] != both["models"][1]["val_loss"]
+    alone = _eval(eval_doc, "--base")
+    assert [m["model"] for m in alone["models"]] == ["base"]
+    assert alone["models"][0]["val_loss"] == pytest.approx(_eval(eval_doc)["models"][1]["val_loss"])
+
+
+def test_dlm_eval_before_any_training_says_to_train_first(eval_doc: Path) -> None:
+    result = CliRunner().invoke(cli, ["eval", str(eval_doc)])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: {eval_doc}: no adapter has been trained yet",
+        f"hint: run `dlm train {eval_doc}` first, or `dlm eval {eval_doc} --base` to evaluate the base model",
+    ]
+    assert not store_dir(VALID_ID).exists()  # nothing created
+
+
+def test_dlm_eval_of_a_version_that_does_not_exist_names_the_newest(eval_doc: Path) -> None:
+    _train(eval_doc)
+    result = CliRunner().invoke(cli, ["eval", str(eval_doc), "--against", "v9"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: {eval_doc}: --against v0009: no such adapter version (the newest is v0001)",
+        f"hint: `dlm metrics {eval_doc}` lists the runs and the adapters they wrote",
+    ]
+
+
+def test_adapter_and_base_together_or_a_bad_version_are_usage_errors(eval_doc: Path) -> None:
+    both = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "v1", "--base"])
+    assert both.exit_code == 2 and "--adapter and --base cannot be combined" in both.stderr
+    bad = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "latest"])
+    assert bad.exit_code == 2 and "'latest' is not an adapter version" in bad.stderr
+
+
+def test_a_damaged_adapter_is_refused_before_it_is_evaluated(eval_doc: Path) -> None:
+    summary = _train(eval_doc)
+    weights = Path(summary["adapter_path"]) / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    result = CliRunner().invoke(cli, ["eval", str(eval_doc)])
+    assert result.exit_code == 1
+    from dlmstore.store.digests import file_sha256
+
+    assert result.stderr.splitlines() == [
+        f"error: adapter v0001 is damaged: {weights} does not match the sha256 recorded when it was registered "
+        f"({summary['adapter_sha256']}, now {file_sha256(weights)})",
+        "hint: train the document again to write a new adapter version",
+    ]
+    with _db() as db:  # refused before the run started: nothing recorded
+        assert db.execute("SELECT count(*) FROM runs WHERE command = 'eval'").fetchone()[0] == 0
