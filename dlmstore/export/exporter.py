@@ -43,7 +43,7 @@ from typing import Any
 from dlmstore.bases import BaseModelRef, resolve_base
 from dlmstore.errors import ExportError, StoreError
 from dlmstore.export.adapter_gguf import adapter_unsupported, write_adapter_gguf
-from dlmstore.export.architectures import hyperparameters
+from dlmstore.export.architectures import Hyperparameters, hyperparameters
 from dlmstore.export.folder import (
     HF_DIR,
     MANIFEST,
@@ -68,6 +68,7 @@ from dlmstore.export.targets import (
     server_script,
     stop_strings,
 )
+from dlmstore.export.vocab import read_vocabulary
 from dlmstore.progress import Task
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
@@ -178,11 +179,14 @@ def export_document(
         claim = claim_folder(Path(out) if out is not None else default, force=force)
         # The base the adapter was trained on, which the document may have changed since.
         ref = resolve_base(version.base_model, relative_to=document.directory)
+        params = None if target == "hf" else _gguf_params(ref, adapter_dir)
         notes: list[str] = []
         staging = stage(claim)
         try:
             with staging:
-                written = _write(staging.path, ref, adapter_dir, version, document, chosen, target, notes)
+                written = _write(
+                    staging.path, ref, adapter_dir, version, document, chosen, target, params, notes
+                )
                 files = hash_files(staging.path)
                 tools = _tools(target)
                 manifest = manifest_bytes(
@@ -288,9 +292,13 @@ def _write(
     document: Any,
     quant: str | None,
     target: str,
+    params: Hyperparameters | None,
     notes: list[str],
 ) -> dict[str, str]:
-    """Write every file of the export into ``root``; returns the names of the main ones by role."""
+    """Write every file of the export into ``root``; returns the names of the main ones by role.
+
+    ``params`` is None for ``--target hf`` (no GGUF).
+    """
     from dlmstore.bases import _quiet_transformers, load_model
     from dlmstore.export.merge import merge_adapter, save_model
 
@@ -298,7 +306,6 @@ def _write(
     hf = root / HF_DIR
     base_dir = root / ".base-hf"
     model = load_model(ref)
-    params = None if target == "hf" else hyperparameters(model.config, where=f"base model {ref.name!r}")
     tokenizer = _tokenizer(adapter_dir)
     framing = chat_framing(tokenizer, where=str(adapter_dir)) if target == "ollama" else None
     unsupported = None if params is None else adapter_unsupported(adapter_dir)
@@ -353,6 +360,25 @@ def _write(
         written["script"] = "llama-server.sh"
         written["num_ctx"] = str(num_ctx)
     return written
+
+
+def _gguf_params(ref: BaseModelRef, adapter_dir: Path) -> Hyperparameters:
+    """The base's shape as GGUF needs it, and its tokenizer's vocabulary, checked before anything loads.
+
+    Raises:
+        ExportError: an architecture, RoPE scaling or tokenizer the GGUF writer does not support.
+    """
+    from dlmstore.bases import _quiet_transformers, model_source
+
+    with _quiet_transformers() as transformers:
+        try:
+            revision = {"revision": ref.revision} if ref.revision is not None else {}
+            config = transformers.AutoConfig.from_pretrained(model_source(ref), **revision)
+        except (OSError, ValueError) as exc:
+            raise ExportError(f"cannot read the config of base model {ref.name!r}: {exc}") from None
+    params = hyperparameters(config, where=f"base model {ref.name!r}")
+    read_vocabulary(adapter_dir, vocab_size=params.vocab_size)
+    return params
 
 
 def _tokenizer(adapter_dir: Path) -> Any:
