@@ -27,6 +27,10 @@ The connection is set up for several processes sharing one database:
   then writes can fail with SQLITE_BUSY even with a busy timeout;
 * foreign keys on.
 
+A new store's database is a copy of the empty database at head the first
+new store of the home was migrated to (``<home>/templates``, checked
+against the sha256 in its name), so only that first one imports Alembic.
+
 A database stamped with a revision this dlmstore does not know was written
 by a newer dlmstore; it is refused with both versions named and left
 untouched.
@@ -45,6 +49,7 @@ says to restore it or move it aside.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,7 +58,7 @@ from pathlib import Path
 from dlmstore import __version__
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreDamagedError, StoreError, StoreVersionError
-from dlmstore.home import store_dir
+from dlmstore.home import dlm_home, store_dir
 from dlmstore.store import highwater
 from dlmstore.store.connection import (
     BUSY_TIMEOUT_S,
@@ -336,8 +341,88 @@ def migrate(db_path: Path, dlm_id: str) -> None:
         revision = current_revision(db_path)  # another process may have migrated meanwhile
         _refuse_unknown(db_path, revision)
         if revision != HEAD_REVISION:
-            _upgrade(db_path, revision)
+            fresh = not db_path.exists()
+            # a new store copies the empty database at head that the first one migrated
+            if not (fresh and _from_template(db_path)):
+                _upgrade(db_path, revision)
+                if fresh:
+                    _keep_template(db_path)
         _stamp_store_info(db_path, dlm_id)
+
+
+def template_dir() -> Path:
+    """Where empty databases at head are kept, one per schema revision (``<home>/templates``)."""
+    return dlm_home() / "templates"
+
+
+def _template_name(digest: str) -> str:
+    return f"store-{HEAD_REVISION}-{digest}.db"
+
+
+def _keep_template(db_path: Path) -> None:
+    """Keep the database Alembic just made from nothing (at head, not yet stamped) for the next new store.
+
+    A new store's database used to be made by running every migration:
+    importing SQLAlchemy and Alembic and committing each step took most of
+    a second (more with a busy disk), more than the rest of a cold
+    ``dlm tokenize`` of a small corpus. The result is the same bytes'
+    worth of schema and seeds every time, so the first one made in a home
+    is kept (an SQLite backup, named by the revision and the sha256 of its
+    bytes) and later new stores copy it. Best effort: a home that cannot
+    be written keeps none.
+    """
+    import hashlib
+
+    from dlmstore.store.atomic import write_bytes_atomic
+
+    try:
+        with (
+            contextlib.closing(sqlite3.connect(db_path)) as source,
+            contextlib.closing(sqlite3.connect(":memory:")) as copy,
+        ):
+            source.backup(copy)
+            data = copy.serialize()
+        folder = template_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(folder / _template_name(hashlib.sha256(data).hexdigest()), data)
+    except (OSError, sqlite3.Error):
+        pass
+
+
+def _from_template(db_path: Path) -> bool:
+    """Make the new database at ``db_path`` from a kept template; False when there is none sound.
+
+    A template is used only when its bytes still have the sha256 its name
+    records (a damaged one is removed, and the migrations run instead).
+    """
+    import hashlib
+
+    from dlmstore.store.atomic import write_bytes_atomic
+
+    prefix = f"store-{HEAD_REVISION}-"
+    try:
+        candidates = [path for path in template_dir().iterdir() if path.name.startswith(prefix)]
+    except OSError:
+        return False
+    for path in candidates:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if path.name != _template_name(hashlib.sha256(data).hexdigest()):
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            write_bytes_atomic(db_path, data, overwrite=False)
+            with contextlib.closing(sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S)) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")  # as _upgrade sets it
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(
+                f"cannot create {db_path}: {exc}",
+                hint="make the directory writable or point DLM_HOME somewhere writable",
+            ) from None
+        return True
+    return False
 
 
 def current_revision(db_path: Path) -> str | None:
