@@ -187,7 +187,8 @@ def main() -> None:
         rows.append(("near: whole signature of every row", f"{near_s:.2f} s",
                      f"{shingles:,} shingles; {near_s / pass_s:.1%} of the cold pass"))  # fmt: skip
 
-        timed_process([DLM, "tokenize", str(first)], env)  # all hits: takes the snapshot if the cold one could not
+        # All hits: takes the pass snapshot if the cold pass could not (a tree written a moment ago).
+        timed_process([DLM, "tokenize", str(first)], env)
         shows = [timed_process([DLM, "show", str(first), "--json"], env) for _ in range(args.repeat)]
         show_s = statistics.median(s for s, _, _ in shows)
         report = json.loads(shows[-1][2])["dedup"]
