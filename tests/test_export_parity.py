@@ -291,6 +291,7 @@ def test_the_adapter_gguf_on_the_base_gguf_continues_as_the_merged_f16_gguf(
     assert np.abs(logits["lora"] - logits["merged"]).max() < moved / 10
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # peft asks transformers a deprecated question
 def test_the_hf_folder_gives_the_logits_of_dlm_prompts_adapter_model_within_1e_4(
     smollm: Exported, tiny_base: Path
 ) -> None:
