@@ -69,10 +69,13 @@ class Step:
         shown: The command line(s) as quoted (``$ `` is added).
         argv: What runs: ``dlm`` arguments, or a callable for the few
             steps that are not a dlm command (``sqlite3``, ``cat``).
-        stream: ``out``, ``err`` or ``both`` (stdout, then stderr).
+        stream: ``out`` (stdout, then the warnings and errors on stderr: progress is off)
+            or ``err`` (stderr alone, progress included).
         bare: Quote the output without the command (a file's content).
         fresh_home: Run in a home of its own (``home2``), shown as the home.
         joined: No blank line between it and the step before.
+        status: The exit status it must end with (anything else stops the generator: a
+            session is never made from a command that failed by accident).
     """
 
     blocks: str
@@ -82,6 +85,7 @@ class Step:
     bare: bool = False
     fresh_home: bool = False
     joined: bool = False
+    status: int = 0
 
 
 @dataclass(frozen=True)
@@ -247,12 +251,12 @@ ERRORS = Scenario(
     name="errors",
     files={"broken.dlm": BROKEN, "typo.dlm": TYPO},
     steps=(
-        Step("readme", ("dlm show broken.dlm",), ("show", "broken.dlm"), stream="err"),
+        Step("readme", ("dlm show broken.dlm",), ("show", "broken.dlm"), status=1),
         Step(
             "readme",
             ("dlm show typo.dlm                        # every problem, in one run",),
             ("show", "typo.dlm"),
-            stream="err",
+            status=1,
         ),
     ),
 )
@@ -270,7 +274,11 @@ def inputs_sha256(scenario: Scenario) -> str:
     digest = hashlib.sha256()
     for step in scenario.steps:
         argv = step.argv if isinstance(step.argv, tuple) else (step.argv.__name__,)
-        digest.update(repr((step.blocks, step.shown, argv, step.stream, step.bare, step.fresh_home)).encode())
+        digest.update(
+            repr(
+                (step.blocks, step.shown, argv, step.stream, step.bare, step.fresh_home, step.status)
+            ).encode()
+        )
     for name, text in sorted(scenario.files.items()):
         digest.update(f"{name}\0{text}\0".encode())
     for path in _input_files(scenario):
@@ -285,7 +293,7 @@ def inputs_sha256(scenario: Scenario) -> str:
     return digest.hexdigest()
 
 
-def _dlm(argv: tuple[str, ...], *, cwd: Path, home: Path) -> tuple[str, str, int]:
+def _dlm(argv: tuple[str, ...], *, cwd: Path, home: Path, quiet: bool) -> tuple[str, str, int]:
     env = {
         **os.environ,
         "DLM_HOME": str(home),
@@ -295,6 +303,8 @@ def _dlm(argv: tuple[str, ...], *, cwd: Path, home: Path) -> tuple[str, str, int
         "COLUMNS": "200",
     }
     env.pop("DLM_QUIET", None)
+    if quiet:  # progress off; warnings and errors stay
+        env["DLM_QUIET"] = "1"
     command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *argv]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     return done.stdout, done.stderr, done.returncode
@@ -316,15 +326,17 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
         for step in scenario.steps:
             home = work / ("home2" if step.fresh_home else "home")
             if callable(step.argv):
-                out, err = step.argv(work), ""
+                out, err, status = step.argv(work), "", 0
             else:
-                out, err, _ = _dlm(step.argv, cwd=work, home=home)
-            text = {"out": out, "err": err, "both": out + err}[step.stream]
+                out, err, status = _dlm(step.argv, cwd=work, home=home, quiet=step.stream == "out")
+            if status != step.status:
+                raise RuntimeError(f"{' '.join(step.shown)}: exit {status}, not {step.status}:\n{out}{err}")
+            text = out + err if step.stream == "out" else err
             for block in step.blocks.split():
                 lines = blocks.setdefault(block, [])
                 if lines and not step.bare and not step.joined:
                     lines.append("")
-                lines.extend(f"$ {line}" for line in step.shown)
+                lines.extend(f"$ {line}" if i == 0 else line for i, line in enumerate(step.shown))
                 lines.extend(_shown(text, work, home).splitlines())
     return {name: "\n".join(lines) + "\n" for name, lines in blocks.items()}
 
