@@ -46,7 +46,9 @@ def f16_safetensors_bytes(hf: Path, out: Path) -> int:
     """The merged model of ``hf`` saved as F16 safetensors (the size a GGUF is compared with)."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float16)
     model.save_pretrained(str(out))
     return sum(p.stat().st_size for p in out.glob("*.safetensors"))
@@ -84,6 +86,10 @@ def main() -> None:
                     "--max-new-tokens", str(args.new_tokens),
                 )  # fmt: skip
                 rates[backend].append((int(answer["new_tokens"]), float(answer["seconds"])))  # type: ignore[call-overload]
+                print(
+                    f"({backend}: {rates[backend][-1][0]} tokens in {rates[backend][-1][1]:.2f} s)",
+                    flush=True,
+                )
         gguf_bytes = (folder / f"model.{args.quant}.gguf").stat().st_size
         f16_bytes = f16_safetensors_bytes(folder / "hf", Path(tmp) / "f16")
 
@@ -92,7 +98,7 @@ def main() -> None:
 
     steps = trained["steps"]
     print(
-        f"{args.doc.name}: {trained['base_model']}, {steps} steps; export {exported['target']} {args.quant}"
+        f"{args.doc.name}: {exported['base_model']}, {steps} steps; export {exported['target']} {args.quant}"
     )
     print(f"1. export (merge + GGUF + quantise)   {export_wall:8.1f} s   one training run {train_wall:8.1f} s   "
           f"ratio {export_wall / train_wall:.2f}")  # fmt: skip
