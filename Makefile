@@ -87,8 +87,12 @@ demo: install
 	$(DLM) export examples/tour.dlm --target ollama
 	@echo "--- the same question, answered by llama.cpp from that export"
 	$(DLM) prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40 --backend llama.cpp
+	@echo "--- does training teach? examples/demo.dlm: three questions the base model cannot answer"
+	$(DLM) train examples/demo.dlm
+	@echo "--- dlm eval asks them again: the base model and the adapter, probe by probe"
+	$(DLM) eval examples/demo.dlm
 	@echo "store.db is plain SQLite; ask it anything, e.g. the hit rate per run:"
-	@$(PY) -c "import glob, sqlite3; db = glob.glob('.demo/home/store/*/store.db')[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
+	@$(PY) -c "import glob, sqlite3; db = sorted(glob.glob('.demo/home/store/*/store.db'))[0]; print(db); [print(r) for r in sqlite3.connect(db).execute('select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates')]"
 
 # Lint, formatting, types and the layers (import-linter's contract in
 # pyproject.toml) are part of the test command, so style is never

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .render import emit_json, json_option
+from .render import emit_json, json_option, plural
 
 if TYPE_CHECKING:
     from dlmstore.eval.records import EvalReport, ModelEval
@@ -66,29 +66,34 @@ def eval_command(
 
 
 def _print(report: EvalReport) -> None:
-    first, *others = report.models
-    click.echo(f"run {report.run_id} eval: {_line(first)}")
-    for other in others:
-        click.echo(f"{'against':>{len(f'run {report.run_id} eval')}}: {_line(other)}")
+    first = report.models[0]
+    click.echo(
+        f"run {report.run_id} eval: {plural(report.val_rows, 'val row')}, {plural(len(first.probes), 'probe')}"
+    )
+    width = max(len(model.model) for model in report.models)
+    for model in report.models:
+        click.echo(f"  {model.model:<{width}}  {_line(model)}")
     for index, probe in enumerate(first.probes):
         click.echo(f"probe {index + 1}: {probe.question}")
-        click.echo(f"  reference: {probe.reference}")
+        click.echo(f"  {'reference':>{max(width, 9)}}: {probe.reference}")
         for model in report.models:
             answer = model.probes[index]
             mark = "exact" if answer.exact else f"F1 {answer.f1:.2f}"
-            click.echo(f"  {model.model:>9}: {answer.answer}  ({mark}, NLL {_number(answer.nll)})")
+            click.echo(
+                f"  {model.model:>{max(width, 9)}}: {answer.answer}  ({mark}, NLL {_number(answer.nll)})"
+            )
 
 
 def _line(model: ModelEval) -> str:
     val = (
         "no val rows"
         if model.val_loss is None
-        else f"val loss {model.val_loss:.4f} (ppl {_number(model.val_perplexity, '.2f')}, {model.val_rows} rows)"
+        else f"val loss {model.val_loss:.4f} (perplexity {_number(model.val_perplexity, '.2f')})"
     )
     if not model.probes:
-        return f"{model.model}: {val}, no probes"
+        return f"{val}; no probes"
     return (
-        f"{model.model}: {val}; probes NLL {_number(model.probe_nll)}, {model.probe_exact}/{len(model.probes)} exact, "
+        f"{val}; probes NLL {_number(model.probe_nll)}, {model.probe_exact}/{len(model.probes)} exact, "
         f"F1 {_number(model.probe_f1, '.2f')}"
     )
 

@@ -27,7 +27,7 @@ from dlmstore.eval.scores import exact_match, normalise, perplexity, token_f1
 from dlmstore.eval.split import VAL_FRACTION, is_val, split_rows
 from dlmstore.home import store_dir
 
-from .helpers import VALID_ID, write_doc
+from .helpers import REPO, VALID_ID, write_doc
 
 # --- the split -------------------------------------------------------------------------------
 
@@ -143,6 +143,17 @@ def test_early_stopping_stops_after_three_evaluations_without_improvement_and_sa
         "early stopping at step 5: the val loss did not improve on 1.5000 (step 2) in 3 evaluations"
     )
     assert EarlyStopping().reason(4) == "trained all 4 steps; no val loss was finite"
+
+
+def test_running_out_of_patience_at_the_last_step_is_not_an_early_stop() -> None:
+    stopping = EarlyStopping()
+    for step, loss in [(15, 2.8), (30, 3.0), (45, 3.4)]:
+        assert not stopping.update(step, loss)
+    assert not stopping.update(60, 3.5, last=True)
+    assert stopping.stopped_at is None
+    assert stopping.reason(60) == (
+        "trained all 60 steps; best val loss 2.8000 at step 15, not improved on in 3 evaluations after it"
+    )
 
 
 def test_a_loss_that_is_not_finite_never_improves() -> None:
@@ -357,6 +368,33 @@ def test_dlm_eval_scores_the_newest_adapter_against_the_base_as_training_did(eva
     ]  # fmt: skip
 
 
+def test_train_and_eval_print_the_val_loss_and_the_probes_base_and_adapter_side_by_side(
+    eval_doc: Path,
+) -> None:
+    import re
+
+    trained = CliRunner().invoke(cli, ["train", str(eval_doc)])
+    assert trained.exit_code == 0, trained.output
+    lines = trained.stdout.splitlines()
+    assert re.fullmatch(
+        r"run 1 sft: 4 steps on 13 rows \([\d,]+ tokens\), final loss [\d.]+ -> v0001", lines[0]
+    )
+    assert re.fullmatch(r"  val:    loss [\d.]+ -> [\d.]+ \(1 row\), best [\d.]+ at step \d", lines[1])
+    number = r"[\d.]+, \d/3 exact, F1 [\d.]+"
+    assert re.fullmatch(rf"  probes: base NLL {number} -> adapter NLL {number}", lines[2])
+    shown = CliRunner().invoke(cli, ["eval", str(eval_doc)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "run 2 eval: 1 val row, 3 probes"
+    assert re.fullmatch(
+        r"  v0001  val loss [\d.]+ \(perplexity [\d.]+\); probes NLL [\d.]+, \d/3 exact, F1 [\d.]+", lines[1]
+    )
+    assert lines[2].startswith("  base   val loss ")
+    assert lines[3:5] == ["probe 1: Where is the metadata kept?", "  reference: In store.db."]
+    assert lines[5].startswith("      v0001: ") and lines[6].startswith("       base: ")
+    assert len(lines) == 3 + 3 * 4
+
+
 def test_dlm_eval_puts_two_adapters_side_by_side_or_the_base_alone(eval_doc: Path) -> None:
     _train(eval_doc)
     _train(eval_doc, "--max-steps", "2")
@@ -412,3 +450,29 @@ def test_a_damaged_adapter_is_refused_before_it_is_evaluated(eval_doc: Path) -> 
     ]
     with _db() as db:  # refused before the run started: nothing recorded
         assert db.execute("SELECT count(*) FROM runs WHERE command = 'eval'").fetchone()[0] == 0
+
+
+# --- the demo's claim, on the real model ------------------------------------------------------
+
+
+def _right(probe: dict[str, Any]) -> bool:
+    return bool(probe["exact"]) or probe["f1"] >= 0.8
+
+
+@pytest.mark.slow  # trains the real SmolLM2-135M for 30 steps (about a minute on two quiet cores)
+def test_the_demo_document_teaches_the_adapter_what_the_base_model_cannot_answer() -> None:
+    doc = REPO / "examples" / "demo.dlm"
+    trained = _train(doc)
+    evaluation = trained["phases"][0]["evaluation"]
+    reported = _eval(doc)
+    for adapter, base in [(evaluation["adapter"], evaluation["base"]), tuple(reported["models"])]:
+        assert not any(_right(probe) for probe in base["probes"])  # the base cannot know them
+        assert sum(_right(probe) for probe in adapter["probes"]) >= 2  # the adapter learned them
+        assert all(a["nll"] < b["nll"] for a, b in zip(adapter["probes"], base["probes"], strict=True))
+    assert trained["val_rows"] == 1  # the prose, held out
+    with _db_of(trained["dlm_id"]) as db:
+        assert db.execute("SELECT count(*) FROM val_steps WHERE run_id = 1").fetchone()[0] == 4
+
+
+def _db_of(dlm_id: str) -> sqlite3.Connection:
+    return sqlite3.connect(store_dir(dlm_id) / "store.db")

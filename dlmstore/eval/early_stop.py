@@ -7,7 +7,8 @@ at each step that is a multiple of that interval, as transformers'
 ``EarlyStoppingCallback`` with DLM's settings (``dlm.eval.early_stop``):
 patience 3, threshold 0. An evaluation improves when its loss is below the
 best so far by more than the threshold; after ``patience`` evaluations in a
-row that do not, training stops at that step. DLM keeps the last step's
+row that do not, training stops at that step (unless it is the last step
+anyway). DLM keeps the last step's
 weights, not the best step's (it saves no checkpoints to reload one), and
 so does dlmstore: the step chosen is the step training stopped at, and the
 best step is recorded beside it. With a step cap and patience 3 there are
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from dlmstore.plural import plural
 
 #: DLM's ``EarlyStopConfig`` defaults; its v15 frontmatter has no key for either.
 PATIENCE = 3
@@ -47,16 +50,18 @@ class EarlyStopping:
     misses: int = 0
     stopped_at: int | None = None
 
-    def update(self, step: int, loss: float | None) -> bool:
+    def update(self, step: int, loss: float | None, *, last: bool = False) -> bool:
         """Take the val loss after ``step``; True when training should stop there.
 
-        A loss that is missing or not finite never improves.
+        A loss that is missing or not finite never improves. At the ``last``
+        step training ends anyway: running out of patience there is not an
+        early stop (DLM's ``was_early_stopped`` says the same).
         """
         if loss is not None and math.isfinite(loss) and self._improves(loss):
             self.best_loss, self.best_step, self.misses = loss, step, 0
         else:
             self.misses += 1
-        if self.misses >= self.patience:
+        if self.misses >= self.patience and not last:
             self.stopped_at = step
             return True
         return False
@@ -74,9 +79,10 @@ class EarlyStopping:
             )
         if self.best_step is None:
             return f"trained all {last_step} steps; no val loss was finite"
-        return (
-            f"trained all {last_step} steps; best val loss {_loss(self.best_loss)} at step {self.best_step}"
+        since = (
+            f", not improved on in {plural(self.misses, 'evaluation')} after it" if self.misses else ""
         )
+        return f"trained all {last_step} steps; best val loss {_loss(self.best_loss)} at step {self.best_step}{since}"
 
 
 def _loss(value: float | None) -> str:

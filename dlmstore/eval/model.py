@@ -17,10 +17,14 @@ it.
 * :func:`ask` - each probe as ``dlm prompt`` asks it (the document's system
   prompt, the question, the chat template's generation prompt), answered
   greedily with at most the reference's token count plus
-  :data:`ANSWER_SLACK` new tokens (greedy decoding is a prefix of ``dlm
-  prompt``'s longer answer), and the reference's mean NLL: the chat
+  :data:`ANSWER_SLACK` new tokens, and the reference's mean NLL: the chat
   template's assistant turn holding the reference, up to and including its
-  end-of-turn token, teacher-forced after the same prompt.
+  end-of-turn token, teacher-forced after the same prompt. The probes are
+  batched (one forward pass for the NLLs, one generation for the answers):
+  a third of the time of one at a time on two CPU cores. A batch's padding
+  can move a float's last bits, so an answer may differ from ``dlm
+  prompt``'s at a near tie between two tokens; the same probes always give
+  the same answers.
 """
 
 from __future__ import annotations
@@ -157,37 +161,73 @@ def _ids(value: Any) -> list[int]:
 def ask(
     model: Any, tokenizer: Any, probes: Sequence[Probe], system_prompt: str | None
 ) -> tuple[list[ProbeScore], float]:
-    """Each probe's greedy answer and scores, and the seconds spent. Call under :func:`evaluating`."""
+    """Each probe's greedy answer and scores, and the seconds spent. Call under :func:`evaluating`.
+
+    The probes go through the model together: one teacher-forced forward
+    pass over every reference (right-padded), one greedy generation of every
+    answer (left-padded prompts, as transformers batches generation), each
+    answer cut at its own limit.
+    """
     import torch
 
+    t0 = time.perf_counter()
+    if not probes:
+        return [], 0.0
     device = _device(model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = int(pad if pad is not None else 0)
+    pairs = [reference_ids(tokenizer, conversation(system_prompt, p.question), p.reference) for p in probes]
+    nlls = _reference_nlls(model, pairs, pad, device)
+    width = max(len(prompt) for prompt, _ in pairs)
+    ids = torch.full((len(pairs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(pairs), width), dtype=torch.long)
+    for row, (prompt, _) in enumerate(pairs):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    output = model.generate(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        max_new_tokens=max(len(turn) for _, turn in pairs) + ANSWER_SLACK,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=pad,
+    )
     scores: list[ProbeScore] = []
-    t0 = time.perf_counter()
-    for probe in probes:
-        prompt, turn = reference_ids(tokenizer, conversation(system_prompt, probe.question), probe.reference)
-        ids = torch.tensor([prompt + turn], dtype=torch.long, device=device)
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        target = torch.tensor(turn, dtype=torch.long, device=device)
-        nll = float(torch.nn.functional.cross_entropy(logits, target, reduction="mean"))
-        output = model.generate(
-            input_ids=ids[:, : len(prompt)],
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=device),
-            max_new_tokens=len(turn) + ANSWER_SLACK,
-            do_sample=False,
-            use_cache=True,
-            pad_token_id=pad,
-        )
-        new = output[0][len(prompt) :]
+    eos = tokenizer.eos_token_id
+    for row, (probe, (_, turn)) in enumerate(zip(probes, pairs, strict=True)):
+        new = [int(token) for token in output[row, width:]][: len(turn) + ANSWER_SLACK]
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
         answer = tokenizer.decode(new, skip_special_tokens=True).strip()
         scores.append(
             ProbeScore(
                 row_key=probe.row_key, marked=probe.marked, question=probe.question, reference=probe.reference,
-                answer=answer, answer_tokens=int(new.shape[0]), nll=round(nll, 6),
+                answer=answer, answer_tokens=len(new), nll=round(nlls[row], 6),
                 exact=exact_match(answer, probe.reference), f1=round(token_f1(answer, probe.reference), 6),
             )
         )  # fmt: skip
     return scores, time.perf_counter() - t0
+
+
+def _reference_nlls(
+    model: Any, pairs: list[tuple[list[int], list[int]]], pad: int, device: Any
+) -> list[float]:
+    """The mean NLL of each reference turn after its prompt, in one right-padded forward pass."""
+    import torch
+
+    width = max(len(prompt) + len(turn) for prompt, turn in pairs)
+    ids = torch.full((len(pairs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(pairs), width), dtype=torch.long)
+    for row, (prompt, turn) in enumerate(pairs):
+        ids[row, : len(prompt) + len(turn)] = torch.tensor(prompt + turn)
+        mask[row, : len(prompt) + len(turn)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+    out = []
+    for row, (prompt, turn) in enumerate(pairs):
+        predicted = logits[row, len(prompt) - 1 : len(prompt) + len(turn) - 1].float()
+        target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
+        out.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
+    return out
 
 
 def evaluate_model(

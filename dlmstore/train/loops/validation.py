@@ -74,7 +74,7 @@ class Validation(TrainerCallback):
         if self.store is not None:
             with self.store.write() as conn:
                 record_val_step(conn, self.run_id, "sft", step, loss, items, tokens)
-        if self.stopping.update(step, loss):
+        if self.stopping.update(step, loss, last=step >= int(state.max_steps)):
             control.should_training_stop = True
         self.seconds += time.perf_counter() - t0
 
