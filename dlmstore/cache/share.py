@@ -259,6 +259,7 @@ def take_shared(
                     continue
                 for key in got:
                     wanted.pop(key, None)
+            taker.register(dlm_id)
             if len(taker.tokens) > before:
                 stores.append(dlm_id)
     taker.own.close()  # the views handed out keep their mappings
@@ -304,6 +305,8 @@ class _Taker:
         self.own = PackReader(store.path)  # our names for linked packs; views of it are handed out
         self.tokens: dict[str, tuple[memoryview, str]] = {}
         self.ids: list[int] = []
+        #: Packs linked or written, with their entries' offsets, not registered yet (see register).
+        self.pending: list[tuple[str, int, list[tuple[_Found, int]], str]] = []
         self.linked = self.copied = self.linked_bytes = self.copied_bytes = 0
 
     def take_pack(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
@@ -342,9 +345,8 @@ class _Taker:
         if not good:
             unlink_packs(self.store, [mine])
             return []
-        fsync_dir(self.store.path / PACK_DIR)  # the new name is durable before a row points at it
         placed = [(entry, entry.byte_offset) for entry, _ in good]
-        self._register(dlm_id, mine, linked.st_size, placed, how="link")
+        self.pending.append((mine, linked.st_size, placed, "link"))
         self.linked += 1
         self.linked_bytes += linked.st_size
         return self._keep(good)
@@ -360,7 +362,7 @@ class _Taker:
         finally:
             theirs.close()
         placed = [(entry, at.byte_offset) for (entry, _), at in zip(good, pack.entries, strict=True)]
-        self._register(dlm_id, pack.relpath, pack.bytes, placed, how="copy")
+        self.pending.append((pack.relpath, pack.bytes, placed, "copy"))
         self.copied += 1
         self.copied_bytes += pack.bytes
         return self._keep(good)
@@ -370,47 +372,54 @@ class _Taker:
             self.tokens[entry.row_key] = (data, entry.dtype)
         return [entry.row_key for entry, _ in good]
 
-    def _register(
-        self, dlm_id: str, relpath: str, size: int, placed: list[tuple[_Found, int]], *, how: str
-    ) -> None:
-        """Register a pack of ours and its entries (with their origin) in one transaction.
+    def register(self, dlm_id: str) -> None:
+        """Register the packs taken from store ``dlm_id`` and their entries (with their origin), in one
+        transaction, once every new name is durable (one ``fsync`` of ``tokens/`` for all the links).
 
         A key another pass registered meanwhile keeps its entry; a pack that
         registered nothing is dropped and its file removed.
         """
+        if not self.pending:
+            return
+        if any(how == "link" for _, _, _, how in self.pending):
+            fsync_dir(self.store.path / PACK_DIR)  # the new names are durable before a row points at them
         now = utc_now()
-        dtype = placed[0][0].dtype
-        payload = json.dumps(
-            [[e.row_key, offset, e.token_count, e.nbytes, e.checksum] for e, offset in placed]
-        )
+        empty: list[str] = []
         with self.store.write() as conn:
-            pack_id = conn.execute(
-                "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
-                "VALUES (?, ?, ?, 0, ?, ?)",
-                (relpath, dtype, size, now, self.run_id),
-            ).lastrowid
-            registered = conn.execute(
-                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
-                "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
-                "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, j.value ->> 4, "
-                "?, ?, ? FROM json_each(?) AS j WHERE true "
-                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key",
-                (
-                    self.tokenizer_sha256, self.sequence_len, pack_id, dtype, now, now, self.run_id, payload,
-                ),
-            ).fetchall()  # fmt: skip
-            origin = {entry.row_key: entry.entry_id for entry, _ in placed}
-            if registered:
+            for relpath, size, placed, how in self.pending:
+                dtype = placed[0][0].dtype
+                payload = json.dumps(
+                    [[e.row_key, offset, e.token_count, e.nbytes, e.checksum] for e, offset in placed]
+                )
+                pack_id = conn.execute(
+                    "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
+                    "VALUES (?, ?, ?, 0, ?, ?)",
+                    (relpath, dtype, size, now, self.run_id),
+                ).lastrowid
+                registered = conn.execute(
+                    "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, byte_offset, "
+                    "token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
+                    "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, "
+                    "j.value ->> 4, ?, ?, ? FROM json_each(?) AS j WHERE true "
+                    "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key",
+                    (
+                        self.tokenizer_sha256, self.sequence_len, pack_id, dtype, now, now, self.run_id,
+                        payload,
+                    ),
+                ).fetchall()  # fmt: skip
+                if not registered:
+                    conn.execute("DELETE FROM token_packs WHERE id = ?", (pack_id,))
+                    empty.append(relpath)
+                    continue
+                origin = {entry.row_key: entry.entry_id for entry, _ in placed}
                 conn.execute(
                     "INSERT INTO entry_origins (entry_id, from_store, from_entry_id, how, run_id, created_at) "
                     "SELECT j.value ->> 0, ?, j.value ->> 1, ?, ?, ? FROM json_each(?) AS j",
                     (dlm_id, how, self.run_id, now, json.dumps([[i, origin[k]] for i, k in registered])),
                 )
-            else:
-                conn.execute("DELETE FROM token_packs WHERE id = ?", (pack_id,))
-        if not registered:
-            unlink_packs(self.store, [relpath])
-        self.ids += [entry_id for entry_id, _ in registered]
+                self.ids += [entry_id for entry_id, _ in registered]
+        self.pending.clear()
+        unlink_packs(self.store, empty)
 
 
 def _range(entry: _Found) -> tuple[int, int, str]:
