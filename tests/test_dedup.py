@@ -333,3 +333,30 @@ def test_training_dedup_decides_the_rows_trained(
     assert summary.rows_trained == trained
     runs = json.loads(CliRunner().invoke(cli, ["metrics", str(doc), "--json"]).stdout)["runs"]
     assert runs[0]["dedup"]["dropped_rows"] == 6 - trained
+
+
+def test_validation_rows_that_duplicate_training_rows_are_reported_and_dedup_keeps_them_out(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    from dlmstore.eval.split import is_val
+    from dlmstore.train.trainer import train_document
+
+    copies = tmp_path / "src"
+    copies.mkdir()
+    for number in range(30):  # one module vendored thirty times: some copies fall in the val split
+        (copies / f"copy{number:02d}.py").write_text(MODULE, encoding="utf-8")
+    extra = "  sequence_len: 64\n  max_steps: 1\n  micro_batch_size: 2\n"
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        body="Notes about the tree.\n",
+        frontmatter=f"base_model: {tiny_base}\ntraining:\n  sources:\n    - path: src\n{extra}",
+    )
+    rows = tokenize_document(str(doc))[1]
+    assert rows is not None
+    held = [key for key in rows.row_keys[1:] if is_val(key, 42)]
+    assert 0 < len(held) < 30  # fixed by the keys and the seed: copies on both sides of the split
+    (warning,) = [w for w in train_document(str(doc)).warnings if "validation" in w]
+    assert warning.startswith(f"{len(held)} validation rows duplicate training rows (src/copy")
+    assert warning.endswith("training.dedup: exact or near keeps a duplicate out of the validation split")
+    doc.write_text(doc.read_text().replace(extra, extra + "  dedup: exact\n"), encoding="utf-8")
+    assert not [w for w in train_document(str(doc)).warnings if "validation" in w]

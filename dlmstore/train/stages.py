@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
     from dlmstore.cache.preferences import TokenizedPreferences
+    from dlmstore.corpus.dedup import DedupReport
     from dlmstore.corpus.pass_result import PassResult, TokenizedRows
     from dlmstore.document.frontmatter import TrainingSettings
     from dlmstore.document.parser import Document
@@ -124,6 +125,7 @@ class Tokenized:
     preferences: TokenizedPreferences
     source_warnings: tuple[str, ...]
     seconds: float
+    dedup: DedupReport | None = None  # the duplicate clusters of its text rows (dlmstore.corpus.dedup)
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class Prepared:
     val_rows: TokenizedRows | None = None  # the rows held out for validation (dlmstore.eval.split)
     probes: tuple[Probe, ...] = ()  # what the base and each phase's adapter are asked (dlmstore.eval.probes)
     val_history: tuple[tuple[int, float | None], ...] = ()  # the val losses of the run resumed, to its step
+    warnings: tuple[str, ...] = ()  # validation rows that duplicate training rows (dlmstore.corpus.dedup)
 
 
 @dataclass(frozen=True)
@@ -292,13 +295,15 @@ def tokenize(
     if rows is None or preferences is None:  # a materializing pass always returns both
         raise RuntimeError("the tokenize pass returned no token arrays")
     with paused():
-        rows = kept_rows(rows, analyse(store, corpus, run_id=run_id, mode=settings.dedup).dropped())
+        dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup)
+        rows = kept_rows(rows, dedup.dropped())
     return Tokenized(
         result=result,
         rows=rows,
         preferences=preferences,
         source_warnings=corpus.expansion.warnings,
         seconds=time.perf_counter() - t0,
+        dedup=dedup,
     )
 
 
@@ -312,6 +317,7 @@ def prepare(
             changed), nothing to train for the phases asked, or no SFT
             adapter for the preference phase to start from.
     """
+    from dlmstore.corpus.dedup import contamination
     from dlmstore.eval.probes import extract_probes, marked_keys
     from dlmstore.train.checkpoints import check_identity, rows_sha256
     from dlmstore.train.data.examples import held_out
@@ -329,6 +335,9 @@ def prepare(
         sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
     checkpoint = begun.checkpoint
+    contaminated = None  # validation rows that duplicate training rows (exact or near)
+    if tokenized.dedup is not None and val_rows is not None:
+        contaminated = contamination(tokenized.dedup, set(train_rows.row_keys), set(val_rows.row_keys))
     return Prepared(
         run_id=run_id,
         store_path=store.path,
@@ -343,6 +352,7 @@ def prepare(
         val_rows=val_rows,
         probes=tuple(extract_probes(document.sections, seed=setup.seed)),
         val_history=val_history(store, begun.resumed_from, None if checkpoint is None else checkpoint.step),
+        warnings=() if contaminated is None else (contaminated,),
     )
 
 

@@ -261,6 +261,7 @@ def _summarize(
             *tokenized.result.warnings,
             *phases.warnings,
             *begun.warnings,
+            *prepared.warnings,
             *kept,
         ],  # fmt: skip
     )
