@@ -17,7 +17,7 @@ from .params import DURATION, RUN_ID
 from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
-    from dlmstore.store.metrics import MetricsReport, RunMetrics, TrainingInfo
+    from dlmstore.store.metrics import MetricsReport, RunEvaluation, RunMetrics, TrainingInfo, ValStep
 
 
 @click.command("metrics")
@@ -89,8 +89,9 @@ def metrics_command(
         click.echo(f"{line}  {losses}".rstrip())
     for run in report.runs:
         _outcome(run)
+        _evaluations(run)
         if run.training is not None:
-            _training(run.run_id, run.training)
+            _training(run.run_id, run.training, run.val_steps)
     for run in report.runs:
         _shared_and_duplicates(run)
     for export in report.exports:
@@ -125,6 +126,44 @@ def _outcome(run: RunMetrics) -> None:
         click.echo(f"run {run.run_id} {phase.phase}: {plural(phase.steps, 'step')}, final loss {final}{best}")
 
 
+def _evaluations(run: RunMetrics) -> None:
+    """What a run evaluated: per phase, the val loss and the probes, base -> adapter; ``dlm eval``'s models."""
+    phases: dict[str, list[RunEvaluation]] = {}
+    for evaluation in run.evaluations:
+        phases.setdefault(evaluation.phase, []).append(evaluation)
+    for phase, models in phases.items():
+        if phase == "eval":
+            click.echo(f"run {run.run_id} eval: " + "; ".join(f"{m.model} {_scores(m)}" for m in models))
+            continue
+        base = next((m for m in models if m.adapter_version is None), None)
+        adapter = next((m for m in models if m.adapter_version is not None), None)
+        if base is None or adapter is None:
+            continue
+        best = ""
+        if adapter.best_val_loss is not None:
+            best = f" (best {adapter.best_val_loss:.4f} at step {adapter.best_step}{', stopped early' if adapter.stopped_early else ''})"
+        val = (
+            "no val rows"
+            if adapter.val_loss is None
+            else f"val loss {_number(base.val_loss, '.4f')} -> {adapter.val_loss:.4f}{best}"
+        )
+        probes = ""
+        if adapter.probes:
+            probes = (
+                f"; probes: base {base.probe_exact}/{base.probes} exact, NLL {_number(base.probe_nll, '.2f')} -> "
+                f"{adapter.model} {adapter.probe_exact}/{adapter.probes} exact, NLL {_number(adapter.probe_nll, '.2f')}"
+            )
+        click.echo(f"run {run.run_id} {phase}: {val}{probes}")
+
+
+def _scores(model: RunEvaluation) -> str:
+    """``val loss 2.6957, 3/3 exact, NLL 0.01``."""
+    parts = [] if model.val_loss is None else [f"val loss {model.val_loss:.4f}"]
+    if model.probes:
+        parts += [f"{model.probe_exact}/{model.probes} exact", f"NLL {_number(model.probe_nll, '.2f')}"]
+    return ", ".join(parts) or "nothing to evaluate"
+
+
 def _shared_and_duplicates(run: RunMetrics) -> None:
     """A line for a run that took tokens from other stores or found duplicate rows."""
     parts = []
@@ -150,8 +189,9 @@ REWARDS = (
 )
 
 
-def _training(run_id: int, train: TrainingInfo) -> None:
-    """The adapters a run registered, then its steps (``--run-id``) grouped by phase."""
+def _training(run_id: int, train: TrainingInfo, val_steps: list[ValStep]) -> None:
+    """The adapters a run registered, then its steps (``--run-id``) grouped by phase, with the val loss."""
+    val = {(item.phase, item.step): item.loss for item in val_steps}
     for adapter in train.adapters:
         origin = (
             f"{adapter.phase}, {adapter.method} from v{adapter.parent_version:04d}"
@@ -166,13 +206,17 @@ def _training(run_id: int, train: TrainingInfo) -> None:
     for phase, steps in groupby(train.steps or [], key=lambda step: step.phase):
         preference = phase == "preference"
         click.echo(f"run {run_id}, {phase} steps:")
+        validated = any(key[0] == phase for key in val)
         header = f"{'step':>6}  {'epoch':>7}  {'loss':>9}  {'learning rate':>13}  {'tokens/s':>9}"
+        header += f"  {'val loss':>9}" if validated else ""
         click.echo(header + "".join(f"  {title:>9}" for title, _ in REWARDS) if preference else header)
         for step in steps:
             line = (
                 f"{step.step:>6}  {_number(step.epoch, '.3f'):>7}  {_number(step.loss, '.4f'):>9}  "
                 f"{_number(step.learning_rate, '.3g'):>13}  {_number(step.tokens_per_second, ',.0f'):>9}"
             )
+            if validated:
+                line += f"  {_number(val.get((phase, step.step)), '.4f'):>9}"
             if preference:
                 line += "".join(
                     f"  {_number(step.metrics.get(name), '.1%' if title == 'accuracy' else '.4f'):>9}"

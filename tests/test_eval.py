@@ -395,6 +395,32 @@ def test_train_and_eval_print_the_val_loss_and_the_probes_base_and_adapter_side_
     assert len(lines) == 3 + 3 * 4
 
 
+def test_dlm_metrics_shows_what_each_run_evaluated_and_the_val_loss_beside_the_steps(eval_doc: Path) -> None:
+    import re
+
+    _train(eval_doc)
+    _eval(eval_doc)
+    shown = CliRunner().invoke(cli, ["metrics", str(eval_doc)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    number = r"[\d.]+"
+    train = rf"run 1 sft: val loss {number} -> {number} \(best {number} at step \d\); probes: base \d/3 exact, NLL {number} -> v0001 \d/3 exact, NLL {number}"
+    assert any(re.fullmatch(train, line) for line in lines), lines
+    evaluated = rf"run 2 eval: v0001 val loss {number}, \d/3 exact, NLL {number}; base val loss {number}, \d/3 exact, NLL {number}"
+    assert any(re.fullmatch(evaluated, line) for line in lines), lines
+    steps = CliRunner().invoke(cli, ["metrics", str(eval_doc), "--run-id", "1"]).stdout.splitlines()
+    header = next(line for line in steps if line.lstrip().startswith("step"))
+    assert header.split()[-2:] == ["val", "loss"]
+    payload = json.loads(CliRunner().invoke(cli, ["metrics", str(eval_doc), "--json"]).stdout)
+    train_run, eval_run = payload["runs"][1], payload["runs"][0]
+    assert [e["model"] for e in train_run["evaluations"]] == ["base", "v0001"]
+    assert [v["step"] for v in train_run["val_steps"]] == [1, 2, 3, 4]
+    assert [(e["phase"], e["model"]) for e in eval_run["evaluations"]] == [
+        ("eval", "v0001"),
+        ("eval", "base"),
+    ]
+
+
 def test_dlm_eval_puts_two_adapters_side_by_side_or_the_base_alone(eval_doc: Path) -> None:
     _train(eval_doc)
     _train(eval_doc, "--max-steps", "2")

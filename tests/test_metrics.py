@@ -111,8 +111,9 @@ def test_the_report_reads_each_table_once_however_many_runs_and_steps(doc: Path)
         run_metrics(store, run_id=2)
         run_metrics(store)
     selects = [s for s in statements if s.lstrip().startswith("SELECT")]
-    # runs, adapters, steps, metrics, exports; then runs, adapters, losses, exports
-    assert len(selects) == 5 + 4
+    # runs, adapters, steps, metrics, exports, evaluations, val steps; then runs, adapters, losses,
+    # exports, evaluations, val steps
+    assert len(selects) == 7 + 6
 
 
 def test_metrics_json_prints_adapters_and_steps_with_their_phase(doc: Path) -> None:

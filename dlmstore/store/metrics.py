@@ -15,6 +15,11 @@ the sparkline ``dlm metrics`` draws beside the hit rate. Every export of
 the document's adapters (``exports``, written by ``dlm export``) is listed
 after the runs (:func:`list_exports`, which ``dlm report`` shows too).
 
+Every run also carries what it evaluated (``evaluations``: the base and
+each phase's adapter after a train run's phases, the models ``dlm eval``
+compared) and the val loss at each evaluation step of its training
+(``val_steps``), as ``dlmstore.eval`` recorded them.
+
 What a person comparing runs asks first is carried by every run: how long
 it took (``duration_seconds``, from ``started_at`` to ``finished_at``; the
 tokenize pass's own time is ``tokenization.total_tokenize_seconds``), each
@@ -158,6 +163,60 @@ class TrainingInfo:
 
 
 @dataclass(frozen=True)
+class ValStep:
+    """The val loss after one step of a training phase (a row of ``val_steps``).
+
+    Attributes:
+        phase: ``sft``.
+        step: The optimizer step the val split was evaluated after.
+        loss: Mean negative log-likelihood per target token; null when it was not finite.
+        perplexity: ``exp(loss)``.
+    """
+
+    phase: str
+    step: int
+    loss: float | None
+    perplexity: float | None
+
+
+@dataclass(frozen=True)
+class RunEvaluation:
+    """One model a run evaluated: the base or an adapter (a row of ``evaluations``).
+
+    Attributes:
+        phase: ``sft`` or ``preference`` (after that phase of a train run), or ``eval`` (``dlm eval``).
+        model: ``base``, or the adapter version as ``v0003``.
+        adapter_version: The adapter version; null for the base.
+        val_loss: Its val loss; null without val rows.
+        val_perplexity: ``exp(val_loss)``.
+        val_rows: Val items evaluated.
+        probes: Probes asked.
+        probe_nll: Mean of the probes' reference NLLs; null without probes.
+        probe_exact: Probes answered exactly.
+        probe_f1: Mean token-F1 of the answers; null without probes.
+        best_step: The step of the phase's best val loss (a train run's adapter); null otherwise.
+        best_val_loss: That loss.
+        stopped_early: Whether early stopping ended the phase (a train run's adapter); null otherwise.
+        stop_reason: Why the phase ended where it did (a train run's adapter); null otherwise.
+    """
+
+    phase: str
+    model: str
+    adapter_version: int | None
+    val_loss: float | None
+    val_perplexity: float | None
+    val_rows: int
+    probes: int
+    probe_nll: float | None
+    probe_exact: int
+    probe_f1: float | None
+    best_step: int | None = None
+    best_val_loss: float | None = None
+    stopped_early: bool | None = None
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class RunMetrics:
     """One run as ``dlm metrics`` shows it.
 
@@ -179,6 +238,9 @@ class RunMetrics:
             command, not only its tokenize pass); null while it runs.
         phases: Each training phase it logged steps for, SFT first, with its final and best
             loss; empty for tokenize runs and runs that logged no step.
+        evaluations: The models it evaluated (a train run: the base and the adapter after each
+            phase; ``dlm eval``: what it was asked to), in the order it recorded them.
+        val_steps: The val loss at each evaluation step of its training phases, in step order.
     """
 
     run_id: int
@@ -192,6 +254,8 @@ class RunMetrics:
     dedup: DedupEvent | None = None
     duration_seconds: float | None = None
     phases: list[PhaseMetrics] = field(default_factory=list)
+    evaluations: list[RunEvaluation] = field(default_factory=list)
+    val_steps: list[ValStep] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -305,6 +369,26 @@ def run_metrics(
             ):
                 points.setdefault(step_run, {}).setdefault(phase, []).append((number, loss))
         exports = list_exports(conn)
+        evaluations: dict[int, list[RunEvaluation]] = {}
+        for row in conn.execute(
+            "SELECT run_id, phase, model, adapter_version, val_loss, val_perplexity, val_rows, probes, probe_nll, "
+            "probe_exact, probe_f1, best_step, best_val_loss, stopped_early, stop_reason FROM evaluations "
+            f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY id",
+            (*params, limit),
+        ):
+            fields = dict(row)
+            stopped = fields.pop("stopped_early")
+            evaluations.setdefault(fields.pop("run_id"), []).append(
+                RunEvaluation(**fields, stopped_early=None if stopped is None else bool(stopped))
+            )
+        val_steps: dict[int, list[ValStep]] = {}
+        for row in conn.execute(
+            "SELECT run_id, phase, step, loss, perplexity FROM val_steps "
+            f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY run_id, phase <> 'sft', step",
+            (*params, limit),
+        ):
+            fields = dict(row)
+            val_steps.setdefault(fields.pop("run_id"), []).append(ValStep(**fields))
     runs = []
     for row in rows:
         event = None
@@ -342,6 +426,8 @@ def run_metrics(
                 dedup=dedup,
                 duration_seconds=duration_seconds(row["started_at"], row["finished_at"]),
                 phases=[PhaseMetrics.of(phase, logged) for phase, logged in phases.items()],
+                evaluations=evaluations.get(row["run_id"], []),
+                val_steps=val_steps.get(row["run_id"], []),
             )
         )
     return MetricsReport(store.dlm_id, str(store.path), runs, exports)
