@@ -7,8 +7,10 @@ llama.cpp the project's set-up builds:
 
 * llama.cpp tokenizes the chat prompt as transformers does;
 * the F16 GGUF's greedy continuation of each of the document's probe
-  prompts (its instruction questions, in its chat template) is
-  transformers' greedy continuation of the merged model, token for token;
+  prompts (DLM's probes, ``dlmstore.eval.probes``: its ``### Q !probe``
+  pairs, else three of its Q/A pairs sampled by seed; each after the system
+  prompt, in the chat template) is transformers' greedy continuation of the
+  merged model, token for token;
 * the Q8_0 GGUF picks transformers' top token at >= 95% of the positions
   of teacher-forced text;
 * the adapter GGUF on the base GGUF continues as the merged F16 GGUF;
@@ -162,17 +164,14 @@ def _hf(folder: Path) -> tuple[Any, Any]:
 
 
 def _probes(doc: Path) -> list[list[dict[str, str]]]:
-    """The document's probe prompts: each instruction question after its system prompt."""
-    from dlmstore.document.parser import instruction_pairs, parse_document
+    """The document's probe prompts (DLM's probes: ``dlmstore.eval.probes``), each after its system prompt."""
+    from dlmstore.document.parser import parse_document
+    from dlmstore.eval.probes import extract_probes
 
     document = parse_document(doc)
     system = [{"role": "system", "content": document.frontmatter.system_prompt or ""}]
-    return [
-        [*system, {"role": "user", "content": question}]
-        for section in document.sections
-        if section.type == "instruction"
-        for question, _ in instruction_pairs(section)
-    ]
+    probes = extract_probes(document.sections, seed=document.frontmatter.training.seed)
+    return [[*system, {"role": "user", "content": probe.question}] for probe in probes]
 
 
 def _hf_greedy(model: Any, tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
