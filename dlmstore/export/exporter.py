@@ -247,23 +247,16 @@ def export_document(
 
 
 def _adapter(store: Store, path: str, wanted: int | None) -> AdapterVersion:
-    from dlmstore.train.adapters import AdapterVersion, latest
+    from dlmstore.train.adapters import find_version, latest
 
-    with store.read() as conn:
-        rows = conn.execute(
-            "SELECT version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
-            "final_loss, created_at FROM adapters ORDER BY version"
-        ).fetchall()
-    if not rows:
-        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
-    if wanted is None:
-        found = latest(store)
-        assert found is not None  # rows is not empty
+    found = latest(store) if wanted is None else find_version(store, wanted)
+    if found is not None:
         return found
-    for row in rows:
-        if row["version"] == wanted:
-            return AdapterVersion(**row)
-    shown = ", ".join(f"v{row['version']:04d}" for row in rows[-10:])
+    with store.read() as conn:
+        versions = [row["version"] for row in conn.execute("SELECT version FROM adapters ORDER BY version")]
+    if not versions:
+        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
+    shown = ", ".join(f"v{version:04d}" for version in versions[-10:])
     raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
 
 

@@ -135,7 +135,7 @@ def _llama_cpp(
     from dlmstore.export.record import checked_file, newest_export
     from dlmstore.export.runtime import chat_tokens, greedy, load_model, require_llama_cpp
     from dlmstore.store.database import open_store
-    from dlmstore.train.adapters import AdapterVersion
+    from dlmstore.train.adapters import find_version
 
     require_llama_cpp("dlm prompt --backend llama.cpp")
     with open_store(document.dlm_id, create=False) as store:
@@ -145,13 +145,8 @@ def _llama_cpp(
                 f"{path}: no GGUF export yet, so llama.cpp has nothing to answer with",
                 hint=f"run `dlm export {path}` first",
             )
-        with store.read() as conn:
-            row = conn.execute(
-                "SELECT version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
-                "final_loss, created_at FROM adapters WHERE version = ?",
-                (export.adapter_version,),
-            ).fetchone()
-    adapter = AdapterVersion(**row)
+        adapter = find_version(store, export.adapter_version)
+    assert adapter is not None  # exports.adapter_version references adapters.version
     gguf = checked_file(export, f"model.{export.quant}.gguf")
     llm = load_model(gguf, n_ctx=_context(document, max_new_tokens))
     tokens = chat_tokens(llm, messages)
