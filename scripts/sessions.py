@@ -195,9 +195,7 @@ TOUR = Scenario(
         ),
         Step(
             "training",
-            (
-                'dlm prompt examples/tour.dlm "Where does dlmstore keep its metadata?"   # answers with the newest',
-            ),
+            ('dlm prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40',),
             (
                 "prompt",
                 "examples/tour.dlm",
@@ -336,7 +334,10 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
                 lines = blocks.setdefault(block, [])
                 if lines and not step.bare and not step.joined:
                     lines.append("")
-                lines.extend(f"$ {line}" if i == 0 else line for i, line in enumerate(step.shown))
+                lines.extend(  # a line after one ending in a backslash continues it: no prompt
+                    line if i and step.shown[i - 1].endswith("\\") else f"$ {line}"
+                    for i, line in enumerate(step.shown)
+                )
                 lines.extend(_shown(text, work, home).splitlines())
     return {name: "\n".join(lines) + "\n" for name, lines in blocks.items()}
 
@@ -388,6 +389,11 @@ def regenerate(names: list[str] | None = None) -> None:
         sha = inputs_sha256(scenario)
         for block, text in run(scenario).items():
             made[f"{scenario.name}/{block}"] = (sha, text)
+    write(made)
+
+
+def write(made: dict[str, tuple[str, str]]) -> None:
+    """Put each block's text (and its inputs' sha256) under its marker, by block name."""
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         old = path.read_text(encoding="utf-8")
 
