@@ -107,9 +107,13 @@ class Scenario:
     real_model: bool = False
 
 
+#: The tour document's id (examples/tour.dlm).
+TOUR_ID = "01M7YJ087N2NEP493AF56E3CEA"
+
+
 def _hit_rates(work: Path) -> str:
     """What ``sqlite3 store.db "select ... from run_hit_rates"`` prints."""
-    db = next((work / "home" / "store").glob("*/store.db"))
+    db = work / "home" / "store" / TOUR_ID / "store.db"  # the tour's (notes.dlm has a store too)
     with sqlite3.connect(db) as conn:
         rows = conn.execute(
             "select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates"
@@ -352,6 +356,7 @@ def _shown(text: str, work: Path, home: Path) -> str:
 _VARYING = (
     (re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b"), "<id>"),
     (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?Z?)?"), "<time>"),
+    (re.compile(r"\b\d+[hm]\d\d[ms]\b"), "<seconds>"),  # 6m02s, 1h05m
     (re.compile(r"\b\d+(\.\d+)?s\b"), "<seconds>"),
 )
 #: For a tiny-model rerun of a real-model session: every figure.
@@ -359,7 +364,7 @@ _FIGURES = (
     (re.compile(r"sha256:[0-9a-f]{64}"), "sha256:<sha>"),
     (re.compile(r"[0-9a-f]{64}"), "<sha>"),
     (re.compile(r"[▁▂▃▄▅▆▇█]+"), "<spark>"),
-    (re.compile(r"-?\d[\d,.]*(e-?\d+)?"), "N"),
+    (re.compile(r"-?\d(?:[\d,.]*\d)?(?:e[-+]?\d+)?"), "N"),  # 1,059  0.02107  2.4e-05 (not a trailing comma)
     (re.compile(r"\b(KB|MB|GB|B)\b"), "<unit>"),
     (re.compile(r"[ \t]+"), " "),
 )
