@@ -33,7 +33,8 @@ def report_command(path: str, output: str, train_runs: int, as_json: bool) -> No
     """Write an HTML report of the store of the document at PATH.
 
     One page, opened offline in any browser (inline SVG charts, no script,
-    nothing fetched): loss and learning rate per train run and phase,
+    nothing fetched): loss (with the val loss) and learning rate per train
+    run and phase, the newest probes answered by the base and the adapter,
     cache hits, misses and tokenize time per run, cache size over time,
     tokens by source folder, adapters with their sha256, and the lock
     history with each change's severity.

@@ -197,7 +197,7 @@ def test_dlm_report_writes_the_page_and_json_prints_its_data(tmp_path: Path, tin
     data = json.loads(CliRunner().invoke(cli, ["report", str(doc), "--json"]).stdout)
     assert list(data) == [
         "dlm_id", "store_path", "document_path", "generated_at", "run_count", "cache_entries", "cache_bytes",
-        "training", "cache_passes", "sources", "adapters", "lock_history", "exports",
+        "training", "cache_passes", "sources", "adapters", "lock_history", "exports", "probes",
     ]  # fmt: skip
     assert data["cache_passes"][0]["run_id"] == 1
     stdout = CliRunner().invoke(cli, ["report", str(doc), "-o", "-"]).stdout

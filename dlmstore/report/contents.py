@@ -18,6 +18,9 @@ outside the database: the page describes what the store recorded.
   own sections and the preference rows' parts) are counted as the
   document's. A file whose row that pass did not cache is counted under
   ``uncounted_files`` rather than guessed at.
+* **Evaluation**: each phase's val loss beside its train loss (``val_steps``),
+  and the probes of the newest run that asked any, each model's answer and
+  scores side by side (:mod:`dlmstore.report.evaluation`).
 * **Adapters** with their sha256, phase and parent (``adapters``).
 * **Lock history**: every ``lock_records`` row, oldest first, compared with
   the lock ``dlm.lock`` held before it (the previous written or updated
@@ -39,6 +42,7 @@ from dlmstore.document.rows import text_row_key
 from dlmstore.errors import LockError
 from dlmstore.lock.model import Lock, parse_lock
 from dlmstore.lock.policy import Mismatch, compare
+from dlmstore.report.evaluation import ProbeTable, ValPoint, newest_probes, val_points
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import ExportSummary, duration_seconds, list_exports
 
@@ -72,11 +76,13 @@ class PhaseCurve:
         phase: ``sft`` or ``preference``.
         method: ``dpo`` or ``orpo`` for the preference phase; null for SFT.
         steps: Its logged steps in order.
+        val: The val loss at each of its evaluation steps, in order (``val_steps``).
     """
 
     phase: str
     method: str | None
     steps: list[StepPoint]
+    val: list[ValPoint] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,8 @@ class StoreReport:
         sources: Tokens by source folder.
         adapters: Adapter versions, oldest first.
         lock_history: Lock records, oldest first, each with its changes.
+        probes: The probes of the newest run that asked any, the models side by side; null before any.
+        exports: Every ``dlm export`` of the adapters, newest first.
     """
 
     dlm_id: str
@@ -264,12 +272,13 @@ class StoreReport:
     run_count: int
     cache_entries: int
     cache_bytes: int
-        exports: Every ``dlm export`` of the adapters, newest first.
     training: list[TrainingRun]
     cache_passes: list[CachePass]
     sources: SourceTokens
     adapters: list[ReportAdapter]
     lock_history: list[LockEntry]
+    exports: list[ExportSummary] = field(default_factory=list)
+    probes: ProbeTable | None = None
 
 
 def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> StoreReport:
@@ -279,7 +288,6 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         store: an open store.
         train_runs: draw the curves of at most this many train runs, newest first.
 
-    exports: list[ExportSummary] = field(default_factory=list)
     Raises:
         ValueError: ``train_runs`` is below 1.
     """
@@ -311,6 +319,8 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         document_dir = os.path.dirname(newest_path) if newest_path else None
         sources = _source_tokens(conn, document_dir)
         locks = _lock_history(conn)
+        exports = list_exports(conn)
+        probes = newest_probes(conn)
     return StoreReport(
         dlm_id=store.dlm_id,
         store_path=str(store.path),
@@ -322,9 +332,10 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         training=training,
         cache_passes=passes,
         sources=sources,
-        exports = list_exports(conn)
         adapters=adapters,
         lock_history=locks,
+        exports=exports,
+        probes=probes,
     )
 
 
@@ -338,17 +349,19 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
     steps: dict[tuple[int, str], list[StepPoint]] = defaultdict(list)
     for row in conn.execute(
         "SELECT run_id, phase, step, loss, learning_rate FROM train_steps WHERE run_id IN "
-        exports=exports,
         "(SELECT id FROM runs WHERE command = 'train' ORDER BY id DESC LIMIT ?) "
         "ORDER BY run_id, phase <> 'sft', step",
         (limit,),
     ):
         steps[(row["run_id"], row["phase"])].append(StepPoint(row["step"], row["loss"], row["learning_rate"]))
     methods = {(a.run_id, a.phase): a.method for a in adapters}
+    val = val_points(conn, [run["id"] for run in runs])
     result = []
     for run in runs:
         phases = [
-            PhaseCurve(phase, methods.get((run["id"], phase)), steps[(run["id"], phase)])
+            PhaseCurve(
+                phase, methods.get((run["id"], phase)), steps[(run["id"], phase)], val[(run["id"], phase)]
+            )
             for phase in ("sft", "preference")
             if (run["id"], phase) in steps
         ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from dlmstore.errors import ReportError
 from dlmstore.plural import plural
 from dlmstore.report.contents import LockEntry, PhaseCurve, StoreReport, TrainingRun
+from dlmstore.report.evaluation import ProbeCell
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
 from dlmstore.store.atomic import SameAsInputError, replace_user_file
@@ -70,6 +71,7 @@ def render_page(report: StoreReport) -> str:
         f"<h1>{escape(title)}</h1>",
         _summary(report),
         _training(report),
+        _probes(report),
         _cache(report),
         _sources(report),
         _adapters(report),
@@ -182,9 +184,10 @@ def _training(report: StoreReport) -> str:
                 if not any(value is not None for _, value in values):
                     figures.append(_empty(f"{name}: no {label} was logged."))
                     continue
-                svg = line_chart(
-                    f"{name}: {label}", [Series(curve.phase, values)], x_label="step", y_label=label
-                )
+                series = [Series(curve.phase, values)]
+                if key == "loss" and curve.val:  # the val loss beside the train loss
+                    series.append(Series("val", [(float(p.step), p.loss) for p in curve.val]))
+                svg = line_chart(f"{name}: {label}", series, x_label="step", y_label=label)
                 figures.append(_figure(f"{key}-run{run.run_id}-{curve.phase}", f"{name}: {label}", svg))
         parts.append(f'<div class="charts">{"".join(figures)}</div>')
     return "\n".join(parts)
@@ -201,6 +204,34 @@ def _phase_line(run: TrainingRun, curve: PhaseCurve) -> str:
     final = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
     best = "" if summary.best_loss is None else f", best {summary.best_loss:.4f} at step {summary.best_step}"
     return f"{escape(_phase_title(run, curve.phase, curve.method))}: {plural(summary.steps, 'step')}, final loss {final}{best}"
+
+
+def _probes(report: StoreReport) -> str:
+    """The newest probe table: each question, the document's answer, each model's answer and scores."""
+    head = "<h2>Probes</h2>"
+    table = report.probes
+    if table is None:
+        return head + _empty(
+            "No probes asked yet: `dlm train` asks them after each phase, `dlm eval` on demand."
+        )
+    where = f"after its {table.phase} phase" if table.phase != "eval" else "(dlm eval)"
+    note = (
+        f'<p class="meta">Run {table.run_id} {escape(where)}: each question answered greedily and scored '
+        "against the document's answer (exact match and token-F1 once normalised; NLL: the answer's mean "
+        "token negative log-likelihood, lower is better).</p>"
+    )
+    rows = [
+        [escape(row.question), escape(row.reference), *(_answer(cell) for cell in row.answers)]
+        for row in table.rows
+    ]
+    headers = ["question", "reference", *(f"{model} answer" for model in table.models)]
+    return head + note + _table(headers, rows, set())
+
+
+def _answer(cell: ProbeCell) -> str:
+    mark = "exact" if cell.exact else f"F1 {cell.f1:.2f}"
+    nll = "" if cell.nll is None else f" · NLL {cell.nll:.3f}"
+    return f'{escape(cell.answer)}<br><span class="meta">{mark}{nll}</span>'
 
 
 def _cache(report: StoreReport) -> str:
@@ -320,23 +351,6 @@ def _adapters(report: StoreReport) -> str:
     return head + _table(headers, rows, {1, 5, 6, 7})
 
 
-def _locks(report: StoreReport) -> str:
-    head = "<h2>Lock history</h2>"
-    if not report.lock_history:
-        return head + _empty("No lock recorded yet: every `dlm train` run records one.")
-    rows = [
-        [
-            str(e.record_id), "" if e.run_id is None else str(e.run_id), escape(e.created_at), escape(e.decision),
-            "" if e.compared_with is None else f"record {e.compared_with}", _severity(e.severity), _changes(e),
-        ]
-        for e in report.lock_history
-    ]  # fmt: skip
-    note = (
-        '<p class="meta">Each record compared with the lock <code>dlm.lock</code> held before it, by the '
-        "severity table of docs/reproducibility.md (ALLOW, WARN, ERROR).</p>"
-    )
-    headers = ["record", "run", "created", "decision", "compared with", "severity", "changes"]
-    return head + note + _table(headers, rows, {0, 1})
 def _exports(report: StoreReport) -> str:
     head = "<h2>Exports</h2>"
     if not report.exports:
@@ -355,6 +369,23 @@ def _exports(report: StoreReport) -> str:
     return head + _table(headers, rows, {0, 4, 5, 6})
 
 
+def _locks(report: StoreReport) -> str:
+    head = "<h2>Lock history</h2>"
+    if not report.lock_history:
+        return head + _empty("No lock recorded yet: every `dlm train` run records one.")
+    rows = [
+        [
+            str(e.record_id), "" if e.run_id is None else str(e.run_id), escape(e.created_at), escape(e.decision),
+            "" if e.compared_with is None else f"record {e.compared_with}", _severity(e.severity), _changes(e),
+        ]
+        for e in report.lock_history
+    ]  # fmt: skip
+    note = (
+        '<p class="meta">Each record compared with the lock <code>dlm.lock</code> held before it, by the '
+        "severity table of docs/reproducibility.md (ALLOW, WARN, ERROR).</p>"
+    )
+    headers = ["record", "run", "created", "decision", "compared with", "severity", "changes"]
+    return head + note + _table(headers, rows, {0, 1})
 
 
 def _severity(severity: str | None) -> str:
