@@ -79,9 +79,7 @@ class EarlyStopping:
             )
         if self.best_step is None:
             return f"trained all {last_step} steps; no val loss was finite"
-        since = (
-            f", not improved on in {plural(self.misses, 'evaluation')} after it" if self.misses else ""
-        )
+        since = f", not improved on in {plural(self.misses, 'evaluation')} after it" if self.misses else ""
         return f"trained all {last_step} steps; best val loss {_loss(self.best_loss)} at step {self.best_step}{since}"
 
 

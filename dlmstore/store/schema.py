@@ -739,11 +739,20 @@ val_steps = Table(
     Column(
         "run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, comment="The train run."
     ),
-    Column("phase", Text, nullable=False, comment="Training phase: sft (the one that validates during training)."),
+    Column(
+        "phase", Text, nullable=False, comment="Training phase: sft (the one that validates during training)."
+    ),
     Column("step", Integer, nullable=False, comment="Optimizer step the val split was evaluated after."),
-    Column("loss", Float, comment="Val loss: mean negative log-likelihood per target token (NULL if not finite)."),
+    Column(
+        "loss", Float, comment="Val loss: mean negative log-likelihood per target token (NULL if not finite)."
+    ),
     Column("perplexity", Float, comment="exp(loss) (NULL when it overflows)."),
-    Column("rows", Integer, nullable=False, comment="Val items evaluated (the document's val rows, datasets' val items)."),
+    Column(
+        "rows",
+        Integer,
+        nullable=False,
+        comment="Val items evaluated (the document's val rows, datasets' val items).",
+    ),
     Column("tokens", Integer, nullable=False, comment="Target tokens the loss is the mean over."),
     Column("recorded_at", Text, nullable=False, comment="When it was evaluated."),
     PrimaryKeyConstraint("run_id", "phase", "step", name="val_steps_pk"),
@@ -762,8 +771,12 @@ evaluations = Table(
         nullable=False,
         comment="The train run (after a phase) or eval run (`dlm eval`).",
     ),
-    Column("phase", Text, nullable=False, comment="sft or preference (after that phase of a train run), or eval."),
-    Column("model", Text, nullable=False, comment="What was evaluated: base, or the adapter version as v0003."),
+    Column(
+        "phase", Text, nullable=False, comment="sft or preference (after that phase of a train run), or eval."
+    ),
+    Column(
+        "model", Text, nullable=False, comment="What was evaluated: base, or the adapter version as v0003."
+    ),
     Column("adapter_version", Integer, comment="The adapter version evaluated; NULL for the base."),
     Column("val_loss", Float, comment="Val loss of the model (NULL without val rows, or not finite)."),
     Column("val_perplexity", Float, comment="exp(val_loss)."),
