@@ -163,6 +163,36 @@ def test_a_loss_that_is_not_finite_never_improves() -> None:
     assert stopping.best_step == 2 and stopping.misses == 0
 
 
+def test_each_rank_takes_its_share_of_the_val_split_and_the_sums_add_up_to_the_whole(
+    tiny_base: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+    import torch.distributed
+
+    from dlmstore.bases import load_model, resolve_base
+    from dlmstore.corpus.pass_result import TokenizedRows
+    from dlmstore.eval.model import evaluating, val_loss
+    from dlmstore.train.data.examples import Collator, pad_token_id, validation_examples
+
+    texts = [f"Row {i} of the val split, " * (i + 1) for i in range(7)]
+    ids = [np.asarray(tokenizer(text)["input_ids"], dtype=np.uint16) for text in texts]
+    offsets = np.concatenate(([0], np.cumsum([len(x) for x in ids])))
+    rows = TokenizedRows(tuple(f"sha256:{i}" for i in range(7)), ("text",) * 7, offsets, np.concatenate(ids))
+    val = validation_examples(rows, [], sequence_len=64)
+    assert val is not None
+    model = load_model(resolve_base(str(tiny_base)))
+    collate = Collator(pad_token_id(tokenizer), val[1])
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor, op=None: None)  # each rank's own sums
+    with evaluating(model):
+        whole = val_loss(model, val[0], collate, 2)
+        shares = [val_loss(model, val[0], collate, 2, rank=rank, world_size=2) for rank in (0, 1)]
+    assert whole[0] is not None and all(share[0] is not None for share in shares)
+    assert sum(share[1] for share in shares) == whole[1] == 7
+    assert sum(share[2] for share in shares) == whole[2]
+    summed = sum(share[0] * share[2] for share in shares) / whole[2]  # type: ignore[operator]
+    assert summed == pytest.approx(whole[0], rel=1e-5)
+
+
 # --- training: val loss, early stopping and probes, recorded ---------------------------------
 
 EVAL_BODY = """Prose about dlmstore, the local-first store.
@@ -419,6 +449,24 @@ def test_dlm_metrics_shows_what_each_run_evaluated_and_the_val_loss_beside_the_s
         ("eval", "v0001"),
         ("eval", "base"),
     ]
+
+
+def test_the_report_draws_the_val_loss_beside_the_train_loss_and_the_newest_probes(eval_doc: Path) -> None:
+    _train(eval_doc)
+    data = json.loads(CliRunner().invoke(cli, ["report", str(eval_doc), "--json"]).stdout)
+    sft = data["training"][0]["phases"][0]
+    assert [point["step"] for point in sft["val"]] == [1, 2, 3, 4]
+    table = data["probes"]
+    assert (table["run_id"], table["phase"], table["models"]) == (1, "sft", ["base", "v0001"])
+    assert table["rows"][0]["question"] == "Where is the metadata kept?"
+    assert table["rows"][0]["reference"] == "In store.db."
+    assert len(table["rows"]) == 3 and all(len(row["answers"]) == 2 for row in table["rows"])
+    page = CliRunner().invoke(cli, ["report", str(eval_doc), "-o", "-"]).stdout
+    assert 'data-series="val"' in page and "<h2>Probes</h2>" in page
+    assert "<th>v0001 answer</th>" in page and "<td>In store.db.</td>" in page
+    _eval(eval_doc, "--base")
+    newest = json.loads(CliRunner().invoke(cli, ["report", str(eval_doc), "--json"]).stdout)["probes"]
+    assert (newest["run_id"], newest["phase"], newest["models"]) == (2, "eval", ["base"])
 
 
 def test_dlm_eval_puts_two_adapters_side_by_side_or_the_base_alone(eval_doc: Path) -> None:
