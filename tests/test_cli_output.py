@@ -210,8 +210,8 @@ def test_metrics_of_a_store_without_runs_prints_its_header_and_a_note_on_stderr(
     result = CliRunner().invoke(cli, ["metrics", str(doc)])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].split() == [
-        "run", "command", "status", "started", "(UTC)", "rows", "hits", "misses", "hit", "rate", "seconds", "cache",
-        "loss",
+        "run", "command", "status", "started", "(UTC)", "duration", "rows", "hits", "misses", "hit", "rate",
+        "tokenize", "cache", "loss",
     ]  # fmt: skip
     assert len(result.stdout.splitlines()) == 1
     assert result.stderr == "note: no runs yet: run `dlm tokenize` or `dlm train` first\n"
