@@ -65,10 +65,12 @@ def test_a_ray_address_nobody_listens_on_is_one_error_and_nothing_is_written(
 def test_sft_and_build_all_reach_the_cluster_before_creating_anything(tmp_path: Path, command: str) -> None:
     pytest.importorskip("ray")
     out = tmp_path / "out"
+    source = tmp_path / "in"  # beside the output: an --out inside --from is refused before anything else
+    source.mkdir()
     if command == "build sft":
-        args = ["data", "build", "sft", "--from", str(tmp_path), "--out", str(out)]
+        args = ["data", "build", "sft", "--from", str(source), "--out", str(out)]
     else:
-        args = ["data", "build-all", "--cache-dir", str(out), "--only", "roam", "--local", f"roam={tmp_path}"]
+        args = ["data", "build-all", "--cache-dir", str(out), "--only", "roam", "--local", f"roam={source}"]
     result = CliRunner().invoke(cli, [*args, "--engine", "ray", "--ray-address", "127.0.0.1:1"])
     assert result.exit_code == 1
     assert (
