@@ -37,7 +37,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from dlmstore.eval.probes import Probe
-from dlmstore.eval.records import ModelEval, ProbeScore
+from dlmstore.eval.results import ModelEval, ProbeScore
 from dlmstore.eval.scores import exact_match, token_f1
 
 #: New tokens a probe's answer may run past the reference's length.
@@ -252,7 +252,7 @@ def evaluate_model(
     by default it is ``base`` or ``v0003``. Wrap the call in :func:`as_base`
     to evaluate a peft model's base.
     """
-    from dlmstore.eval.records import model_name, summarise
+    from dlmstore.eval.results import model_name, summarise
 
     t0 = time.perf_counter()
     with evaluating(model):
