@@ -60,7 +60,7 @@ def probes_one_at_a_time_and_batched(doc: Path) -> tuple[float, float, int]:
 
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.document.parser import parse_document
-    from dlmstore.eval.model import ask, evaluating
+    from dlmstore.eval.inference import ask, evaluating
     from dlmstore.eval.probes import extract_probes
 
     document = parse_document(doc)

@@ -9,7 +9,7 @@ import click
 from .render import emit_json, json_option, plural
 
 if TYPE_CHECKING:
-    from dlmstore.eval.records import EvalReport, ModelEval
+    from dlmstore.eval.results import EvalReport, ModelEval
 
 
 def _version(text: str) -> int:
@@ -38,7 +38,7 @@ class Version(click.ParamType[int]):
 @click.option("--base", is_flag=True, help="Evaluate the base model instead of an adapter.")
 @click.option("--against", type=Version(), help="The adapter version to compare with (default: the base).")
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
-@json_option("dlmstore.eval.records:EvalReport", help="Print the evaluation as JSON.")
+@json_option("dlmstore.eval.results:EvalReport", help="Print the evaluation as JSON.")
 def eval_command(
     path: str, adapter: int | None, base: bool, against: int | None, no_cache: bool, as_json: bool
 ) -> None:

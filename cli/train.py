@@ -11,7 +11,7 @@ from .params import SEED
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
-    from dlmstore.eval.records import ModelEval, PhaseEval
+    from dlmstore.eval.results import ModelEval, PhaseEval
     from dlmstore.train.summary import TrainSummary
 
 

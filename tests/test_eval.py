@@ -171,7 +171,7 @@ def test_each_rank_takes_its_share_of_the_val_split_and_the_sums_add_up_to_the_w
 
     from dlmstore.bases import load_model, resolve_base
     from dlmstore.corpus.pass_result import TokenizedRows
-    from dlmstore.eval.model import evaluating, val_loss
+    from dlmstore.eval.inference import evaluating, val_loss
     from dlmstore.train.data.examples import Collator, pad_token_id, validation_examples
 
     texts = [f"Row {i} of the val split, " * (i + 1) for i in range(7)]
@@ -315,7 +315,7 @@ def test_evaluating_changes_neither_the_adapter_bytes_nor_what_is_trained(
     eval_doc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     evaluated = _train(eval_doc)
-    from dlmstore.eval.records import ModelEval, PhaseEval
+    from dlmstore.eval.results import ModelEval, PhaseEval
     from dlmstore.train.loops import validation
 
     def nothing(fit: Any, *args: Any) -> PhaseEval:

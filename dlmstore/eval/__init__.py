@@ -9,10 +9,10 @@ DLM's evaluation, carried over and made machine-scored:
   sample of the document's Q/A pairs;
 * :mod:`.scores` - exact match and token-F1 of an answer against the
   reference, perplexity from a loss;
-* :mod:`.model` - what needs the model: the val loss (token-weighted mean
+* :mod:`.inference` - what needs the model: the val loss (token-weighted mean
   NLL), a probe's greedy answer and its reference's teacher-forced NLL,
   with the random state kept as it was;
-* :mod:`.records` - what an evaluation is, as ``--json`` prints it and
+* :mod:`.results` - what an evaluation is, as ``--json`` prints it and
   store.db records it.
 
 It sits low in the layers (it imports the document and the store only), so

@@ -30,7 +30,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dlmstore.eval.records import EvalReport
+    from dlmstore.eval.results import EvalReport
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion
 
@@ -67,7 +67,7 @@ def evaluate_document(
     from dlmstore.document.parser import parse_document
     from dlmstore.errors import StoreError
     from dlmstore.eval.probes import extract_probes, marked_keys
-    from dlmstore.eval.records import EvalReport, record_evaluation
+    from dlmstore.eval.results import EvalReport, record_evaluation
     from dlmstore.home import store_dir
     from dlmstore.store.connection import DB_NAME
     from dlmstore.store.database import open_store
@@ -172,7 +172,7 @@ def _evaluate(
     probes: Any,
 ) -> list[Any]:
     """Load the base once, the adapters on it, and evaluate each subject in order."""
-    from dlmstore.eval.model import as_base, evaluate_model
+    from dlmstore.eval.inference import as_base, evaluate_model
     from dlmstore.train.data.examples import Collator, pad_token_id
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.stages import load_base_model

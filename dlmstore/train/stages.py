@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from dlmstore.document.frontmatter import TrainingSettings
     from dlmstore.document.parser import Document
     from dlmstore.eval.probes import Probe
-    from dlmstore.eval.records import PhaseEval
+    from dlmstore.eval.results import PhaseEval
     from dlmstore.lock.run import PendingLock
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
@@ -365,7 +365,7 @@ def train_phases(
     their share and stage nothing. Nothing is published: on any failure the
     staged folders are removed.
     """
-    from dlmstore.eval.records import ModelEval
+    from dlmstore.eval.results import ModelEval
     from dlmstore.train.checkpoints import check_identity, plan_settings, run_folder, run_identity
     from dlmstore.train.data.examples import training_examples, validation_examples
     from dlmstore.train.data.preference_data import training_preferences
@@ -496,7 +496,7 @@ def _recording(
     transaction: AbstractContextManager[sqlite3.Connection], prepared: Prepared, trained: Trained
 ) -> Iterator[sqlite3.Connection]:
     """``transaction``, recording each phase's evaluations once its adapters are registered in it."""
-    from dlmstore.eval.records import record_evaluation, with_version
+    from dlmstore.eval.results import record_evaluation, with_version
 
     with transaction as conn:
         yield conn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlmstore.eval.records import PhaseEval
+from dlmstore.eval.results import PhaseEval
 from dlmstore.store.events import TokenizationEvent
 from dlmstore.train.data.usage import DatasetUse
 from dlmstore.train.plan import TrainingPlan

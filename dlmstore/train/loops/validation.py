@@ -3,7 +3,7 @@
 :class:`Validation` is a trainer callback. After each optimizer step that
 is a multiple of the interval (``dlmstore.eval.early_stop.eval_interval``:
 DLM's ``max_steps // 4``, or 50 without a step cap) it evaluates the val
-split (``dlmstore.eval.model.val_loss``: no gradients, no dropout, the
+split (``dlmstore.eval.inference.val_loss``: no gradients, no dropout, the
 random state put back, so the training that follows is the one that would
 have run without it), records the loss in ``val_steps`` and feeds it to
 :class:`~dlmstore.eval.early_stop.EarlyStopping`, which may end the phase
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from dlmstore.eval.early_stop import EarlyStopping
-from dlmstore.eval.model import evaluating, val_loss
-from dlmstore.eval.records import EarlyStop, ModelEval, PhaseEval, record_val_step
+from dlmstore.eval.inference import evaluating, val_loss
+from dlmstore.eval.results import EarlyStop, ModelEval, PhaseEval, record_val_step
 
 if TYPE_CHECKING:
     from dlmstore.store.database import Store
@@ -127,7 +127,7 @@ def after_phase(
     The adapter's val loss is the training's last evaluation when that was
     the phase's last step; rank 0 asks the probes.
     """
-    from dlmstore.eval.model import as_base, evaluate_model
+    from dlmstore.eval.inference import as_base, evaluate_model
     from dlmstore.train.data.examples import Collator, pad_token_id
 
     model = fit.model
