@@ -44,8 +44,10 @@ def test_the_commands_own_lines_pass_through_and_its_exit_status_is_kept() -> No
 def test_a_line_still_being_written_is_ended_before_the_heartbeat() -> None:
     script = "import sys, time; sys.stdout.write('..'); sys.stdout.flush(); time.sleep(1.0); print('.')"
     lines = _run(sys.executable, "-c", script).stdout.splitlines()
-    assert lines[0] == ".."
-    assert lines[1].startswith("step: still running (")
+    # A heartbeat may come before the '..' on a loaded machine (the child is slow to start);
+    # what matters is that the half-written line is ended before the heartbeat after it.
+    at = lines.index("..")
+    assert lines[at + 1].startswith("step: still running (")
 
 
 def test_the_heartbeat_needs_a_label_and_a_command() -> None:
