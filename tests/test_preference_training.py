@@ -214,7 +214,8 @@ def test_dlm_train_and_metrics_show_the_preference_phase(doc: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["train", str(doc)])
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
+    # each phase's line, without the evaluation lines printed under it
+    lines = [line for line in result.stdout.splitlines() if line.startswith("run ")]
     assert lines[0].startswith("run 1 sft: 2 steps on 2 rows") and lines[0].endswith("-> v0001")
     assert lines[1].startswith("run 1 preference (dpo): 2 steps on 2 triples") and lines[1].endswith(
         "-> v0002"
