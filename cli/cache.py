@@ -108,8 +108,14 @@ def clear_command(path: str, force: bool, as_json: bool) -> None:
     dlm_id = _document_id(path)
     summary = cache_summary(dlm_id)
     if summary.entry_count == 0:
-        # Nothing to do is success: no question, no store opened or created.
+        # Nothing to do is success: no question, no store created. An existing store still
+        # records its dead runs as failed, as every command that writes does.
         # (Pack files no entry names are debris: `dlm cache verify --repair` removes them.)
+        if summary.exists:
+            from dlmstore.store.runs import fail_dead_runs
+
+            with open_store(dlm_id, create=False) as store:
+                fail_dead_runs(store)
         if as_json:
             emit_json(ClearResult(0, 0, 0))
         else:
