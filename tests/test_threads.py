@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlmstore.train.threads import (
-    PASSIVE,
+    SHORT_SPIN,
     choose,
     configure,
     local_ranks,
@@ -21,12 +21,12 @@ from dlmstore.train.threads import (
 from tests.helpers import write_doc
 
 
-def test_a_process_gets_a_thread_per_usable_core_and_threads_that_sleep_when_idle() -> None:
+def test_a_process_gets_a_thread_per_usable_core_and_threads_that_spin_only_briefly_when_idle() -> None:
     plan = choose(4, {})
     assert plan.threads == 4
-    assert plan.passive
-    assert plan.env == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", **PASSIVE}
-    assert plan.env["OMP_WAIT_POLICY"] == "PASSIVE" and plan.env["KMP_BLOCKTIME"] == "0"
+    assert plan.env == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", **SHORT_SPIN}
+    assert plan.env["GOMP_SPINCOUNT"] == "1000" and plan.env["KMP_BLOCKTIME"] == "1"
+    assert "OMP_WAIT_POLICY" not in plan.env
 
 
 def test_the_ranks_of_one_machine_share_its_cores_and_each_gets_at_least_one() -> None:
@@ -39,7 +39,7 @@ def test_the_ranks_of_one_machine_share_its_cores_and_each_gets_at_least_one() -
 def test_the_users_omp_num_threads_wins_and_mkl_num_threads_follows_it() -> None:
     plan = choose(8, {"OMP_NUM_THREADS": "3"})
     assert plan.threads == 3
-    assert plan.env == {"MKL_NUM_THREADS": "3", **PASSIVE}
+    assert plan.env == {"MKL_NUM_THREADS": "3", **SHORT_SPIN}
     assert plan.reasons[0] == "OMP_NUM_THREADS=3 from the environment"
 
 
@@ -52,17 +52,16 @@ def test_the_users_mkl_num_threads_alone_fixes_the_count_too() -> None:
 def test_an_omp_num_threads_that_is_not_a_plain_count_is_left_to_torch_and_not_copied() -> None:
     plan = choose(8, {"OMP_NUM_THREADS": "4,2"})
     assert plan.threads is None
-    assert plan.env == PASSIVE
+    assert plan.env == SHORT_SPIN
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "passive"),
-    [("OMP_WAIT_POLICY", "active", False), ("OMP_WAIT_POLICY", "PASSIVE", True),
-     ("KMP_BLOCKTIME", "200", False), ("GOMP_SPINCOUNT", "10000", False)],
+    ("name", "value"),
+    [("OMP_WAIT_POLICY", "active"), ("OMP_WAIT_POLICY", "PASSIVE"), ("KMP_BLOCKTIME", "200"),
+     ("GOMP_SPINCOUNT", "300000")],
 )  # fmt: skip
-def test_a_wait_setting_the_user_made_wins_and_dlm_sets_none(name: str, value: str, passive: bool) -> None:
+def test_a_wait_setting_the_user_made_wins_and_dlm_sets_none(name: str, value: str) -> None:
     plan = choose(2, {name: value})
-    assert plan.passive is passive
     assert plan.env == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     assert plan.reasons[1] == f"{name}={value} from the environment"
 
@@ -144,19 +143,20 @@ from dlmstore.train.threads import configure
 plan = configure()
 import torch
 print(json.dumps({"threads": torch.get_num_threads(), "plan": plan.threads,
-                  "wait": os.environ.get("OMP_WAIT_POLICY"), "blocktime": os.environ.get("KMP_BLOCKTIME")}))
+                  "spin": os.environ.get("GOMP_SPINCOUNT"), "blocktime": os.environ.get("KMP_BLOCKTIME")}))
 """
 
 
 def _child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *PASSIVE)}
+    ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT")
+    env = {k: v for k, v in os.environ.items() if k not in ours}
     return {**env, **extra}
 
 
 def test_torch_started_after_configure_runs_the_chosen_threads() -> None:
     done = subprocess.run([sys.executable, "-c", CHILD], env=_child_env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"threads": 1, "plan": 1, "wait": "PASSIVE", "blocktime": "0"}
+    assert json.loads(done.stdout) == {"threads": 1, "plan": 1, "spin": "1000", "blocktime": "1"}
 
 
 def _train_log(doc: Path, **extra: str) -> list[str]:
@@ -180,7 +180,8 @@ def test_dlm_train_sets_the_threads_before_torch_and_a_users_count_wins(
     )
     (line,) = _train_log(doc)
     assert line.startswith(
-        "debug: threads: 1 thread: 1 usable CPU; idle threads sleep (OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0)"
+        "debug: threads: 1 thread: 1 usable CPU; an idle thread spins briefly, then sleeps "
+        "(GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=1)"
     ), line
     (line,) = _train_log(doc, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="ACTIVE")
     assert line.startswith(

@@ -5,8 +5,8 @@ Each rank is a child process running ``python -m dlmstore.cli.main train
 torchrun would give it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free local
 port). Each rank divides this machine's cores by ``LOCAL_WORLD_SIZE`` for
-its torch threads, so N ranks do not oversubscribe the CPU, and lets them
-sleep when idle (:mod:`dlmstore.train.threads`); a user's
+its torch threads, so N ranks do not oversubscribe the CPU, and lets an
+idle one spin only briefly (:mod:`dlmstore.train.threads`); a user's
 ``OMP_NUM_THREADS`` reaches every rank as it is. Rank 0 prints what a
 single-process run prints; the others are quiet.
 

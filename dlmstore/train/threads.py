@@ -1,17 +1,23 @@
 """How many threads ``dlm train``'s torch runs on, and how they wait: chosen before torch starts.
 
 torch's CPU kernels run on an OpenMP pool (libgomp in the PyPI wheels,
-Intel's libiomp in some builds). By default a thread that finishes its
-share of a parallel region *spins* for a while, waiting for the next one,
-and the pool's size is every CPU the process may run on. On a quiet
-machine the spin saves a wake-up. On a shared one it is a collapse: a
-thread spins on a core another job needs, while the thread it waits for
-cannot run, and every parallel region (thousands per training step) pays
-for it. Measured on a 2-core machine (docs/training.md, "Threads and
-speed"): beside another job with a thread pool of its own, a step took
-25-47 times as long as on the quiet machine; with the threads waiting
-passively (no spin) it took about twice as long, which is what a fair
-half of the machine gives.
+Intel's libiomp in some builds), and a training step of a small model is
+thousands of short parallel regions. Between two regions a thread that
+finished its share waits for the next one, and how it waits decides what a
+shared machine does to training. libgomp's default spins up to 300,000
+times (milliseconds) before it sleeps: on a quiet machine that bridges the
+gap to the next region, on a busy one a thread spins on a core another job
+needs while the thread it waits for cannot run, and every region pays for
+it. Measured on the 2-core machine (docs/training.md, "Threads and speed"):
+beside other jobs a step took from several to 47 times as long as on the
+quiet machine. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) removes that
+collapse, but a sleeping thread takes a wake-up for every region, and a
+quiet step was 3-10% slower (up to 1.8x beside other jobs, where wake-ups
+wait for a core); a long spin (10,000) was slower still beside other work.
+A short spin, ``GOMP_SPINCOUNT=1000`` (tens of microseconds), bridges the
+gaps between a step's regions and gives a core back soon: it was as fast as
+the default on the quiet machine and the fastest of the four beside other
+jobs.
 
 So ``dlm train`` decides, before torch is imported (:func:`configure`,
 called by ``cli/train.py`` in every process, ranks included):
@@ -27,9 +33,9 @@ called by ``cli/train.py`` in every process, ranks included):
   makes an adapter byte-identical on the same machine (the golden's tuple
   records it), and a count that followed the load would give a busy run
   different bytes from a quiet one;
-* **waiting**: ``OMP_WAIT_POLICY=PASSIVE`` (libgomp and libiomp: a thread
-  with nothing to do sleeps at once) and ``KMP_BLOCKTIME=0`` (libiomp's
-  spin time). How threads wait changes no result, only who gets the cores.
+* **waiting**: a short spin, ``GOMP_SPINCOUNT=1000`` for libgomp and
+  ``KMP_BLOCKTIME=1`` (one millisecond, its smallest spin short of none)
+  for libiomp. How threads wait changes no result, only who gets the cores.
 
 A setting the user made wins: ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` in
 the environment fixes the count (each one is kept as written, and a missing
@@ -37,10 +43,11 @@ one follows it), any of ``OMP_WAIT_POLICY``, ``KMP_BLOCKTIME`` or
 ``GOMP_SPINCOUNT`` fixes the waiting, and in a process that imported torch
 before (a library caller, a test) nothing is changed: the caller chose
 torch's settings. What was chosen and why goes to the debug log
-(``dlm -v train``).
+(``dlm -v train``), with the load average the run started beside.
 
 :func:`choose` is pure (CPUs, environment, ranks -> :class:`ThreadPlan`);
-:func:`usable_cpus` reads the affinity mask and the cgroup quota.
+:func:`usable_cpus` reads the affinity mask, the cores' topology and the
+cgroup quota.
 """
 
 from __future__ import annotations
@@ -61,8 +68,9 @@ COUNT_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: The variables that say how idle threads wait; any one set means the user chose.
 WAIT_VARS = ("OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT")
 
-#: What dlm sets when the user chose nothing: sleep at once (libgomp and libiomp), no spin (libiomp).
-PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+#: What dlm sets when the user chose nothing: a short spin before an idle thread sleeps
+#: (libgomp counts spins, libiomp milliseconds).
+SHORT_SPIN = {"GOMP_SPINCOUNT": "1000", "KMP_BLOCKTIME": "1"}
 
 
 @dataclass(frozen=True)
@@ -72,13 +80,11 @@ class ThreadPlan:
     Attributes:
         threads: torch's intra-op thread count (``None``: the user's
             ``OMP_NUM_THREADS`` is not a plain count, torch reads it itself).
-        passive: whether idle threads sleep at once (dlm's choice or the user's ``PASSIVE``).
         env: the variables to set, those the user did not set.
         reasons: one phrase per decision, for the debug log.
     """
 
     threads: int | None
-    passive: bool
     env: dict[str, str] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
 
@@ -111,15 +117,14 @@ def choose(cpus: int, env: Mapping[str, str], *, ranks: int = 1) -> ThreadPlan:
         settings.update({name: str(threads) for name in COUNT_VARS})
     chosen = [name for name in WAIT_VARS if env.get(name, "").strip()]
     if chosen:
-        passive = env.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
         reasons.append(", ".join(f"{name}={env[name].strip()}" for name in chosen) + " from the environment")
     else:
-        passive = True
-        settings.update(PASSIVE)
+        settings.update(SHORT_SPIN)
         reasons.append(
-            "idle threads sleep (OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0): no core spun away from other work"
+            "an idle thread spins briefly, then sleeps (GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=1): "
+            "no core held long from other work"
         )
-    return ThreadPlan(threads, passive, settings, tuple(reasons))
+    return ThreadPlan(threads, settings, tuple(reasons))
 
 
 def usable_cpus(
