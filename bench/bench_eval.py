@@ -106,6 +106,12 @@ def main() -> None:
             f"{ratio:6.1%}  {wall:.1f}s ({report['models'][0]['seconds'] + report['models'][-1]['seconds']:.1f}s "
             f"evaluating, {report['cache_misses']} rows tokenized)"
         )
+        models = ", ".join(
+            f"{phase['phase']} {name} {phase['evaluation'][name]['seconds']:.1f}s"
+            for index, phase in enumerate(summary["phases"])
+            for name in (("base", "adapter") if index == 0 else ("adapter",))
+        )
+        print(f"{'':12s} after the phases: {models}")
         print(f"{'':12s} goal: eval <= {GOAL:.0%} of train: {'met' if ratio <= GOAL else 'MISSED'}")
     for doc in docs:
         single, batched, count = probes_one_at_a_time_and_batched(doc)

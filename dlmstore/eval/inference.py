@@ -41,7 +41,7 @@ from dlmstore.eval.results import ModelEval, ProbeScore
 from dlmstore.eval.scores import exact_match, token_f1
 
 #: New tokens a probe's answer may run past the reference's length.
-ANSWER_SLACK = 16
+ANSWER_SLACK = 8
 #: The batch key the training collator counts real tokens under (``dlmstore.train.data.examples``).
 _TOKENS_KEY = "dlm_tokens"
 
@@ -164,10 +164,12 @@ def ask(
 ) -> tuple[list[ProbeScore], float]:
     """Each probe's greedy answer and scores, and the seconds spent. Call under :func:`evaluating`.
 
-    The probes go through the model together: one teacher-forced forward
-    pass over every reference (right-padded), one greedy generation of every
-    answer (left-padded prompts, as transformers batches generation), each
-    answer cut at its own limit.
+    The probes go through the model together. One forward pass over every
+    prompt (left-padded, as transformers batches generation) followed by
+    its reference turn (right-padded) gives the references' NLLs (the
+    logits of the turn positions only) and, cut back to the prompts, the
+    key/value cache the greedy generation of every answer starts from, so
+    no prompt is computed twice; each answer is cut at its own limit.
     """
     import torch
 
@@ -178,17 +180,30 @@ def ask(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     pad = int(pad if pad is not None else 0)
     pairs = [reference_ids(tokenizer, conversation(system_prompt, p.question), p.reference) for p in probes]
-    nlls = _reference_nlls(model, pairs, pad, device)
     width = max(len(prompt) for prompt, _ in pairs)
-    ids = torch.full((len(pairs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(pairs), width), dtype=torch.long)
-    for row, (prompt, _) in enumerate(pairs):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        mask[row, width - len(prompt) :] = 1
+    turns = max(len(turn) for _, turn in pairs)
+    ids = torch.full((len(pairs), width + turns), pad, dtype=torch.long)
+    mask = torch.zeros((len(pairs), width + turns), dtype=torch.long)
+    for row, (prompt, turn) in enumerate(pairs):
+        ids[row, width - len(prompt) : width + len(turn)] = torch.tensor(prompt + turn)
+        mask[row, width - len(prompt) : width + len(turn)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what generation gives left-padded rows
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=turns + 1
+    )
+    nlls = []
+    for row, (_, turn) in enumerate(pairs):
+        predicted = out.logits[row, : len(turn)].float()  # kept: from the last prompt position on
+        target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
+        nlls.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
+    cache = out.past_key_values
+    cache.crop(-(turns + 1))  # the prompts but their last token, which generation feeds again
     output = model.generate(
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        max_new_tokens=max(len(turn) for _, turn in pairs) + ANSWER_SLACK,
+        input_ids=ids[:, :width],
+        attention_mask=mask[:, :width],
+        cache=cache,
+        max_new_tokens=turns + ANSWER_SLACK,
         do_sample=False,
         use_cache=True,
         pad_token_id=pad,
@@ -208,27 +223,6 @@ def ask(
             )
         )  # fmt: skip
     return scores, time.perf_counter() - t0
-
-
-def _reference_nlls(
-    model: Any, pairs: list[tuple[list[int], list[int]]], pad: int, device: Any
-) -> list[float]:
-    """The mean NLL of each reference turn after its prompt, in one right-padded forward pass."""
-    import torch
-
-    width = max(len(prompt) + len(turn) for prompt, turn in pairs)
-    ids = torch.full((len(pairs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(pairs), width), dtype=torch.long)
-    for row, (prompt, turn) in enumerate(pairs):
-        ids[row, : len(prompt) + len(turn)] = torch.tensor(prompt + turn)
-        mask[row, : len(prompt) + len(turn)] = 1
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-    out = []
-    for row, (prompt, turn) in enumerate(pairs):
-        predicted = logits[row, len(prompt) - 1 : len(prompt) + len(turn) - 1].float()
-        target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
-        out.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
-    return out
 
 
 def evaluate_model(
