@@ -40,8 +40,14 @@ def main(argv: list[str]) -> int:
     mid_line = False
     fd = child.stdout.fileno()
     while True:
-        ready, _, _ = select.select([fd], [], [], 1.0)
+        # Wake when the next heartbeat is due, not on a fixed tick: a chunk that comes after a
+        # long quiet wait must not be written (and its line ended) before the overdue heartbeat.
+        ready, _, _ = select.select([fd], [], [], max(0.0, min(1.0, last_line + EVERY - time.monotonic())))
         now = time.monotonic()
+        if now - last_line >= EVERY:  # before a chunk that came late: the heartbeat was due first
+            out.write(f"{chr(10) if mid_line else ''}{label}: still running ({now - start:.0f}s)\n".encode())
+            out.flush()
+            last_line, mid_line = now, False
         if ready:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -51,10 +57,6 @@ def main(argv: list[str]) -> int:
             if b"\n" in chunk:
                 last_line = now
             mid_line = not chunk.endswith(b"\n")
-        if now - last_line >= EVERY:
-            out.write(f"{chr(10) if mid_line else ''}{label}: still running ({now - start:.0f}s)\n".encode())
-            out.flush()
-            last_line, mid_line = now, False
     status = child.wait()
     spent = time.monotonic() - start
     ending = f"done in {spent:.0f}s" if status == 0 else f"failed (exit {status}) after {spent:.0f}s"
