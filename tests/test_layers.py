@@ -93,7 +93,9 @@ def test_every_import_in_dlmstore_keeps_the_layer_contract() -> None:
     # In a child process: lint_imports configures logging with dictConfig, which disables every
     # logger that exists at the time (dlmstore's own included) for the rest of the test session.
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint), "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(lint), "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
