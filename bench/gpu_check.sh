@@ -36,21 +36,24 @@ fail() { line "$1" "FAIL $2"; FAILED=1; }
 late() { [ $((SECONDS - START)) -ge "$LIMIT" ]; }
 
 # --- dependencies: carried wheels into a scratch site, dlmstore beside them ---------------------
-if ! "$PY" -c "import dlmstore.cli.main, trl, peft, sqlalchemy, alembic, pydantic" 2>/dev/null; then
+SITE=${DLM_GPU_SITE:-/tmp/dlm-gpu-site}  # kept after the check: later commands can use PYTHONPATH=$SITE
+[ -d "$SITE/dlmstore" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+if ! "$PY" -P -c "import dlmstore.cli.main, trl, peft, sqlalchemy, alembic, pydantic" 2>/dev/null; then
     if ls .gpucheck/wheels/*.whl >/dev/null 2>&1; then
-        SITE="$WORK/site"
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-            .gpucheck/wheels/*.whl >"$WORK/pip.log" 2>&1 &&
-            "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$SITE" . \
-                >>"$WORK/pip.log" 2>&1 || { line install "FAIL $(tail -3 "$WORK/pip.log" | tr '\n' ' ')"; exit 1; }
+            .gpucheck/wheels/*.whl >"$WORK/pip.log" 2>&1 ||
+            { line install "FAIL $(tail -3 "$WORK/pip.log" | tr '\n' ' ')"; exit 1; }
+        # dlmstore as setuptools lays it out (pyproject's package-dir): cli/ and migrations/ inside it
+        rm -rf "$SITE/dlmstore" && cp -r dlmstore "$SITE/dlmstore" && cp -r cli "$SITE/dlmstore/cli" &&
+            cp -r migrations "$SITE/dlmstore/migrations" || { line install "FAIL copying dlmstore"; exit 1; }
         export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-        line install "PASS $(ls .gpucheck/wheels/*.whl | wc -l) carried wheels and dlmstore into a scratch folder"
+        line install "PASS $(ls .gpucheck/wheels/*.whl | wc -l) carried wheels and dlmstore into $SITE"
     else
         line install "FAIL dlmstore's dependencies are missing and no wheels are in .gpucheck/wheels"
         exit 1
     fi
 fi
-DLM=("$PY" -m dlmstore.cli.main)
+DLM=("$PY" -P -m dlmstore.cli.main)  # -P: the checkout's dlmstore/ (no cli/ inside) must not shadow the installed one
 
 # --- the device --------------------------------------------------------------------------------
 DEVICES=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
