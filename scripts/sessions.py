@@ -45,12 +45,10 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -97,8 +95,10 @@ class Step:
             session is never made from a command that failed by accident).
         cwd: The folder it runs in, relative to the work folder.
         head: Keep only this many lines of its output (``| head -3``); 0 keeps all.
-        ctrl_c: Send SIGINT, as Ctrl-C does, once the run has registered a checkpoint of
+        ctrl_c: Send SIGINT, as Ctrl-C does, right after the run registers its checkpoint of
             this step (``^C`` is shown before the line that says so); 0 sends none.
+        discard: Quote the command but not its output (its shown line says where the output
+            went: ``> /dev/null``).
     """
 
     blocks: str
@@ -112,6 +112,7 @@ class Step:
     cwd: str = ""
     head: int = 0
     ctrl_c: int = 0
+    discard: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Scenario:
             random-weight model, written to ``./tiny-smollm2``) or ``real`` (trains the
             built-in SmolLM2-135M).
         shown: How the work folder and the home are shown (default :data:`SHOWN`).
+        copies: Repository folders copied into the work folder besides ``examples/`` (``bench``).
     """
 
     name: str
@@ -135,6 +137,74 @@ class Scenario:
     inputs: tuple[str, ...] = ()
     model: str = "none"
     shown: Mapping[str, str] = field(default_factory=lambda: SHOWN)
+    copies: tuple[str, ...] = ()
+
+
+def sql(query: str, *, header: bool = False, store: str = "") -> Callable[[Path], str]:
+    """What ``sqlite3 [-header] <home>/store/<store>/store.db "<query>"`` prints (the first store,
+    or the one named); its ``__name__`` says which query, for the inputs' hash."""
+
+    def read(work: Path) -> str:
+        db = sorted((work / "home" / "store").glob(f"{store or '*'}/store.db"))[0]
+        with sqlite3.connect(db) as conn:
+            cursor = conn.execute(query)
+            rows = cursor.fetchall()
+            names = [column[0] for column in cursor.description]
+        lines = [names] if header else []
+        lines += [["" if cell is None else str(cell) for cell in row] for row in rows]
+        return "".join("|".join(line) + "\n" for line in lines)
+
+    read.__name__ = f"sql({query!r}, header={header}, store={store!r})"
+    return read
+
+
+def cat(name: str) -> Callable[[Path], str]:
+    """What ``cat NAME`` prints (NAME relative to the work folder)."""
+
+    def read(work: Path) -> str:
+        return (work / name).read_text(encoding="utf-8")
+
+    read.__name__ = f"cat({name!r})"
+    return read
+
+
+def nothing(work: Path) -> str:
+    """A command that prints nothing (``export``)."""
+    return ""
+
+
+def _bash(command: str) -> Callable[[Path], str]:
+    """Run ``command`` in bash in the work folder, ``DLM_HOME`` its home and this Python's
+    ``bin/`` first on ``PATH`` (``python``, ``dlm``); what it prints. A command ending in ``&`` is
+    left running, its output discarded (a lock holder)."""
+
+    def run(work: Path) -> str:
+        env = {
+            **_env(work / "home", quiet=False),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        }
+        if command.endswith("&"):
+            subprocess.Popen(["bash", "-c", command[:-1]], cwd=work, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            return ""
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout + done.stderr
+
+    run.__name__ = f"bash({command!r})"
+    return run
+
+
+def shell(blocks: str, command: str, **options: bool) -> Step:
+    """A step that runs ``command`` in bash, shown as it is (its lines after one ending in ``\\``
+    continue it)."""
+    return Step(blocks, tuple(command.split("\n")), _bash(command), **options)  # type: ignore[arg-type]
+
+
+def quiet(blocks: str, *argv: str, **options: bool) -> Step:
+    """``dlm ARGV > /dev/null``: a command the story needs whose output it does not quote."""
+    return Step(blocks, (f"dlm {' '.join(argv)} > /dev/null",), argv, discard=True, **options)  # type: ignore[arg-type]
 
 
 def _input_files(scenario: Scenario) -> list[Path]:
@@ -184,12 +254,14 @@ def inputs_sha256(scenario: Scenario) -> str:
     for step in scenario.steps:
         argv = step.argv if isinstance(step.argv, tuple) else (step.argv.__name__,)
         fields = (step.blocks, step.shown, argv, step.stream, step.bare, step.fresh_home, step.status)
-        extra = (step.cwd, step.head, step.ctrl_c)
+        extra = (step.cwd, step.head, step.ctrl_c) + ((step.discard,) if step.discard else ())
         digest.update(repr(fields if extra == ("", 0, 0) else (*fields, *extra)).encode())
     for name, text in sorted(scenario.files.items()):
         digest.update(f"{name}\0{text}\0".encode())
     for path in _input_files(scenario):
         digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
+    if scenario.copies:
+        digest.update(repr(scenario.copies).encode())
     if scenario.shown != SHOWN:
         digest.update(repr(sorted(scenario.shown.items())).encode())
     if scenario.model != "none":
@@ -222,29 +294,49 @@ def _env(home: Path, *, quiet: bool) -> dict[str, str]:
     return env
 
 
+#: Runs ``dlm`` with SIGINT sent to itself right after the run registers the checkpoint of step
+#: ``sys.argv[1]``: Ctrl-C at that moment, without the race of watching the store from outside
+#: (a loaded machine let a watched run pass the next checkpoint before the signal landed).
+_CTRL_C_AFTER = """
+import os, signal, sys
+import dlmstore.train.loops.supervised as loop
+step_wanted = int(sys.argv.pop(1))
+original = loop.register
+def register(store, run_id, phase, step, *args, **kwargs):
+    original(store, run_id, phase, step, *args, **kwargs)
+    if step == step_wanted:
+        os.kill(os.getpid(), signal.SIGINT)
+loop.register = register
+from dlmstore.cli.main import cli
+cli()
+"""
+
+
 def _dlm(step: Step, *, cwd: Path, home: Path) -> tuple[str, str, int]:
-    command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *step.argv]
+    assert isinstance(step.argv, tuple)
+    if step.ctrl_c:
+        command = [sys.executable, "-c", _CTRL_C_AFTER, str(step.ctrl_c), *step.argv]
+    else:
+        command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *step.argv]
     env = _env(home, quiet=step.stream == "out")
-    if not step.ctrl_c:
-        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-        return done.stdout, done.stderr, done.returncode
-    child = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if step.ctrl_c and _newest_checkpoint(home) != step.ctrl_c:
+        raise RuntimeError(
+            f"{' '.join(step.shown)}: the run did not stop at its checkpoint of step {step.ctrl_c}"
+        )
+    err = (
+        done.stderr.replace("error: interrupted", "^C\nerror: interrupted", 1) if step.ctrl_c else done.stderr
     )
-    while child.poll() is None and _newest_checkpoint(home) < step.ctrl_c:
-        time.sleep(0.01)
-    child.send_signal(signal.SIGINT)
-    out, err = child.communicate()
-    if _newest_checkpoint(home) != step.ctrl_c:
-        raise RuntimeError(f"{' '.join(step.shown)}: the run went past the checkpoint of step {step.ctrl_c}")
-    return out, err.replace("error: interrupted", "^C\nerror: interrupted", 1), child.returncode
+    return done.stdout, err, done.returncode
 
 
 def _newest_checkpoint(home: Path) -> int:
     for db in home.glob("store/*/store.db"):
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                row = conn.execute("SELECT MAX(step) FROM checkpoints").fetchone()
+                row = conn.execute(  # the newest run's: an older interrupted run's rows may be there
+                    "SELECT MAX(step) FROM checkpoints WHERE run_id = (SELECT MAX(id) FROM runs)"
+                ).fetchone()
         except sqlite3.OperationalError:  # not migrated yet, or busy
             continue
         if row and row[0] is not None:
@@ -275,7 +367,8 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
     blocks: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="dlm-sessions-") as tmp:
         work = Path(tmp)
-        shutil.copytree(ROOT / "examples", work / "examples")
+        for folder in ("examples", *scenario.copies):
+            shutil.copytree(ROOT / folder, work / folder)
         for name, text in scenario.files.items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(text, encoding="utf-8")
@@ -294,7 +387,7 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
             if status != step.status:
                 raise RuntimeError(f"{' '.join(step.shown)}: exit {status}, not {step.status}:\n{out}{err}")
             text = {"out": out + err, "err": err, "all": err + out}[step.stream]
-            if step.head:
+            if step.head or step.discard:
                 text = "".join(text.splitlines(keepends=True)[: step.head])
             for block in step.blocks.split():
                 lines = blocks.setdefault(block, [])

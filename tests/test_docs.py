@@ -42,6 +42,13 @@ def test_the_readme_names_the_two_setup_commands_first() -> None:
     assert "make demo" in head and "make test" in head
 
 
+def test_the_readme_tree_lists_every_sub_package_of_dlmstore() -> None:
+    tree = (REPO / "README.md").read_text().split("## What is where")[1].split("\n## ")[0]
+    listed = {line.split()[0].rstrip("/") for line in tree.splitlines() if line.startswith("  ") and line.strip()}
+    packages = {path.parent.name for path in (REPO / "dlmstore").glob("*/__init__.py")}
+    assert packages - listed == set()
+
+
 def test_the_ci_entry_point_runs_make_test_and_nothing_else() -> None:
     lines = [
         line.strip()
@@ -54,13 +61,14 @@ def test_the_ci_entry_point_runs_make_test_and_nothing_else() -> None:
 
 
 def _script(name: str):  # type: ignore[no-untyped-def]
-    """scripts/<name>.py, imported by that name (scripts/ is not a package, and its modules import
-    each other by name)."""
+    """scripts/<name>.py, imported by that name: scripts/ is not a package, and its modules import
+    each other by name (and their dataclasses look their module up by it)."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up by name
-        spec.loader.exec_module(sys.modules[name])
+        sys.path.insert(0, str(REPO / "scripts"))
+        try:
+            importlib.import_module(name)
+        finally:
+            sys.path.remove(str(REPO / "scripts"))
     return sys.modules[name]
 
 
@@ -71,7 +79,6 @@ def _sessions():  # type: ignore[no-untyped-def]
 
 def _scenarios():  # type: ignore[no-untyped-def]
     """scripts/scenarios.py: the scenarios behind the sessions the docs quote."""
-    _sessions()
     return _script("scenarios")
 
 
@@ -113,7 +120,7 @@ def test_the_sessions_without_a_model_print_today_what_the_docs_quote() -> None:
 
 def test_the_code_that_prints_a_session_is_part_of_its_hash() -> None:
     sessions, scenarios = _sessions(), _scenarios()
-    printers = {path.name for path in sessions.printers(scenarios.TOUR)}
+    printers = {path.name for path in sessions.printers(scenarios.SCENARIOS["tour"])}
     assert {"main.py", "train.py", "render.py", "show.py", "lock.py"} <= printers
     assert "data.py" not in printers  # the tour runs no `dlm data`
 
@@ -131,6 +138,6 @@ def test_the_tour_sessions_keep_their_shape_when_the_tiny_model_stands_in(tiny_b
     commands, their lines and words) against today's code, on the tiny model in seconds."""
     sessions, scenarios = _sessions(), _scenarios()
     quoted = _quoted_blocks(sessions)
-    made = sessions.run(scenarios.TOUR, base=str(tiny_base))
+    made = sessions.run(scenarios.SCENARIOS["tour"], base=str(tiny_base))
     for block in ("readme", "training"):
         assert _shape(sessions, made[block]) == _shape(sessions, quoted[f"tour/{block}"]), block
