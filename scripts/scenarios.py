@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from scenarios_datasets import DATASETS  # scripts/ is on sys.path when this runs
 from scenarios_export import EXPORT
-from scenarios_format import FORMAT
+from scenarios_format import FORMAT, REFUSALS
 from scenarios_garden import GARDEN, RESUME
 from scenarios_home import CACHE, DEDUP, STORES
 from scenarios_lock import LOCK
@@ -29,6 +29,7 @@ SCENARIOS: dict[str, Scenario] = {
         DEDUP,
         LOCK,
         FORMAT,
+        REFUSALS,
         EXPORT,
         DATASETS,
         PREFIX,

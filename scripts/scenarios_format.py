@@ -38,27 +38,25 @@ training:
 
 FORMAT = Scenario(
     name="format",
-    files={
-        "sources/notes.dlm": SOURCES_DLM,
-        "sources/data/small.md": "A small note.\n",
-        "hub/notes.dlm": QWEN_DLM,
-        "report/doc.dlm": TRACKIO_DLM,
-    },  # fmt: skip
+    rerun=True,
+    files={"sources/notes.dlm": SOURCES_DLM, "sources/data/small.md": "A small note.\n"},
     steps=(
         shell("too-large", "yes 'a line of notes' | head -c 5000000 > sources/data/big.txt"),
-        Step(
-            "too-large",
-            ("dlm show sources/notes.dlm > /dev/null",),
-            ("show", "sources/notes.dlm"),
-            stream="err",
-            joined=True,
-        ),  # fmt: skip
+        Step("too-large", ("dlm show sources/notes.dlm > /dev/null",), ("show", "sources/notes.dlm"), stream="err",
+             joined=True),
         shell(
             "huge-row",
             "printf -- '---\\ndlm_id: 01KPQ1FFEDGPPSMWRAS18SAZST\\nbase_model: smollm2-135m\\n---\\n' > notes.dlm\n"
             "yes 'a line of notes' | head -c 30000000 >> notes.dlm",
         ),
         Step("huge-row", ("dlm show notes.dlm",), ("show", "notes.dlm"), status=1, joined=True),
+    ),
+)  # fmt: skip
+
+REFUSALS = Scenario(
+    name="refusals",
+    files={"hub/notes.dlm": QWEN_DLM, "report/doc.dlm": TRACKIO_DLM},
+    steps=(
         Step(
             "offline", ("HF_HUB_OFFLINE=1 dlm train notes.dlm",), ("train", "notes.dlm"), cwd="hub", status=1
         ),

@@ -141,6 +141,7 @@ Hello.
 
 ERRORS = Scenario(
     name="errors",
+    rerun=True,
     files={"broken.dlm": BROKEN, "typo.dlm": TYPO},
     steps=(
         Step("readme", ("dlm show broken.dlm",), ("show", "broken.dlm"), status=1),

@@ -17,25 +17,34 @@ nothing else changed.
 
 How ``tests/test_docs.py`` keeps them true, by what a scenario costs:
 
-* **No model** (``model="none"``: parse errors, listings): the test runs the
+* **Cheap** (``rerun=True``: no model and no torch, such as parse errors and
+  refusals of ``dlm show``, well under a second a command): the test runs the
   scenario again, every time, and compares what it prints today with what the
   docs quote, masking only what must vary (:func:`masked`: ids, times, dates,
   durations). Any change to the code that prints it shows.
-* **A model** (``"tiny"``: the tests' random-weight SmolLM2 of a few layers,
-  seconds a command; ``"real"``: the built-in SmolLM2-135M, minutes): rerunning
-  every time would cost the suite tens of seconds to minutes, so the test
-  compares hashes instead. The hash covers the scenario (its commands and
-  files), the repository files it reads, the versions of the libraries that
-  train, the tiny model's config, and **the source of the code that prints
-  it**: for each command the scenario runs, its ``cli/`` module and every
-  ``cli/`` module that one imports (:func:`printers`). A change to how a
-  command renders its result, or to a message, makes the session stale.
-  What the hash does not cover is the rest of ``dlmstore/`` (the library that
-  computes the figures): hashing it would make every library commit stale
-  every session, and regenerating the tour takes minutes of the real model,
-  so the docs would be regenerated on every commit or, in practice, ignored.
-  The tour's shape (its commands, lines and words, with every figure masked)
-  is held against today's library by a rerun on the tiny model (a slow test).
+* **Everything else**: a model (``model="tiny"``: the tests' random-weight
+  SmolLM2 of a few layers, seconds a command; ``"real"``: the built-in
+  SmolLM2-135M, its tokenizer converted once per home, or the tour's minutes
+  of training), or only torch's import (a ``dlm train`` refused before any
+  model loads still imports it: about 4 s of CPU). Rerunning these every
+  time would cost the suite tens of seconds to minutes, so the test compares
+  hashes instead. The hash covers the scenario (its commands and files),
+  the repository files it reads, the versions of the libraries that train,
+  the tiny model's config, and **the source of the code that prints it**:
+  for each command the scenario runs, its ``cli/`` module and every ``cli/``
+  module that one imports (:func:`printers`). A change to how a command
+  renders its result makes its sessions stale.
+
+The honest middle, and what it leaves out: the hash does not cover the rest
+of ``dlmstore/``, the library that computes the figures and words the
+errors. Hashing it would make every session stale at every library commit,
+and regenerating them all takes minutes (the tour alone trains the real
+model three times), so the docs would be regenerated on every commit or, in
+practice, ignored. What holds the library side instead: the cheap sessions
+are rerun; the tour's shape (its commands, lines and words, every figure
+masked) is rerun on the tiny model by a slow test; and ``python
+scripts/gen-sessions.py`` (every scenario, or those named) makes every
+figure today's again.
 """
 
 from __future__ import annotations
@@ -129,6 +138,7 @@ class Scenario:
             built-in SmolLM2-135M).
         shown: How the work folder and the home are shown (default :data:`SHOWN`).
         copies: Repository folders copied into the work folder besides ``examples/`` (``bench``).
+        rerun: The docs test runs it again every time and compares (cheap: no model, no torch).
     """
 
     name: str
@@ -138,6 +148,7 @@ class Scenario:
     model: str = "none"
     shown: Mapping[str, str] = field(default_factory=lambda: SHOWN)
     copies: tuple[str, ...] = ()
+    rerun: bool = False
 
 
 def sql(query: str, *, header: bool = False, store: str = "") -> Callable[[Path], str]:
@@ -248,8 +259,8 @@ def _tiny_config() -> str:
 
 def inputs_sha256(scenario: Scenario) -> str:
     """sha256 of what a scenario's output depends on: its commands and files, the files of the
-    repository it reads and, for a scenario with a model (which the tests do not rerun), the
-    pinned library versions, the tiny model's config and the code that prints it (:func:`printers`)."""
+    repository it reads and, for a scenario the tests do not rerun, the pinned library versions,
+    the code that prints it (:func:`printers`) and the tiny model's config when it uses it."""
     digest = hashlib.sha256()
     for step in scenario.steps:
         argv = step.argv if isinstance(step.argv, tuple) else (step.argv.__name__,)
@@ -264,7 +275,7 @@ def inputs_sha256(scenario: Scenario) -> str:
         digest.update(repr(scenario.copies).encode())
     if scenario.shown != SHOWN:
         digest.update(repr(sorted(scenario.shown.items())).encode())
-    if scenario.model != "none":
+    if not scenario.rerun:
         for package in PINNED:
             try:
                 version = metadata.version(package)
@@ -297,8 +308,11 @@ def _env(home: Path, *, quiet: bool) -> dict[str, str]:
 #: Runs ``dlm`` with SIGINT sent to itself right after the run registers the checkpoint of step
 #: ``sys.argv[1]``: Ctrl-C at that moment, without the race of watching the store from outside
 #: (a loaded machine let a watched run pass the next checkpoint before the signal landed).
+#: SIGINT raises KeyboardInterrupt as at a terminal, even when the generator runs in the background
+#: (a shell starts a background job with SIGINT ignored, and Python then keeps it ignored).
 _CTRL_C_AFTER = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import dlmstore.train.loops.supervised as loop
 step_wanted = int(sys.argv.pop(1))
 original = loop.register
@@ -322,7 +336,8 @@ def _dlm(step: Step, *, cwd: Path, home: Path) -> tuple[str, str, int]:
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if step.ctrl_c and _newest_checkpoint(home) != step.ctrl_c:
         raise RuntimeError(
-            f"{' '.join(step.shown)}: the run did not stop at its checkpoint of step {step.ctrl_c}"
+            f"{' '.join(step.shown)}: the run did not stop at its checkpoint of step {step.ctrl_c} "
+            f"(exit {done.returncode}):\n{done.stdout}{done.stderr}"
         )
     err = (
         done.stderr.replace("error: interrupted", "^C\nerror: interrupted", 1) if step.ctrl_c else done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def test_the_readme_names_the_two_setup_commands_first() -> None:
 
 def test_the_readme_tree_lists_every_sub_package_of_dlmstore() -> None:
     tree = (REPO / "README.md").read_text().split("## What is where")[1].split("\n## ")[0]
-    listed = {line.split()[0].rstrip("/") for line in tree.splitlines() if line.startswith("  ") and line.strip()}
+    listed = {
+        line.split()[0].rstrip("/") for line in tree.splitlines() if line.startswith("  ") and line.strip()
+    }
     packages = {path.parent.name for path in (REPO / "dlmstore").glob("*/__init__.py")}
     assert packages - listed == set()
 
@@ -118,11 +121,28 @@ def test_the_sessions_without_a_model_print_today_what_the_docs_quote() -> None:
             assert sessions.masked(text) == sessions.masked(quoted[f"{scenario.name}/{block}"]), block
 
 
-def test_the_code_that_prints_a_session_is_part_of_its_hash() -> None:
+def test_the_printers_of_a_session_are_the_cli_modules_of_its_commands_and_their_imports() -> None:
     sessions, scenarios = _sessions(), _scenarios()
     printers = {path.name for path in sessions.printers(scenarios.SCENARIOS["tour"])}
     assert {"main.py", "train.py", "render.py", "show.py", "lock.py"} <= printers
     assert "data.py" not in printers  # the tour runs no `dlm data`
+
+
+def test_a_change_to_the_code_that_prints_a_session_makes_it_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, scenarios = _sessions(), _scenarios()
+    for folder in ("cli", "examples"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    monkeypatch.setattr(sessions, "ROOT", tmp_path)
+    tour = scenarios.SCENARIOS["tour"]
+    before = sessions.inputs_sha256(tour)
+    with (tmp_path / "cli" / "data.py").open("a") as file:  # not a printer of the tour
+        file.write("# an edit\n")
+    assert sessions.inputs_sha256(tour) == before
+    with (tmp_path / "cli" / "render.py").open("a") as file:
+        file.write("# an edit\n")
+    assert sessions.inputs_sha256(tour) != before
 
 
 def _shape(sessions, text: str) -> list[str]:  # type: ignore[no-untyped-def]
