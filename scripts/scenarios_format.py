@@ -47,7 +47,7 @@ FORMAT = Scenario(
         shell(
             "huge-row",
             "printf -- '---\\ndlm_id: 01KPQ1FFEDGPPSMWRAS18SAZST\\nbase_model: smollm2-135m\\n---\\n' > notes.dlm\n"
-            "yes 'a line of notes' | head -c 30000000 >> notes.dlm",
+            "yes 'a line of notes' | head -c 5000000 >> notes.dlm",
         ),
         Step("huge-row", ("dlm show notes.dlm",), ("show", "notes.dlm"), status=1, joined=True),
     ),

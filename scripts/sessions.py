@@ -133,9 +133,9 @@ class Scenario:
         steps: The commands.
         files: Files written into the scratch folder first (relative name -> text).
         inputs: Repository files (globs) the output depends on.
-        model: ``none`` (no model: cheap, rerun by the tests), ``tiny`` (the tests'
-            random-weight model, written to ``./tiny-smollm2``) or ``real`` (trains the
-            built-in SmolLM2-135M).
+        model: ``none``, ``tiny`` (the tests' random-weight model, written to
+            ``./tiny-smollm2`` first) or ``real`` (the built-in SmolLM2-135M: its tokenizer,
+            converted once per home, or the tour's training).
         shown: How the work folder and the home are shown (default :data:`SHOWN`).
         copies: Repository folders copied into the work folder besides ``examples/`` (``bench``).
         rerun: The docs test runs it again every time and compares (cheap: no model, no torch).
@@ -226,7 +226,9 @@ def printers(scenario: Scenario) -> list[Path]:
     """The ``cli/`` modules that print a scenario's output: each command's module and every
     ``cli/`` module it imports (relative imports, followed), and :data:`_CLI_ALWAYS`."""
     cli = ROOT / "cli"
-    todo = [*_CLI_ALWAYS, *(step.argv[0] for step in scenario.steps if isinstance(step.argv, tuple))]
+    commands = [next(arg for arg in step.argv if not arg.startswith("-")) for step in scenario.steps
+                if isinstance(step.argv, tuple)]  # fmt: skip
+    todo = [*_CLI_ALWAYS, *commands]  # `dlm -q train ...`: train
     seen: set[str] = set()
     while todo:
         name = todo.pop()
