@@ -74,16 +74,6 @@ CACHE = Scenario(
             joined=True,
         ),
         Step("commands", ("dlm cache show examples/tour.dlm",), ("cache", "show", "examples/tour.dlm")),
-        shell(
-            "busy",
-            f"flock --shared {_STORE}/.store.lock sleep 30 &   # as a dlm process with the store open holds it",
-        ),
-        Step(
-            "busy",
-            ("dlm cache verify --repair examples/tour.dlm",),
-            ("cache", "verify", "--repair", "examples/tour.dlm"),
-            joined=True,
-        ),  # fmt: skip
         shell("lost", f"cp {_STORE}/store.db store.db.old"),
         quiet("lost", "tokenize", "examples/tour.dlm", joined=True),
         shell("lost", f"cp store.db.old {_STORE}/store.db   # an older copy put back", joined=True),
@@ -100,6 +90,17 @@ CACHE = Scenario(
             ("cache", "verify", "--repair", "examples/tour.dlm"),
         ),  # fmt: skip
         Step("repair", ("dlm tokenize examples/tour.dlm",), ("tokenize", "examples/tour.dlm")),
+        shell(
+            "busy",
+            f"flock --shared {_STORE}/.store.lock sleep 30 &   # as a dlm process with the store open holds it",
+        ),
+        Step(
+            "busy",
+            ("dlm cache verify --repair examples/tour.dlm",),
+            ("cache", "verify", "--repair", "examples/tour.dlm"),
+            stream="all",
+            joined=True,
+        ),  # fmt: skip
         shell("damaged", f"printf 'not a database' | dd of={_STORE}/store.db conv=notrunc status=none"),
         Step(
             "damaged",
@@ -130,6 +131,44 @@ def parse_file(path):
 
 def dump_lines(mapping):
     return [f"{key} = {value}" for key, value in sorted(mapping.items())]
+
+
+def merge(base, override):
+    """The settings of base, with those of override on top."""
+    merged = dict(base)
+    merged.update(override)
+    return merged
+
+
+def as_bool(value):
+    """yes, true, on and 1 are true; anything else is false."""
+    return value.strip().lower() in {"yes", "true", "on", "1"}
+
+
+def as_int(value, default=0):
+    """The value as an integer, or the default when it is not one."""
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
+def as_list(value, separator=","):
+    """The value split at each separator, each item stripped, empty items dropped."""
+    return [item.strip() for item in value.split(separator) if item.strip()]
+
+
+def section(mapping, prefix):
+    """The keys that start with prefix and a dot, without them."""
+    return {key[len(prefix) + 1 :]: value for key, value in mapping.items() if key.startswith(prefix + ".")}
+
+
+def required(mapping, *keys):
+    """Raise KeyError naming the first of keys that the mapping lacks."""
+    for key in keys:
+        if key not in mapping:
+            raise KeyError(f"missing setting: {key}")
+    return [mapping[key] for key in keys]
 '''
 
 _APP = '''"""The app: reads its settings and greets."""

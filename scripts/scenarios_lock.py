@@ -66,8 +66,8 @@ LOCK = Scenario(
         ),
         _jq(
             "error",
-            '.base_model_revision = "sha256:0123456789abcdef" | .pinned_versions.torch = "2.0.0"',
-            "as if written for another base, under torch 2.0.0",
+            '.base_model_revision = "sha256:0123456789abcdef" | .pinned_versions.torch = "3.0.0"',
+            "as if written for another base, under torch 3.0.0",
         ),
         Step("error", ("dlm train notes.dlm",), ("train", "notes.dlm"), status=1, joined=True),
         Step(

@@ -58,6 +58,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -197,6 +198,7 @@ def _bash(command: str) -> Callable[[Path], str]:
         if command.endswith("&"):
             subprocess.Popen(["bash", "-c", command[:-1]], cwd=work, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            time.sleep(1)  # started, and holding what it holds, before the next step runs
             return ""
         done = subprocess.run(
             ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, check=True
@@ -324,7 +326,7 @@ def register(store, run_id, phase, step, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
 loop.register = register
 from dlmstore.cli.main import cli
-cli()
+cli(prog_name="dlm")
 """
 
 
@@ -333,7 +335,12 @@ def _dlm(step: Step, *, cwd: Path, home: Path) -> tuple[str, str, int]:
     if step.ctrl_c:
         command = [sys.executable, "-c", _CTRL_C_AFTER, str(step.ctrl_c), *step.argv]
     else:
-        command = [sys.executable, "-c", "from dlmstore.cli.main import cli; cli()", *step.argv]
+        command = [
+            sys.executable,
+            "-c",
+            "from dlmstore.cli.main import cli; cli(prog_name='dlm')",
+            *step.argv,
+        ]
     env = _env(home, quiet=step.stream == "out")
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if step.ctrl_c and _newest_checkpoint(home) != step.ctrl_c:
