@@ -187,16 +187,16 @@ def nothing(work: Path) -> str:
 
 def _bash(command: str) -> Callable[[Path], str]:
     """Run ``command`` in bash in the work folder, ``DLM_HOME`` its home and this Python's
-    ``bin/`` first on ``PATH`` (``python``, ``dlm``); what it prints. A command ending in ``&`` is
-    left running, its output discarded (a lock holder)."""
+    ``bin/`` first on ``PATH`` (``python``, ``dlm``); what it prints. A command ending in ``&``
+    (before its comment) is left running, its output discarded (a lock holder)."""
 
     def run(work: Path) -> str:
         env = {
             **_env(work / "home", quiet=False),
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         }
-        if command.endswith("&"):
-            subprocess.Popen(["bash", "-c", command[:-1]], cwd=work, env=env,
+        if command.split("#")[0].rstrip().endswith("&"):  # bash puts it in the background
+            subprocess.Popen(["bash", "-c", command], cwd=work, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
             time.sleep(1)  # started, and holding what it holds, before the next step runs
             return ""
@@ -427,7 +427,8 @@ def run(scenario: Scenario, *, base: str | None = None) -> dict[str, str]:
 
 def _shown(text: str, work: Path, home: Path, shown: Mapping[str, str]) -> str:
     text = text.replace(str(home), shown["home"]).replace(str(work / "home"), shown["home"])
-    return text.replace(str(work), shown["work"])
+    # this checkout (its .venv, in `dlm export`'s llama-server line) as the default work folder
+    return text.replace(str(work), shown["work"]).replace(str(ROOT), SHOWN["work"])
 
 
 #: What must vary between two runs of the same commands: ULIDs minted by
