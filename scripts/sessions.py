@@ -50,6 +50,7 @@ figure today's again.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import re
@@ -261,6 +262,18 @@ def _tiny_config() -> str:
     )
 
 
+@functools.cache
+def _versions() -> str:
+    """The :data:`PINNED` libraries' versions (looked up once: each lookup scans site-packages)."""
+    found = []
+    for package in PINNED:
+        try:
+            found.append(f"{package}=={metadata.version(package)}\0")
+        except metadata.PackageNotFoundError:
+            found.append(f"{package}==-\0")
+    return "".join(found)
+
+
 def inputs_sha256(scenario: Scenario) -> str:
     """sha256 of what a scenario's output depends on: its commands and files, the files of the
     repository it reads and, for a scenario the tests do not rerun, the pinned library versions,
@@ -280,12 +293,7 @@ def inputs_sha256(scenario: Scenario) -> str:
     if scenario.shown != SHOWN:
         digest.update(repr(sorted(scenario.shown.items())).encode())
     if not scenario.rerun:
-        for package in PINNED:
-            try:
-                version = metadata.version(package)
-            except metadata.PackageNotFoundError:
-                version = "-"
-            digest.update(f"{package}=={version}\0".encode())
+        digest.update(_versions().encode())
         for path in printers(scenario):
             digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
     if scenario.model == "tiny":

@@ -90,10 +90,11 @@ def test_every_quoted_session_was_made_from_todays_inputs() -> None:
     reads, the library versions and the cli/ code that prints it (scripts/sessions.py says why)."""
     sessions, scenarios = _sessions(), _scenarios()
     quoted = list(sessions.quoted(REPO))
+    today = {name: sessions.inputs_sha256(scenario) for name, scenario in scenarios.SCENARIOS.items()}
     stale = [
         f"{path.relative_to(REPO)}: {match['name']}"
         for path, match in quoted
-        if match["sha"] != sessions.inputs_sha256(scenarios.SCENARIOS[match["name"].split("/")[0]])
+        if match["sha"] != today[match["name"].split("/")[0]]
     ]
     assert stale == [], "run `python scripts/gen-sessions.py NAME` for each stale scenario NAME and commit"
     made = {
