@@ -7,13 +7,13 @@ output goes to, ``<scenario>/<block>`` in the docs' markers.
 
 from __future__ import annotations
 
-from scenarios_datasets import DATASETS  # scripts/ is on sys.path when this runs
+from scenarios_bench import EXPORT_BENCH, PREFIX  # scripts/ is on sys.path when this runs
+from scenarios_datasets import DATASETS
 from scenarios_export import EXPORT
 from scenarios_format import FORMAT, REFUSALS
 from scenarios_garden import GARDEN, RESUME
 from scenarios_home import CACHE, DEDUP, STORES
 from scenarios_lock import LOCK
-from scenarios_prefix import PREFIX
 from scenarios_tour import ERRORS, TOUR
 from sessions import Scenario
 
@@ -33,5 +33,6 @@ SCENARIOS: dict[str, Scenario] = {
         EXPORT,
         DATASETS,
         PREFIX,
+        EXPORT_BENCH,
     )
 }
