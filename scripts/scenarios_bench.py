@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from sessions import ROOT, Scenario, shell  # scripts/ is on sys.path when this runs
+from session_steps import shell  # scripts/ is on sys.path when this runs
+from sessions import ROOT, Scenario
 
 #: The example as docs/prefix-cache.md shows it (its first ``python`` block).
 EXAMPLE = re.search(

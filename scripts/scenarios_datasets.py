@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from sessions import Scenario, Step, shell  # scripts/ is on sys.path when this runs
+from session_steps import shell  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 _WEB = "\n".join(
     json.dumps({"text": f"Page {i}. {text}"})

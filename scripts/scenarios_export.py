@@ -8,7 +8,8 @@ the real model's sizes and times are the benchmark's (docs/export.md).
 
 from __future__ import annotations
 
-from sessions import Scenario, Step, quiet, shell  # scripts/ is on sys.path when this runs
+from session_steps import quiet, shell  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 NOTES_ID = "01KPQ1FFEDGPPSMWRAS18SAZST"
 

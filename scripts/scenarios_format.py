@@ -8,7 +8,8 @@ steps shown, with ``yes`` and ``head -c``.
 
 from __future__ import annotations
 
-from sessions import Scenario, Step, shell  # scripts/ is on sys.path when this runs
+from session_steps import shell  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 SOURCES_DLM = """---
 dlm_id: 01KPQ1FFEDGPPSMWRAS18SAZS1

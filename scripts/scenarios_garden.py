@@ -15,10 +15,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from sessions import Scenario, Step, cat, sql  # scripts/ is on sys.path when this runs
+from session_steps import cat, sql  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 GARDEN_ID = "01KPQ1FFEDGPPSMWRAS18SAZST"
-STORE = f"{GARDEN_ID}"
 HOME = "/home/me/.local/share/dlm"
 SHOWN = {"work": "/home/me/garden", "home": HOME}
 

@@ -11,7 +11,8 @@ in the work folder with ``DLM_HOME`` set, as a person would type it
 from __future__ import annotations
 
 from scenarios_tour import TOUR_ID
-from sessions import Scenario, Step, quiet, shell  # scripts/ is on sys.path when this runs
+from session_steps import quiet, shell  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 _STORE = f"$DLM_HOME/store/{TOUR_ID}"
 

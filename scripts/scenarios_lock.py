@@ -9,7 +9,8 @@ session, and the check reads only the file.
 
 from __future__ import annotations
 
-from sessions import Scenario, Step, quiet, shell  # scripts/ is on sys.path when this runs
+from session_steps import quiet, shell  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 NOTES_ID = "01KPQ1FFEDGPPSMWRAS18SAZST"
 _STORE = f"$DLM_HOME/store/{NOTES_ID}"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sessions import Scenario, Step, nothing, sql  # scripts/ is on sys.path when this runs
+from session_steps import nothing, sql  # scripts/ is on sys.path when this runs
+from sessions import Scenario, Step
 
 #: The tour document's id (examples/tour.dlm).
 TOUR_ID = "01M7YJ087N2NEP493AF56E3CEA"
