@@ -10,8 +10,8 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
     from dlmstore.corpus.dedup import DedupReport
-    from dlmstore.store.contamination import Contamination
     from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.store.contamination import Contamination
 
 
 @click.command("show")

@@ -10,15 +10,19 @@ hard-coding it.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from dlmstore.cli.contract import json_schema, resolve
 from dlmstore.cli.main import cli
 from dlmstore.corpus import signatures
 from dlmstore.corpus.show import summarize
@@ -106,7 +110,9 @@ def test_dlm_show_lists_the_held_out_duplicates_with_the_training_row_each_is_mo
         "reads low on them (training.dedup: exact or near keeps them out)"
     )
     assert lines[start + 1 :] == [f"          {path}  exact  1.00  {min(train)}" for path in sorted(held)]
-    data = json.loads(CliRunner().invoke(cli, ["show", str(doc), "--json"]).stdout)["contamination"]
+    payload = json.loads(CliRunner().invoke(cli, ["show", str(doc), "--json"]).stdout)
+    jsonschema.validate(payload, json_schema(resolve("dlmstore.corpus.show:DocumentSummary")))
+    data = payload["contamination"]
     assert data["contaminated_rows"] == len(held) and data["rows"][0]["train_path"] == min(train)
 
 
@@ -147,7 +153,36 @@ def test_a_train_run_with_dedup_off_holds_them_out_records_them_and_warns(
     assert rows == [(path, "near", 0) for path in sorted(held)]
     (val_rows,) = _db("SELECT val_rows FROM val_splits")[0]
     evaluated = _db("SELECT val_rows FROM evaluations WHERE model = 'base'")
-    assert evaluated == [(val_rows,)] and val_rows >= len(held)  # the contaminated rows were measured
+    assert evaluated == [(val_rows,)] == [(summary.val_rows,)]  # the contaminated rows were measured
+    assert val_rows >= len(held)
+
+    metrics = CliRunner().invoke(cli, ["metrics", str(doc)]).stdout.splitlines()
+    assert (
+        f"run 1: {len(held)} validation rows of seed 42 duplicate training rows ({len(held)} near); held out: its val loss reads low on them"
+        in metrics
+    )
+    listed = CliRunner().invoke(cli, ["metrics", str(doc), "--run-id", "1"]).stdout.splitlines()
+    first = sorted(held)[0]
+    assert any(line.startswith(f"  {first}  near   0.") and line.endswith("  held out") for line in listed)
+    payload = json.loads(CliRunner().invoke(cli, ["metrics", str(doc), "--json"]).stdout)
+    jsonschema.validate(payload, json_schema(resolve("dlmstore.store.metrics:MetricsReport")))
+    data = payload["runs"][0]
+    assert data["contamination"]["contaminated_rows"] == len(held)
+    assert data["contamination"]["from_run"] == 1 and data["contamination"]["rows"][0]["path"] == first
+    (row,) = csv.DictReader(io.StringIO(CliRunner().invoke(cli, ["metrics", str(doc), "--csv"]).stdout))
+    assert (row["val_rows"], row["contaminated_rows"], row["kept_out_rows"]) == (
+        str(val_rows),
+        str(len(held)),
+        "0",
+    )
+
+    report = json.loads(CliRunner().invoke(cli, ["report", str(doc), "--json"]).stdout)
+    jsonschema.validate(report, json_schema(resolve("dlmstore.report.contents:StoreReport")))
+    assert [r["path"] for r in report["training"][0]["contamination"]["rows"]] == sorted(held)
+    page = tmp_path / "report.html"
+    assert CliRunner().invoke(cli, ["report", str(doc), "-o", str(page)]).exit_code == 0
+    html = page.read_text(encoding="utf-8")
+    assert f'data-contamination="{len(held)}"' in html and f"<code>{first}</code>" in html
 
 
 def test_a_train_run_with_dedup_exact_trains_the_near_copies_it_keeps_out_of_the_split(
@@ -163,6 +198,9 @@ def test_a_train_run_with_dedup_exact_trains_the_near_copies_it_keeps_out_of_the
     ]
     assert summary.rows_trained == 31 - body_held  # every copy trains: exact drops no near copy
     assert _db("SELECT count(*) FROM val_contamination WHERE kept_out = 1") == [(len(held),)]
+    metrics = CliRunner().invoke(cli, ["metrics", str(doc)]).stdout
+    assert "duplicate training rows" in metrics
+    assert "kept out of the split, they trained (training.dedup: exact)" in metrics
 
 
 def _body_key(doc: Path) -> str:
