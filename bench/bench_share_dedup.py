@@ -28,7 +28,7 @@ that the script runs, not for figures. ``--tiny-only`` measures only the
 tiny files: the second document's shared cold pass against that tree's
 warm pass, ``--repeat`` times each (medians), and what the pass spends
 registering the entries and stat records it takes (``--profile``: one
-shared pass in this process under cProfile's CPU clock).
+shared pass in this process, its steps timed on the CPU clock).
 
     python bench/bench_share_dedup.py [--root PATH] [--repeat 5] [--tiny 100000] [--quick]
     python bench/bench_share_dedup.py --tiny-only --tiny 20000 [--repeat 3] [--profile]
@@ -142,37 +142,44 @@ def tiny_shared_pass(tiny: Path, env: dict[str, str], dlm_id: str) -> tuple[floa
 
 
 def profile_shared(tiny: Path, env: dict[str, str]) -> list[tuple[str, float]]:
-    """One shared pass in this process under cProfile's CPU clock: its CPU seconds and the share
-    of the steps that register what it takes."""
-    import cProfile
-    import pstats
-
+    """One shared pass in this process: its CPU seconds, and those of the steps that take and
+    register what it takes (each step's function wrapped in a CPU-clock timer: cProfile's own cost
+    per call would inflate the steps that make many small calls several times over)."""
     os.environ.update(DLM_HOME=env["DLM_HOME"], HF_HUB_OFFLINE="1")
     sys.path.insert(0, str(REPO))  # this checkout's dlmstore, as the processes above run it
-    from dlmstore.corpus.tokenize import tokenize_document
+    from dlmstore.cache import share
+    from dlmstore.corpus import assemble, dedup, tokenize
+
+    steps: list[tuple[str, Any, str]] = [
+        ("taking the entries (lookup, links, CRC-32s, registering)", tokenize, "take_shared"),
+        ("  of which looking them up in the other store", share, "_entries_of"),
+        ("  of which registering them", share._Taker, "register"),
+        ("saving the borrowed stat records", share.BorrowedStatCache, "save"),
+        ("walking the tree (a stat per file)", assemble, "load_corpus"),
+        ("finding the duplicates", dedup, "analyse"),
+    ]
+    spent = dict.fromkeys((label for label, _, _ in steps), 0.0)
+
+    def timed(label: str, function: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - start
+
+        return run
 
     second = tiny.with_name(f"{TINY_SECOND}.dlm")
     second.write_text(tiny.read_text().replace(TINY, TINY_SECOND), encoding="utf-8")
     fresh(Path(env["DLM_HOME"]), TINY_SECOND)
-    tokenize_document(str(second), materialize=False)  # the lazy imports, out of the profile
+    tokenize.tokenize_document(str(second), materialize=False)  # the lazy imports, out of the figures
     fresh(Path(env["DLM_HOME"]), TINY_SECOND)
-    profile = cProfile.Profile(time.process_time)
-    profile.runcall(tokenize_document, str(second), materialize=False)
-    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    wanted = {
-        ("share.py", "take_shared"): "taking the entries (lookup, links, CRC-32s, registering)",
-        ("share.py", "register"): "  of which registering them",
-        ("share.py", "save"): "saving the borrowed stat records",
-        ("dedup.py", "analyse"): "finding the duplicates",
-        ("assemble.py", "load_corpus"): "walking the tree (a stat per file)",
-    }
-    total = max(cumulative for (_, _, _, cumulative, _) in stats.values())
-    found = [("the pass, CPU seconds under the profiler", total)]
-    for (path, _, name), (_, _, _, cumulative, _) in stats.items():
-        label = wanted.get((Path(path).name, name))
-        if label is not None:
-            found.append((label, cumulative))
-    return found
+    for label, owner, name in steps:
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    start = time.process_time()
+    tokenize.tokenize_document(str(second), materialize=False)
+    return [("the pass, CPU seconds", time.process_time() - start), *spent.items()]
 
 
 def tiny_only(args: argparse.Namespace) -> None:
@@ -205,7 +212,7 @@ def tiny_only(args: argparse.Namespace) -> None:
             f"  per 100K files: shared {shared_s * 100_000 / args.tiny:.2f} s, warm {warm_s * 100_000 / args.tiny:.2f} s"
         )
         if args.profile:
-            print("\none shared pass in this process (cProfile, CPU clock):")
+            print("\none shared pass in this process (CPU clock):")
             parts = profile_shared(tiny, env)
             total = parts[0][1]
             for label, seconds in parts:
