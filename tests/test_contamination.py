@@ -201,6 +201,8 @@ def test_a_train_run_with_dedup_exact_trains_the_near_copies_it_keeps_out_of_the
     metrics = CliRunner().invoke(cli, ["metrics", str(doc)]).stdout
     assert "duplicate training rows" in metrics
     assert "kept out of the split, they trained (training.dedup: exact)" in metrics
+    evaluated = json.loads(CliRunner().invoke(cli, ["eval", str(doc), "--json"]).stdout)
+    assert evaluated["val_rows"] == body_held  # dlm eval holds out what the run held out
 
 
 def _body_key(doc: Path) -> str:

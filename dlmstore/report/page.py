@@ -198,17 +198,20 @@ def _training(report: StoreReport) -> str:
 
 def _contamination(found: Contamination) -> str:
     """A run's held-out rows that duplicate training rows: a line, and a table of them."""
+    count, one = found.contaminated_rows, found.contaminated_rows == 1
     if found.kept_out_rows:
-        what = f"kept out of the split by <code>training.dedup: {escape(found.mode)}</code>: they trained"
+        what = (
+            f"{plural(count, 'row')} drawn for it {'duplicated a training row and was' if one else 'duplicated training rows and were'} "
+            f"kept out by <code>training.dedup: {escape(found.mode)}</code>: {'it' if one else 'they'} trained"
+        )
     else:
         what = (
-            "held out: its val loss reads low on them (<code>training.dedup: exact</code> or "
-            "<code>near</code> keeps them out)"
+            f"{count} of them {'duplicates a training row' if one else 'duplicate training rows'}: the val loss "
+            "reads low on them (<code>training.dedup: exact</code> or <code>near</code> keeps them out)"
         )
     line = (
         f'<p class="meta" data-contamination="{found.contaminated_rows}">'
-        f"{plural(found.contaminated_rows, 'validation row')} of {found.val_rows or 0:,} (seed {found.seed}) "
-        f"{'duplicates a training row' if found.contaminated_rows == 1 else 'duplicate training rows'}; {what}.</p>"
+        f"{plural(found.val_rows or 0, 'row')} held out for validation (seed {found.seed}); {what}.</p>"
     )
     rows = [
         [
