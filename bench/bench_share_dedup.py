@@ -24,9 +24,14 @@ baseline it is measured against in the same run:
 Whole processes, dlmstore's bytecode compiled first (as an installed
 package has it); medians of ``--repeat`` for warm figures. ``--quick``
 takes the first 1,500 files of the tree and 5,000 tiny files, for a check
-that the script runs, not for figures.
+that the script runs, not for figures. ``--tiny-only`` measures only the
+tiny files: the second document's shared cold pass against that tree's
+warm pass, ``--repeat`` times each (medians), and what the pass spends
+registering the entries and stat records it takes (``--profile``: one
+shared pass in this process, its steps timed on the CPU clock).
 
     python bench/bench_share_dedup.py [--root PATH] [--repeat 5] [--tiny 100000] [--quick]
+    python bench/bench_share_dedup.py --tiny-only --tiny 20000 [--repeat 3] [--profile]
 """
 
 from __future__ import annotations
@@ -126,6 +131,98 @@ def in_process_costs(doc: Path) -> tuple[float, float, int, float]:
     return exact, near, shingles, sum(len(t) for t in texts) / 2**20
 
 
+def tiny_shared_pass(tiny: Path, env: dict[str, str], dlm_id: str) -> tuple[float, dict[str, Any]]:
+    """The first ``dlm tokenize`` of a second document over the tiny tree (a new store each time)."""
+    second = tiny.with_name(f"{dlm_id}.dlm")
+    second.write_text(tiny.read_text().replace(TINY, dlm_id), encoding="utf-8")
+    fresh(Path(env["DLM_HOME"]), dlm_id)
+    seconds, summary = tokenize(second, env)
+    assert summary["tokenization"]["cache_misses"] == 0, summary["tokenization"]
+    return seconds, summary
+
+
+def profile_shared(tiny: Path, env: dict[str, str]) -> list[tuple[str, float]]:
+    """One shared pass in this process: its CPU seconds, and those of the steps that take and
+    register what it takes (each step's function wrapped in a CPU-clock timer: cProfile's own cost
+    per call would inflate the steps that make many small calls several times over)."""
+    os.environ.update(DLM_HOME=env["DLM_HOME"], HF_HUB_OFFLINE="1")
+    sys.path.insert(0, str(REPO))  # this checkout's dlmstore, as the processes above run it
+    from dlmstore.cache import share
+    from dlmstore.corpus import assemble, dedup, tokenize
+
+    steps: list[tuple[str, Any, str]] = [
+        ("taking the entries (lookup, links, CRC-32s, registering)", tokenize, "take_shared"),
+        ("  of which looking them up in the other store", share, "_entries_of"),
+        ("  of which registering them", share._Taker, "register"),
+        ("saving the borrowed stat records", share.BorrowedStatCache, "save"),
+        ("walking the tree (a stat per file)", assemble, "load_corpus"),
+        ("finding the duplicates", dedup, "analyse"),
+    ]
+    spent = dict.fromkeys((label for label, _, _ in steps), 0.0)
+
+    def timed(label: str, function: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - start
+
+        return run
+
+    second = tiny.with_name(f"{TINY_SECOND}.dlm")
+    second.write_text(tiny.read_text().replace(TINY, TINY_SECOND), encoding="utf-8")
+    fresh(Path(env["DLM_HOME"]), TINY_SECOND)
+    tokenize.tokenize_document(str(second), materialize=False)  # the lazy imports, out of the figures
+    fresh(Path(env["DLM_HOME"]), TINY_SECOND)
+    for label, owner, name in steps:
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    start = time.process_time()
+    tokenize.tokenize_document(str(second), materialize=False)
+    return [("the pass, CPU seconds", time.process_time() - start), *spent.items()]
+
+
+def tiny_only(args: argparse.Namespace) -> None:
+    """The shared cold pass of a second document over ``--tiny`` files against that tree's warm pass."""
+    compile_bytecode()
+    load = os.getloadavg()[0]
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="dlm-bench-share-"))
+    work.mkdir(parents=True, exist_ok=True)
+    home = work / "home"
+    env = {**os.environ, "DLM_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    try:
+        tree = make_tiny_tree(work / "tiny" / "src", args.tiny)
+        tiny = work / "tiny.dlm"
+        tiny.write_text(f"---\ndlm_id: {TINY}\ntraining:\n  sources:\n    - path: {tree}\n---\nTiny.\n")
+        for _ in range(3):  # cold, then a racy-clean pass, then one that keeps the snapshot
+            tokenize(tiny, env)
+        print(f"load average {load:.2f} at start; {args.tiny:,} tiny files", flush=True)
+        warm, shared = [], []
+        for _ in range(args.repeat):  # alternated: both see the same load
+            warm.append(tokenize(tiny, env)[0])
+            shared.append(tiny_shared_pass(tiny, env, TINY_SECOND)[0])
+        warm_s, shared_s = statistics.median(warm), statistics.median(shared)
+        print(
+            f"\n{args.tiny:,} tiny files, warm dlm tokenize (snapshot): {warm_s:.2f} s (median of {args.repeat})"
+        )
+        print(f"{args.tiny:,} tiny files, second document, cold, shared: {shared_s:.2f} s "
+              f"(median of {args.repeat}): {shared_s / warm_s:.2f}x the warm pass")  # fmt: skip
+        print(
+            f"  per 100K files: shared {shared_s * 100_000 / args.tiny:.2f} s, warm {warm_s * 100_000 / args.tiny:.2f} s"
+        )
+        if args.profile:
+            print("\none shared pass in this process (CPU clock):")
+            parts = profile_shared(tiny, env)
+            total = parts[0][1]
+            for label, seconds in parts:
+                print(f"  {label:<58} {seconds:6.2f} s  {seconds / total:6.1%}")
+        print(f"load average {os.getloadavg()[0]:.2f} at the end ({load:.2f} at the start)")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=STDLIB, help="the tree of .py files (the stdlib)")
@@ -133,7 +230,12 @@ def main() -> None:
     parser.add_argument("--tiny", type=int, default=100_000, help="files of the generated tree")
     parser.add_argument("--quick", action="store_true", help="1,500 files and 5,000 tiny ones: a smoke run")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the generated tree here")
+    parser.add_argument("--tiny-only", action="store_true", help="only the tiny files' shared pass vs warm")
+    parser.add_argument("--profile", action="store_true", help="with --tiny-only: profile one shared pass")
     args = parser.parse_args()
+    if args.tiny_only:
+        tiny_only(args)
+        return
     max_files = 1500 if args.quick else None
     tiny_count = 5000 if args.quick else args.tiny
     compile_bytecode()

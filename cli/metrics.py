@@ -44,7 +44,8 @@ def metrics_command(
     run's; TOKENIZE is its tokenize pass's; HIT RATE reads `bypassed` for a
     --no-cache run and `off` when training.cache.enabled is false. Below the
     table: why each failed run failed, and each train run's phases (steps,
-    final and best loss) and adapters.
+    final and best loss) and adapters, and its validation rows that
+    duplicate training rows (with --run-id, each of them).
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be combined; pass one of them")
@@ -94,6 +95,7 @@ def metrics_command(
             _training(run.run_id, run.training, run.val_steps)
     for run in report.runs:
         _shared_and_duplicates(run)
+        _contamination(run, listed=run_id is not None)
     for export in report.exports:
         quant = f", {export.quant}" if export.quant else ""
         click.echo(
@@ -180,6 +182,32 @@ def _shared_and_duplicates(run: RunMetrics) -> None:
         click.echo(f"run {run.run_id}: {'; '.join(parts)}")
 
 
+def _contamination(run: RunMetrics, *, listed: bool) -> None:
+    """A train run's held-out rows that duplicate training rows; each of them when ``listed``."""
+    found = run.contamination
+    if found is None or not found.contaminated_rows:
+        return
+    kinds = ", ".join(
+        f"{count} {kind}"
+        for kind in ("exact", "near")
+        if (count := sum(row.kind == kind for row in found.rows))
+    )
+    if found.kept_out_rows:
+        what = f"kept out of the split, they trained (training.dedup: {found.mode})"
+    else:
+        what = "held out: its val loss reads low on them"
+    verb = "duplicates a training row" if found.contaminated_rows == 1 else "duplicate training rows"
+    click.echo(
+        f"run {run.run_id}: {plural(found.contaminated_rows, 'validation row')} of seed {found.seed} {verb} "
+        f"({kinds}); {what}"
+    )
+    if listed:
+        width = max(len(row.path) for row in found.rows)
+        for row in found.rows:
+            state = "kept out" if row.kept_out else "held out"
+            click.echo(f"  {row.path:{width}}  {row.kind:5}  {row.similarity:.2f}  {row.train_path}  {state}")
+
+
 #: The preference columns: what TRL logs under ``rewards/...`` at each step.
 REWARDS = (
     ("chosen", "rewards/chosen"),
@@ -236,7 +264,8 @@ RUN_COLUMNS = (
     "run_id", "command", "status", "started_at", "finished_at", "error", "total_sections", "total_rows",
     "cache_hits", "cache_misses", "hit_rate", "total_tokenize_seconds", "cache_bytes_after", "cache_mode",
     "adapter_versions", "final_loss", "duration_seconds", "sft_steps", "sft_final_loss", "sft_best_loss",
-    "preference_steps", "preference_final_loss", "preference_best_loss",
+    "preference_steps", "preference_final_loss", "preference_best_loss", "val_rows", "contaminated_rows",
+    "kept_out_rows",
 )  # fmt: skip
 
 STEP_COLUMNS = ("run_id", "phase", "step", "epoch", "loss", "learning_rate", "tokens_per_second")
@@ -270,6 +299,7 @@ def _runs_csv(report: MetricsReport) -> str:
                 run.duration_seconds,
                 *_phase_cells(run, "sft"),
                 *_phase_cells(run, "preference"),
+                *_split_cells(run),
             ]
         )  # fmt: skip
     return _csv(rows)
@@ -279,6 +309,13 @@ def _phase_cells(run: RunMetrics, name: str) -> list[object]:
     """A phase's steps, final and best loss; empty cells when the run did not train it."""
     phase = next((phase for phase in run.phases if phase.phase == name), None)
     return [None] * 3 if phase is None else [phase.steps, phase.final_loss, phase.best_loss]
+
+
+def _split_cells(run: RunMetrics) -> list[object]:
+    """A train run's val rows, those that duplicate training rows and those kept out; empty cells
+    for other runs."""
+    found = run.contamination
+    return [None] * 3 if found is None else [found.val_rows, found.contaminated_rows, found.kept_out_rows]
 
 
 def _steps_csv(report: MetricsReport) -> str:

@@ -11,6 +11,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 if TYPE_CHECKING:
     from dlmstore.corpus.dedup import DedupReport
     from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.store.contamination import Contamination
 
 
 @click.command("show")
@@ -81,6 +82,7 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
         f"cache:    {plural(cache.entry_count, 'entry', 'entries')}, {human_bytes(cache.bytes)}, last-run hit rate {rate}"
     )
     _print_dedup(summary.dedup)
+    _print_contamination(summary.contamination)
 
 
 #: Clusters listed by the text output; --json lists every one.
@@ -121,3 +123,25 @@ def _print_dedup(dedup: DedupReport) -> None:
     if len(dedup.clusters) > SHOWN_CLUSTERS:
         more = len(dedup.clusters) - SHOWN_CLUSTERS
         click.echo(f"          ... and {plural(more, 'more cluster')} (dlm show --json lists every one)")
+
+
+def _print_contamination(found: Contamination) -> None:
+    """The held-out rows that duplicate training rows: each with the training row it is most like."""
+    if not found.rows:
+        return
+    if found.kept_out_rows:
+        what = f"kept out of the split, they train (training.dedup: {found.mode})"
+    else:
+        what = "held out: the val loss reads low on them (training.dedup: exact or near keeps them out)"
+    recorded = "" if found.from_run is None else f", as run {found.from_run} recorded"
+    click.echo(
+        f"val:      {plural(found.contaminated_rows, 'validation row')} (seed {found.seed}{recorded}) "
+        f"{'duplicates a training row' if found.contaminated_rows == 1 else 'duplicate training rows'}; {what}"
+    )
+    shown = found.rows[:SHOWN_CLUSTERS]
+    width = max(len(row.path) for row in shown)
+    for row in shown:
+        click.echo(f"          {row.path:{width}}  {row.kind:5}  {row.similarity:.2f}  {row.train_path}")
+    if len(found.rows) > SHOWN_CLUSTERS:
+        more = len(found.rows) - SHOWN_CLUSTERS
+        click.echo(f"          ... and {plural(more, 'more row')} (dlm show --json lists every one)")

@@ -111,9 +111,9 @@ def test_the_report_reads_each_table_once_however_many_runs_and_steps(doc: Path)
         run_metrics(store, run_id=2)
         run_metrics(store)
     selects = [s for s in statements if s.lstrip().startswith("SELECT")]
-    # runs, adapters, steps, metrics, exports, evaluations, val steps; then runs, adapters, losses,
-    # exports, evaluations, val steps
-    assert len(selects) == 7 + 6
+    # runs, adapters, steps, metrics, exports, evaluations, val steps, val splits, contaminated rows;
+    # then runs, adapters, losses, exports, evaluations, val steps, val splits, contaminated rows
+    assert len(selects) == 9 + 8
 
 
 def test_metrics_json_prints_adapters_and_steps_with_their_phase(doc: Path) -> None:

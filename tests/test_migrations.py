@@ -140,6 +140,13 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO probe_results (evaluation_id, position, row_key, marked, question, reference, answer, "
         "answer_tokens, nll, exact, f1) VALUES (2, 0, 'sha256:q', 1, 'Q?', 'A.', 'A.', 3, 0.5, 1, 1.0)",
     ],
+    # Run 3 held out 2 rows with seed 42; one, b.py, is an exact copy of a.py, which trained.
+    "0015": [
+        "INSERT INTO val_splits (run_id, mode, seed, val_rows, contaminated_rows, kept_out_rows, from_run_id, "
+        "seconds, created_at) VALUES (3, 'off', 42, 2, 1, 0, NULL, 0.01, '2026-01-15T00:00:00.000Z')",
+        "INSERT INTO val_contamination (run_id, row_key, path, train_row_key, train_path, kind, similarity, "
+        "kept_out) VALUES (3, 'sha256:s', 'b.py', 'sha256:r', 'a.py', 'exact', 1.0, 0)",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -195,6 +202,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT e.model, e.val_loss, p.answer, p.exact, v.loss FROM evaluations e "
         "JOIN probe_results p ON p.evaluation_id = e.id JOIN val_steps v ON v.run_id = e.run_id",
         [("v0001", 1.5, "A.", 1, 1.5)],
+    ),
+    "0015": (
+        "SELECT s.seed, s.contaminated_rows, c.path, c.train_path, c.kind FROM val_splits s "
+        "JOIN val_contamination c ON c.run_id = s.run_id JOIN dedup_members m ON m.row_key = c.row_key",
+        [(42, 1, "b.py", "a.py", "exact")],
     ),
 }
 

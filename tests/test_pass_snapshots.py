@@ -274,7 +274,8 @@ def test_show_answers_from_the_snapshot_exactly_as_from_the_walk(
     assert json.dumps(asdict(answered), sort_keys=True) == json.dumps(
         asdict(walked)
         | {"training_cache": asdict(answered.training_cache), "store": asdict(answered.store)}
-        | {"dedup": asdict(walked.dedup) | found},
+        | {"dedup": asdict(walked.dedup) | found}
+        | {"contamination": asdict(walked.contamination) | {"seconds": answered.contamination.seconds}},
         sort_keys=True,
     )
     _add_file(tmp_path / "src")

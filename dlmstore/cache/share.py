@@ -73,7 +73,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dlmstore.cache.entries import unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PACK_SUFFIX, PackReader, as_array, write_pack
@@ -208,9 +208,8 @@ def _open_sibling(folder: Path) -> sqlite3.Connection | None:
     return conn
 
 
-@dataclass(frozen=True)
-class _Found:
-    """One entry of another store that this pass wants."""
+class _Found(NamedTuple):
+    """One entry of another store that this pass wants (a tuple: one is made per entry taken)."""
 
     entry_id: int
     row_key: str
@@ -288,9 +287,17 @@ def _entries_of(
         (json.dumps(keys), tokenizer_sha256, sequence_len),
     ).fetchall()
     packs: dict[str, list[_Found]] = {}
-    for relpath, *entry in rows:
-        if isinstance(relpath, str) and _PACK_PATH.fullmatch(relpath):
-            packs.setdefault(relpath, []).append(_Found(*entry))
+    skipped: set[object] = set()
+    for relpath, *entry in rows:  # ordered by path: each path is checked once
+        found = packs.get(relpath)
+        if found is None:
+            if relpath in skipped:
+                continue
+            if not (isinstance(relpath, str) and _PACK_PATH.fullmatch(relpath)):
+                skipped.add(relpath)
+                continue
+            found = packs[relpath] = []
+        found.append(_Found._make(entry))
     return packs
 
 
@@ -376,50 +383,56 @@ class _Taker:
         """Register the packs taken from store ``dlm_id`` and their entries (with their origin), in one
         transaction, once every new name is durable (one ``fsync`` of ``tokens/`` for all the links).
 
-        A key another pass registered meanwhile keeps its entry; a pack that
-        registered nothing is dropped and its file removed.
+        The entries of every pack go in with one statement, in row-key order
+        (so the key index of a new store is filled in order rather than at
+        random places), and their origins with another: what a pass takes
+        costs SQLite's work per row, not a statement per pack. A key another
+        pass registered meanwhile keeps its entry; a pack that registered
+        nothing is dropped and its file removed.
         """
         if not self.pending:
             return
         if any(how == "link" for _, _, _, how in self.pending):
             fsync_dir(self.store.path / PACK_DIR)  # the new names are durable before a row points at them
         now = utc_now()
-        empty: list[str] = []
         with self.store.write() as conn:
+            packs: dict[int, str] = {}
+            rows: list[tuple[str, int, int, int, str, int, str]] = []
+            origin: dict[str, tuple[int, str]] = {}
             for relpath, size, placed, how in self.pending:
                 dtype = placed[0][0].dtype
-                payload = json.dumps(
-                    [[e.row_key, offset, e.token_count, e.nbytes, e.checksum] for e, offset in placed]
-                )
-                pack_id = conn.execute(
+                (pack_id,) = conn.execute(
                     "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
-                    "VALUES (?, ?, ?, 0, ?, ?)",
+                    "VALUES (?, ?, ?, 0, ?, ?) RETURNING id",
                     (relpath, dtype, size, now, self.run_id),
-                ).lastrowid
-                registered = conn.execute(
-                    "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, byte_offset, "
-                    "token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
-                    "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, "
-                    "j.value ->> 4, ?, ?, ? FROM json_each(?) AS j WHERE true "
-                    "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key",
-                    (
-                        self.tokenizer_sha256, self.sequence_len, pack_id, dtype, now, now, self.run_id,
-                        payload,
-                    ),
-                ).fetchall()  # fmt: skip
-                if not registered:
-                    conn.execute("DELETE FROM token_packs WHERE id = ?", (pack_id,))
-                    empty.append(relpath)
-                    continue
-                origin = {entry.row_key: entry.entry_id for entry, _ in placed}
+                ).fetchone()
+                packs[pack_id] = relpath
+                for entry, offset in placed:
+                    rows.append((entry.row_key, pack_id, offset, entry.token_count, dtype, entry.nbytes, entry.checksum))  # fmt: skip
+                    origin[entry.row_key] = (entry.entry_id, how)
+            rows.sort()
+            registered = conn.execute(
+                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, byte_offset, "
+                "token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
+                "SELECT j.value ->> 0, ?, ?, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, "
+                "j.value ->> 5, j.value ->> 6, ?, ?, ? FROM json_each(?) AS j WHERE true "
+                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key, pack_id",
+                (self.tokenizer_sha256, self.sequence_len, now, now, self.run_id, json.dumps(rows)),
+            ).fetchall()
+            conn.execute(
+                "INSERT INTO entry_origins (entry_id, from_store, from_entry_id, how, run_id, created_at) "
+                "SELECT j.value ->> 0, ?, j.value ->> 1, j.value ->> 2, ?, ? FROM json_each(?) AS j",
+                (dlm_id, self.run_id, now, json.dumps([[i, *origin[key]] for i, key, _ in registered])),
+            )
+            empty = packs.keys() - {pack_id for _, _, pack_id in registered}
+            if empty:
                 conn.execute(
-                    "INSERT INTO entry_origins (entry_id, from_store, from_entry_id, how, run_id, created_at) "
-                    "SELECT j.value ->> 0, ?, j.value ->> 1, ?, ?, ? FROM json_each(?) AS j",
-                    (dlm_id, how, self.run_id, now, json.dumps([[i, origin[k]] for i, k in registered])),
+                    "DELETE FROM token_packs WHERE id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(sorted(empty)),),
                 )
-                self.ids += [entry_id for entry_id, _ in registered]
+            self.ids += [entry_id for entry_id, _, _ in registered]
         self.pending.clear()
-        unlink_packs(self.store, empty)
+        unlink_packs(self.store, [packs[pack_id] for pack_id in sorted(empty)])
 
 
 def _range(entry: _Found) -> tuple[int, int, str]:

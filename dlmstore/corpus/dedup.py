@@ -466,27 +466,6 @@ def lsh_candidates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return both[:, 0], both[:, 1]
 
 
-def contamination(report: DedupReport, train: set[str], val: set[str]) -> str | None:
-    """A warning when validation rows (``val`` keys) duplicate rows that train (``train`` keys):
-    such a row's held-out loss measures a row the model trained on. ``None`` when none does."""
-    found = [
-        member.path
-        for cluster in report.clusters
-        if any(m.row_key in train for m in cluster.members)
-        for member in cluster.members
-        if member.row_key in val
-    ]
-    if not found:
-        return None
-    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-    cure = "exact or near keeps" if report.mode == "off" else "near keeps"
-    return (
-        f"{len(found)} validation {'row duplicates' if len(found) == 1 else 'rows duplicate'} training rows "
-        f"({shown}; `dlm show` lists the clusters): the held-out loss reads low on them; "
-        f"training.dedup: {cure} a duplicate out of the validation split"
-    )
-
-
 def kept_rows(rows: TokenizedRows, dropped: set[str]) -> TokenizedRows:
     """``rows`` without the rows whose keys are in ``dropped`` (the same object when none is)."""
     import numpy as np

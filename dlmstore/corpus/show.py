@@ -18,6 +18,7 @@ from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
 from dlmstore.collector import paused
 from dlmstore.corpus import dedup as duplicates
+from dlmstore.corpus import holdout
 from dlmstore.corpus import snapshot as snapshots
 from dlmstore.corpus.assemble import load_corpus
 from dlmstore.corpus.dedup import DedupReport
@@ -30,6 +31,7 @@ from dlmstore.home import store_dir
 from dlmstore.sources.expand import SourceProvenance
 from dlmstore.sources.statcache import StatCache
 from dlmstore.store.connection import DB_NAME
+from dlmstore.store.contamination import Contamination
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ class DocumentSummary:
         store: Where the document's store is.
         training_cache: The tokenized cache at a glance.
         dedup: The duplicate clusters among the text rows, and what ``training.dedup`` drops.
+        contamination: The rows the validation split holds out under ``training.seed`` that
+            duplicate rows that train (``dlm train --seed`` draws another split), and whether
+            ``training.dedup`` keeps them out: as the newest train run over these rows with that
+            seed recorded them, else found now.
         not_used: Frontmatter keys set in the document that dlmstore accepts but does not use.
         warnings: Warnings about the document (also printed on stderr).
     """
@@ -122,6 +128,7 @@ class DocumentSummary:
     store: StoreInfo
     training_cache: TrainingCacheInfo
     dedup: DedupReport
+    contamination: Contamination
     not_used: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -140,7 +147,9 @@ def summarize(path: str | Path) -> DocumentSummary:
     # and file proves the tree unchanged (dlmstore.corpus.snapshot): no walk.
     snapshot = snapshots.load_read_only(store_path / DB_NAME, document)
     mode = document.frontmatter.training.dedup
+    seed = document.frontmatter.training.seed
     dedup = None
+    contamination = None
     if snapshot is not None and snapshots.tree_holds(snapshot, document):
         source_sections = snapshot.counts.source_sections
         provenance = snapshots.provenance(snapshot)
@@ -153,12 +162,15 @@ def summarize(path: str | Path) -> DocumentSummary:
             dlm_sha256=document.sha256,
             mode=mode,
         )
-    if dedup is None:
+        if dedup is not None:  # None when a signature it needs is kept nowhere: then the walk below
+            contamination = holdout.inspect_recorded(store_path / DB_NAME, dedup, seed=seed)
+    if dedup is None or contamination is None:
         # Else the stat records the last `dlm tokenize` kept, read-only: files they
         # prove unchanged are not read (their rows need only the recorded digest).
         with paused():  # one object per source file, none in a cycle (dlmstore.collector)
             corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
             dedup = duplicates.inspect(store_path / DB_NAME, corpus, mode=mode)
+            contamination = holdout.inspect(store_path / DB_NAME, corpus, dedup, seed=seed)
         source_sections = len(corpus.source_sections)
         provenance = list(corpus.expansion.provenance)
         source_warnings = corpus.expansion.warnings
@@ -188,6 +200,7 @@ def summarize(path: str | Path) -> DocumentSummary:
             cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
         ),
         dedup=dedup,
+        contamination=contamination,
         not_used=unused_keys(document.frontmatter),
         warnings=[*document_warnings(document), *source_warnings],
     )

@@ -21,6 +21,9 @@ outside the database: the page describes what the store recorded.
 * **Evaluation**: each phase's val loss beside its train loss (``val_steps``),
   and the probes of the newest run that asked any, each model's answer and
   scores side by side (:mod:`dlmstore.report.evaluation`).
+* **Contamination**: each train run's validation rows that duplicate
+  training rows (``val_splits``, ``val_contamination``), listed under its
+  curves.
 * **Adapters** with their sha256, phase and parent (``adapters``).
 * **Lock history**: every ``lock_records`` row, oldest first, compared with
   the lock ``dlm.lock`` held before it (the previous written or updated
@@ -43,6 +46,7 @@ from dlmstore.errors import LockError
 from dlmstore.lock.model import Lock, parse_lock
 from dlmstore.lock.policy import Mismatch, compare
 from dlmstore.report.evaluation import ProbeTable, ValPoint, newest_probes, val_points
+from dlmstore.store.contamination import Contamination, recorded
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import ExportSummary, duration_seconds, list_exports
 
@@ -97,6 +101,8 @@ class TrainingRun:
         duration_seconds: How long the run took (``finished_at`` minus ``started_at``); null
             while it runs.
         error: Why it failed; null when it did not.
+        contamination: Its validation split's rows that duplicate training rows; null when it
+            drew no split (it failed before, or ran before they were recorded).
     """
 
     run_id: int
@@ -105,6 +111,7 @@ class TrainingRun:
     phases: list[PhaseCurve]
     duration_seconds: float | None = None
     error: str | None = None
+    contamination: Contamination | None = None
 
 
 @dataclass(frozen=True)
@@ -340,7 +347,7 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
 
 
 def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: int) -> list[TrainingRun]:
-    """The newest ``limit`` train runs with their steps by phase (two queries)."""
+    """The newest ``limit`` train runs with their steps by phase and their splits (five queries)."""
     runs = conn.execute(
         "SELECT id, status, started_at, finished_at, error FROM runs WHERE command = 'train' "
         "ORDER BY id DESC LIMIT ?",
@@ -356,6 +363,7 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
         steps[(row["run_id"], row["phase"])].append(StepPoint(row["step"], row["loss"], row["learning_rate"]))
     methods = {(a.run_id, a.phase): a.method for a in adapters}
     val = val_points(conn, [run["id"] for run in runs])
+    splits = recorded(conn, [run["id"] for run in runs])
     result = []
     for run in runs:
         phases = [
@@ -366,7 +374,11 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
             if (run["id"], phase) in steps
         ]
         took = duration_seconds(run["started_at"], run["finished_at"])
-        result.append(TrainingRun(run["id"], run["status"], run["started_at"], phases, took, run["error"]))
+        result.append(
+            TrainingRun(
+                run["id"], run["status"], run["started_at"], phases, took, run["error"], splits.get(run["id"])
+            )
+        )
     return result
 
 

@@ -29,6 +29,7 @@ from dlmstore.report.evaluation import ProbeCell
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
 from dlmstore.store.atomic import SameAsInputError, replace_user_file
+from dlmstore.store.contamination import Contamination
 from dlmstore.store.metrics import PhaseMetrics
 
 #: At most this many source folders get their own bar; the rest are summed in one.
@@ -171,6 +172,8 @@ def _training(report: StoreReport) -> str:
             parts.append(
                 '<p class="meta">' + " · ".join(_phase_line(run, curve) for curve in run.phases) + "</p>"
             )
+        if run.contamination is not None and run.contamination.rows:
+            parts.append(_contamination(run.contamination))
         if not run.phases:
             parts.append(_empty("No steps were logged (the run failed before its first step)."))
             continue
@@ -191,6 +194,36 @@ def _training(report: StoreReport) -> str:
                 figures.append(_figure(f"{key}-run{run.run_id}-{curve.phase}", f"{name}: {label}", svg))
         parts.append(f'<div class="charts">{"".join(figures)}</div>')
     return "\n".join(parts)
+
+
+def _contamination(found: Contamination) -> str:
+    """A run's held-out rows that duplicate training rows: a line, and a table of them."""
+    count, one = found.contaminated_rows, found.contaminated_rows == 1
+    if found.kept_out_rows:
+        what = (
+            f"{plural(count, 'row')} drawn for it {'duplicated a training row and was' if one else 'duplicated training rows and were'} "
+            f"kept out by <code>training.dedup: {escape(found.mode)}</code>: {'it' if one else 'they'} trained"
+        )
+    else:
+        what = (
+            f"{count} of them {'duplicates a training row' if one else 'duplicate training rows'}: the val loss "
+            "reads low on them (<code>training.dedup: exact</code> or <code>near</code> keeps them out)"
+        )
+    line = (
+        f'<p class="meta" data-contamination="{found.contaminated_rows}">'
+        f"{plural(found.val_rows or 0, 'row')} held out for validation (seed {found.seed}); {what}.</p>"
+    )
+    rows = [
+        [
+            f"<code>{escape(row.path)}</code>",
+            f"<code>{escape(row.train_path)}</code>",
+            row.kind,
+            f"{row.similarity:.2f}",
+            "kept out" if row.kept_out else "held out",
+        ]  # fmt: skip
+        for row in found.rows
+    ]
+    return line + _table(["validation row", "training row", "kind", "similarity", ""], rows, {3})
 
 
 def _duration(seconds: float) -> str:

@@ -15,6 +15,10 @@ the sparkline ``dlm metrics`` draws beside the hit rate. Every export of
 the document's adapters (``exports``, written by ``dlm export``) is listed
 after the runs (:func:`list_exports`, which ``dlm report`` shows too).
 
+A train run carries its validation split too (``val_splits``): the rows
+it held out and each one that duplicates a training row
+(``dlmstore.store.contamination``).
+
 Every run also carries what it evaluated (``evaluations``: the base and
 each phase's adapter after a train run's phases, the models ``dlm eval``
 compared) and the val loss at each evaluation step of its training
@@ -37,6 +41,8 @@ from datetime import datetime, timedelta
 
 from dlmstore.clock import iso_before
 from dlmstore.errors import DurationError
+from dlmstore.store import contamination as contaminations
+from dlmstore.store.contamination import Contamination
 from dlmstore.store.database import Store
 from dlmstore.store.events import DedupEvent, TokenizationEvent
 from dlmstore.store.runs import shown_status
@@ -234,6 +240,9 @@ class RunMetrics:
         training: What a train run produced; null for tokenize runs.
         dedup: The duplicate clusters its text rows held, and what it left out of training; null
             when it did not get that far (or ran before duplicates were looked for).
+        contamination: A train run's validation split: the rows it held out, and those that
+            duplicate training rows (each listed, held out or kept out by ``training.dedup``); null
+            for other runs and runs that did not get that far.
         duration_seconds: How long the run took, ``finished_at`` minus ``started_at`` (the whole
             command, not only its tokenize pass); null while it runs.
         phases: Each training phase it logged steps for, SFT first, with its final and best
@@ -252,6 +261,7 @@ class RunMetrics:
     tokenization: TokenizationEvent | None
     training: TrainingInfo | None = None
     dedup: DedupEvent | None = None
+    contamination: Contamination | None = None
     duration_seconds: float | None = None
     phases: list[PhaseMetrics] = field(default_factory=list)
     evaluations: list[RunEvaluation] = field(default_factory=list)
@@ -389,6 +399,7 @@ def run_metrics(
         ):
             fields = dict(row)
             val_steps.setdefault(fields.pop("run_id"), []).append(ValStep(**fields))
+        splits = contaminations.recorded(conn, [row["run_id"] for row in rows])
     runs = []
     for row in rows:
         event = None
@@ -424,6 +435,7 @@ def run_metrics(
                 tokenization=event,
                 training=training,
                 dedup=dedup,
+                contamination=splits.get(row["run_id"]),
                 duration_seconds=duration_seconds(row["started_at"], row["finished_at"]),
                 phases=[PhaseMetrics.of(phase, logged) for phase, logged in phases.items()],
                 evaluations=evaluations.get(row["run_id"], []),

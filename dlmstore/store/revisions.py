@@ -32,6 +32,7 @@ REVISIONS = (
     "0012",
     "0013",
     "0014",
+    "0015",
 )
 HEAD_REVISION = REVISIONS[-1]
 

@@ -826,3 +826,82 @@ probe_results = Table(
     PrimaryKeyConstraint("evaluation_id", "row_key", name="probe_results_pk"),
     comment="Each probe's answer and scores, per evaluation (dlmstore.eval.probes).",
 )
+
+val_splits = Table(
+    "val_splits",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="The train run that drew the split.",
+    ),
+    Column(
+        "mode",
+        Text,
+        nullable=False,
+        comment="training.dedup of the run: off (contaminated rows held out) or exact, near (kept out).",
+    ),
+    Column("seed", Integer, nullable=False, comment="The seed the split was drawn with."),
+    Column("val_rows", Integer, nullable=False, comment="Rows of the document held out for validation."),
+    Column(
+        "contaminated_rows",
+        Integer,
+        nullable=False,
+        comment="Validation rows, as drawn, that duplicate a training row (rows of val_contamination).",
+    ),
+    Column(
+        "kept_out_rows",
+        Integer,
+        nullable=False,
+        comment="Of those, rows training.dedup kept out of the split (they train instead).",
+    ),
+    Column(
+        "from_run_id",
+        Integer,
+        comment="The earlier run over the same clusters, seed and mode whose rows these were read from; "
+        "NULL when the run found them.",
+    ),
+    Column("seconds", Float, nullable=False, comment="Time spent finding them."),
+    Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    CheckConstraint("mode IN ('off', 'exact', 'near')", name="val_splits_mode"),
+    comment="The validation split each train run drew, and how many of its rows duplicated training rows.",
+)
+
+val_contamination = Table(
+    "val_contamination",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("val_splits.run_id", ondelete="CASCADE"),
+        nullable=False,
+        comment="The run.",
+    ),
+    Column("row_key", Text, nullable=False, comment="The validation row's key."),
+    Column(
+        "path",
+        Text,
+        nullable=False,
+        comment="Where it comes from, as dlm show lists cluster members (a source file, or document:LINE).",
+    ),
+    Column("train_row_key", Text, nullable=False, comment="The training row it is most like."),
+    Column("train_path", Text, nullable=False, comment="Where that row comes from."),
+    Column("kind", Text, nullable=False, comment="exact (the same text) or near."),
+    Column(
+        "similarity",
+        Float,
+        nullable=False,
+        comment="Estimated Jaccard similarity of the two rows' 5-word shingles (1.0 when exact).",
+    ),
+    Column(
+        "kept_out",
+        Integer,
+        nullable=False,
+        comment="1 when training.dedup kept it out of the split (it trained); 0 when it was held out.",
+    ),
+    PrimaryKeyConstraint("run_id", "row_key", name="val_contamination_pk"),
+    CheckConstraint("kind IN ('exact', 'near')", name="val_contamination_kind"),
+    comment="Validation rows that duplicate training rows, per train run (dlmstore.corpus.holdout).",
+)

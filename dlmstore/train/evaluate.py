@@ -101,7 +101,9 @@ def evaluate_document(
                 for spec in setup.specs
             ]
             tokenized = stages.tokenize(store, run_id, setup, files, tokenizer, options)
-            _, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections))
+            found = tokenized.contamination  # rows training.dedup keeps out of the split trained
+            kept_out = frozenset() if found is None else found.kept_out()
+            _, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
             val = validation_examples(val_rows, inputs, sequence_len=settings.sequence_len)
             probes = extract_probes(document.sections, seed=setup.seed)
             evaluations = _evaluate(store, setup, tokenizer, subjects, val, probes)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from dlmstore.eval.probes import Probe
     from dlmstore.eval.results import PhaseEval
     from dlmstore.lock.run import PendingLock
+    from dlmstore.store.contamination import Contamination
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
     from dlmstore.train.checkpoints import Checkpoint
@@ -126,6 +127,7 @@ class Tokenized:
     source_warnings: tuple[str, ...]
     seconds: float
     dedup: DedupReport | None = None  # the duplicate clusters of its text rows (dlmstore.corpus.dedup)
+    contamination: Contamination | None = None  # held-out rows that duplicate training rows (corpus.holdout)
 
 
 @dataclass(frozen=True)
@@ -264,10 +266,13 @@ def tokenize(
 
     The duplicate clusters of its text rows are recorded too, and the rows
     ``training.dedup`` drops are left out of what it returns (none when it
-    is ``off``: the rows are the pass's own).
+    is ``off``: the rows are the pass's own). The rows of the validation
+    split under the run's seed that duplicate training rows are found
+    (:mod:`dlmstore.corpus.holdout`); :func:`prepare` records them.
     """
     from dlmstore.cache.share import stat_records
     from dlmstore.collector import paused
+    from dlmstore.corpus import holdout
     from dlmstore.corpus.assemble import load_corpus
     from dlmstore.corpus.dedup import analyse, kept_rows
     from dlmstore.corpus.tokenize import tokenize_pass
@@ -297,6 +302,7 @@ def tokenize(
     with paused():
         dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup)
         rows = kept_rows(rows, dedup.dropped())
+        contamination = holdout.find(store, corpus, dedup, run_id=run_id, seed=setup.seed)
     return Tokenized(
         result=result,
         rows=rows,
@@ -304,6 +310,7 @@ def tokenize(
         source_warnings=corpus.expansion.warnings,
         seconds=time.perf_counter() - t0,
         dedup=dedup,
+        contamination=contamination,
     )
 
 
@@ -317,15 +324,19 @@ def prepare(
             changed), nothing to train for the phases asked, or no SFT
             adapter for the preference phase to start from.
     """
-    from dlmstore.corpus.dedup import contamination
+    from dlmstore.corpus.holdout import warning
     from dlmstore.eval.probes import extract_probes, marked_keys
+    from dlmstore.store.contamination import record
     from dlmstore.train.checkpoints import check_identity, rows_sha256
     from dlmstore.train.data.examples import held_out
     from dlmstore.train.loops.validation import val_history
     from dlmstore.train.phases import plan_phases, starting_adapter
 
     document = setup.document
-    train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections))
+    found = tokenized.contamination
+    # Held-out rows training.dedup keeps out of the split (exact: near copies of training rows) train.
+    kept_out = frozenset() if found is None else found.kept_out()
+    train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
     rows = rows_sha256(train_rows.row_keys, tokenized.preferences.row_keys)
     if begun.checkpoint is not None:
         current = dataclasses.replace(begun.checkpoint.identity, rows_sha256=rows)
@@ -335,9 +346,12 @@ def prepare(
         sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
     checkpoint = begun.checkpoint
-    contaminated = None  # validation rows that duplicate training rows (exact or near)
-    if tokenized.dedup is not None and val_rows is not None:
-        contaminated = contamination(tokenized.dedup, set(train_rows.row_keys), set(val_rows.row_keys))
+    contaminated = None  # held-out rows that duplicate training rows
+    if found is not None:
+        found = dataclasses.replace(found, val_rows=len(val_rows))
+        with store.write() as conn:
+            record(conn, run_id, found)
+        contaminated = warning(found)
     return Prepared(
         run_id=run_id,
         store_path=store.path,
