@@ -197,7 +197,7 @@ def ask(
         predicted = out.logits[row, : len(turn)].float()  # kept: from the last prompt position on
         target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
         nlls.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
-    cache = out.past_key_values
+    cache = out.cache  # (`past_key_values`, its old name, warns on every read)
     cache.crop(-(turns + 1))  # the prompts but their last token, which generation feeds again
     output = model.generate(
         input_ids=ids[:, :width],
