@@ -398,6 +398,26 @@ def test_dlm_eval_scores_the_newest_adapter_against_the_base_as_training_did(eva
     ]  # fmt: skip
 
 
+def _digests(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (by relative path) -> the sha256 of its bytes."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_dlm_eval_leaves_every_byte_of_every_adapter_as_training_wrote_it(eval_doc: Path) -> None:
+    first = Path(_train(eval_doc)["adapter_path"])
+    second = Path(_train(eval_doc, "--max-steps", "2")["adapter_path"])
+    before = {folder: _digests(folder) for folder in (first, second)}
+    assert all(before.values())
+    _eval(eval_doc)
+    _eval(eval_doc, "--adapter", "v1", "--against", "v2")
+    _eval(eval_doc, "--base")
+    assert {folder: _digests(folder) for folder in (first, second)} == before
+
+
 def test_train_and_eval_print_the_val_loss_and_the_probes_base_and_adapter_side_by_side(
     eval_doc: Path,
 ) -> None:
