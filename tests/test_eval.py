@@ -9,6 +9,7 @@ training) is checked by the slow test at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -124,6 +125,20 @@ def test_token_f1_is_the_harmonic_mean_of_word_precision_and_recall() -> None:
 def test_perplexity_is_exp_of_the_loss_and_infinite_when_that_is_not_finite() -> None:
     assert perplexity(1.0) == pytest.approx(math.e)
     assert perplexity(float("nan")) == math.inf and perplexity(1e6) == math.inf
+
+
+def test_greedy_decoding_answers_the_reference_only_when_it_predicts_each_of_its_tokens_and_the_end() -> None:
+    import torch
+
+    from dlmstore.eval.inference import _accepted
+
+    eos = 9
+    logits = torch.zeros(3, 10)
+    logits[0, 4], logits[1, 7], logits[2, eos] = 1.0, 1.0, 1.0  # argmax after each prefix: 4, 7, end
+    assert _accepted(logits, [4, 7, eos], eos)
+    assert not _accepted(logits, [4, 6, eos], eos)  # the second token is not the model's choice
+    assert not _accepted(logits[:2], [4, 7], eos)  # no end of turn: generation would go on
+    assert not _accepted(logits, [4, 7, eos], None)
 
 
 # --- early stopping --------------------------------------------------------------------------
@@ -566,6 +581,21 @@ def test_the_demo_document_teaches_the_adapter_what_the_base_model_cannot_answer
     assert trained["val_rows"] == 1  # the prose, held out
     with _db_of(trained["dlm_id"]) as db:
         assert db.execute("SELECT count(*) FROM val_steps WHERE run_id = 1").fetchone()[0] == 4
+    # the answers taken from the references the adapter predicts are the ones generation gives
+    from peft import PeftModel
+
+    from dlmstore.bases import load_model, load_tokenizer, resolve_base
+    from dlmstore.eval.inference import ask, evaluating
+
+    document = parse_document(doc)
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    model = PeftModel.from_pretrained(load_model(ref), trained["adapter_path"])
+    probes = extract_probes(document.sections, seed=reported["seed"])
+    with evaluating(model):
+        generated, _ = ask(
+            model, load_tokenizer(ref), probes, document.frontmatter.system_prompt, draft=False
+        )
+    assert [dataclasses.asdict(score) for score in generated] == reported["models"][0]["probes"]
 
 
 def _db_of(dlm_id: str) -> sqlite3.Connection:

@@ -22,10 +22,12 @@ it.
   end-of-turn token, teacher-forced after the same prompt. The probes are
   batched (one forward pass for the NLLs, one generation for the answers):
   two thirds of the CPU time of one at a time (the demo's three probes on
-  one thread, SmolLM2-135M: 4.5 s against 6.9 s). A batch's padding
-  can move a float's last bits, so an answer may differ from ``dlm
-  prompt``'s at a near tie between two tokens; the same probes always give
-  the same answers.
+  one thread, SmolLM2-135M: 4.5 s against 6.9 s), and a probe whose
+  reference the model predicts token by token is answered without
+  generating (:func:`ask`). A batch's padding, or the one pass that checks
+  a reference against step-by-step decoding, can move a float's last bits,
+  so an answer may differ from ``dlm prompt``'s at a near tie between two
+  tokens; the same probes always give the same answers.
 """
 
 from __future__ import annotations
@@ -159,8 +161,18 @@ def _ids(value: Any) -> list[int]:
     return [int(token) for token in value]
 
 
+def _accepted(logits: Any, turn: list[int], eos: int | None) -> bool:
+    """Whether greedy decoding answers ``turn`` itself: its argmax after every prefix of it is its next token.
+
+    ``logits`` are the model's predictions for each token of ``turn``,
+    teacher-forced after the prompt; the turn must end with the end-of-turn
+    token, where generation stops.
+    """
+    return eos is not None and turn[-1:] == [eos] and logits.argmax(-1).tolist() == turn
+
+
 def ask(
-    model: Any, tokenizer: Any, probes: Sequence[Probe], system_prompt: str | None
+    model: Any, tokenizer: Any, probes: Sequence[Probe], system_prompt: str | None, *, draft: bool = True
 ) -> tuple[list[ProbeScore], float]:
     """Each probe's greedy answer and scores, and the seconds spent. Call under :func:`evaluating`.
 
@@ -170,6 +182,14 @@ def ask(
     logits of the turn positions only) and, cut back to the prompts, the
     key/value cache the greedy generation of every answer starts from, so
     no prompt is computed twice; each answer is cut at its own limit.
+
+    The same pass says which answers need no generation: where the argmax
+    after every prefix of the reference turn is its next token, end of turn
+    included, greedy decoding answers the reference, token for token (the
+    reference is a draft the model accepts whole, as assisted generation
+    accepts one). Those rows are answered so and only the others are
+    generated (``draft=False`` generates every row). A model that learned
+    its probes (the demo's adapter) is answered with no generation at all.
     """
     import torch
 
@@ -197,21 +217,34 @@ def ask(
         predicted = out.logits[row, : len(turn)].float()  # kept: from the last prompt position on
         target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
         nlls.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
-    cache = out.cache  # (`past_key_values`, its old name, warns on every read)
-    cache.crop(-(turns + 1))  # the prompts but their last token, which generation feeds again
-    output = model.generate(
-        input_ids=ids[:, :width],
-        attention_mask=mask[:, :width],
-        cache=cache,
-        max_new_tokens=turns + ANSWER_SLACK,
-        do_sample=False,
-        use_cache=True,
-        pad_token_id=pad,
-    )
-    scores: list[ProbeScore] = []
     eos = tokenizer.eos_token_id
+    known = {
+        row: turn
+        for row, (_, turn) in enumerate(pairs)
+        if draft and _accepted(out.logits[row, : len(turn)], turn, eos)
+    }
+    rest = [row for row in range(len(pairs)) if row not in known]
+    answers = dict(known)
+    if rest:
+        cache = out.cache  # (`past_key_values`, its old name, warns on every read)
+        cache.crop(-(turns + 1))  # the prompts but their last token, which generation feeds again
+        if len(rest) < len(pairs):
+            cache.batch_select_indices(torch.tensor(rest, device=device))
+        output = model.generate(
+            input_ids=ids[rest, :width],
+            attention_mask=mask[rest, :width],
+            cache=cache,
+            max_new_tokens=max(len(pairs[row][1]) for row in rest) + ANSWER_SLACK,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=pad,
+        )
+        answers.update(
+            {row: [int(token) for token in output[index, width:]] for index, row in enumerate(rest)}
+        )
+    scores: list[ProbeScore] = []
     for row, (probe, (_, turn)) in enumerate(zip(probes, pairs, strict=True)):
-        new = [int(token) for token in output[row, width:]][: len(turn) + ANSWER_SLACK]
+        new = answers[row][: len(turn) + ANSWER_SLACK]
         if eos is not None and eos in new:
             new = new[: new.index(eos) + 1]
         answer = tokenizer.decode(new, skip_special_tokens=True).strip()
