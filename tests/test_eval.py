@@ -127,18 +127,53 @@ def test_perplexity_is_exp_of_the_loss_and_infinite_when_that_is_not_finite() ->
     assert perplexity(float("nan")) == math.inf and perplexity(1e6) == math.inf
 
 
-def test_greedy_decoding_answers_the_reference_only_when_it_predicts_each_of_its_tokens_and_the_end() -> None:
-    import torch
-
+def test_greedy_decoding_takes_a_drafts_tokens_while_the_model_predicts_them_then_its_own() -> None:
     from dlmstore.eval.inference import _accepted
 
     eos = 9
-    logits = torch.zeros(3, 10)
-    logits[0, 4], logits[1, 7], logits[2, eos] = 1.0, 1.0, 1.0  # argmax after each prefix: 4, 7, end
-    assert _accepted(logits, [4, 7, eos], eos)
-    assert not _accepted(logits, [4, 6, eos], eos)  # the second token is not the model's choice
-    assert not _accepted(logits[:2], [4, 7], eos)  # no end of turn: generation would go on
-    assert not _accepted(logits, [4, 7, eos], None)
+    # the model's argmax after the prompt and after each prefix of the draft
+    assert _accepted([4, 7, eos, 3], [4, 7, eos], eos, 10) == ([4, 7, eos], True)  # the draft, to its end
+    assert _accepted([4, 7, 5, 3], [4, 6, eos], eos, 10) == ([4, 7], False)  # 6 is not its choice: 7 is
+    assert _accepted([4, 7, 5], [4, 7], eos, 10) == ([4, 7, 5], False)  # no end of turn: generation goes on
+    assert _accepted([4, 7, 5], [4, 7], eos, 3) == ([4, 7, 5], True)  # as long as an answer may be
+    assert _accepted([2, 7, 5], [4, 7], eos, 10) == ([2], False)  # nothing taken but the model's first token
+
+
+def test_an_answer_is_greedy_decodings_whichever_drafts_are_checked(
+    tiny_base: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from dlmstore.eval import inference
+    from dlmstore.eval.probes import Probe
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base)
+    probes = [
+        Probe("a", "Where does dlmstore keep its metadata?", "In store.db.", True),
+        Probe("b", "Which command trains?", "`dlm train PATH`, which writes a new adapter version.", False),
+    ]
+    with inference.evaluating(model):
+        generated = inference.ask(model, tokenizer, probes, "Be brief.", draft=False)[0]
+        answered: dict[str, list[list[int]]] = {}
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=answered)[0] == generated
+        tokens = {key: answers[0] for key, answers in answered.items()}  # each answer's token ids
+        assert [len(tokens[probe.row_key]) for probe in probes] == [
+            score.answer_tokens for score in generated
+        ]
+        vocab = model.config.vocab_size
+        wrong = {
+            key: [[(token + 1) % vocab for token in answer], answer[: len(answer) // 2] + [0, 0]]
+            for key, answer in tokens.items()
+        }  # wrong from the first token, or from the middle on
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=wrong)[0] == generated
+
+        def generate(*args: Any) -> None:
+            raise AssertionError("generated an answer a draft gave")
+
+        monkeypatch.setattr(inference, "_generate", generate)
+        right = {key: [answer] for key, answer in tokens.items()}  # another model answering the same
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=right)[0] == generated
+        assert right == {key: [answer, answer] for key, answer in tokens.items()}  # its own answers added
 
 
 # --- early stopping --------------------------------------------------------------------------

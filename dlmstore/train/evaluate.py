@@ -191,6 +191,8 @@ def _evaluate(
                 model = _load_adapter(store, model, subject)
     args = None if val is None else (val[0], Collator(pad_token_id(tokenizer), val[1]), plan.micro_batch_size)
     system_prompt = setup.document.frontmatter.system_prompt
+    answered: dict[str, list[list[int]]] = {}  # each model's answers: drafts for the next
+
     out = []
     for subject in subjects:
         if subject is None:
@@ -203,6 +205,7 @@ def _evaluate(
                         val=args,
                         probes=probes,
                         system_prompt=system_prompt,
+                        answered=answered,
                     )
                 )
         else:
@@ -215,6 +218,7 @@ def _evaluate(
                     val=args,
                     probes=probes,
                     system_prompt=system_prompt,
+                    answered=answered,
                 )  # fmt: skip
             )
     return out
