@@ -182,8 +182,11 @@ def _accepted(predicted: list[int], draft: list[int], eos: int | None, cap: int)
     return answer[:cap], len(answer) >= cap
 
 
-def _teacher_forced(model: Any, rows: Sequence[tuple[list[int], list[int]]], pad: int) -> Any:
-    """The logits of one forward pass over each prompt (left-padded) followed by its turn (right-padded).
+def _teacher_forced(
+    model: Any, rows: Sequence[tuple[list[int], list[int]]], pad: int, *, cache: bool = False
+) -> tuple[Any, Any]:
+    """The logits of one forward pass over each prompt (left-padded) followed by its turn (right-padded),
+    and its key/value cache when ``cache`` is set.
 
     ``logits[r, i]`` predicts token ``i`` of row ``r``'s turn, and
     ``logits[r, len(turn)]`` what follows the whole turn; the positions are
@@ -202,9 +205,9 @@ def _teacher_forced(model: Any, rows: Sequence[tuple[list[int], list[int]]], pad
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=turns + 1
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=cache, logits_to_keep=turns + 1
     )
-    return out.logits
+    return out.logits, out.cache if cache else None  # (`past_key_values`, its old name, warns on every read)
 
 
 def _unique(turns: Iterable[list[int]]) -> list[list[int]]:
@@ -216,9 +219,11 @@ def _unique(turns: Iterable[list[int]]) -> list[list[int]]:
     return seen
 
 
-def _generate(model: Any, starts: Sequence[list[int]], budgets: Sequence[int], pad: int) -> list[list[int]]:
-    """Greedy continuations of ``starts`` (each a prompt and the answer's first tokens), row ``r`` cut at
-    ``budgets[r]`` new tokens."""
+def _generate(
+    model: Any, starts: Sequence[list[int]], budgets: Sequence[int], pad: int, cache: Any = None
+) -> list[list[int]]:
+    """Greedy continuations of ``starts`` (each a prompt and the answer's first tokens, left-padded), row
+    ``r`` cut at ``budgets[r]`` new tokens; ``cache`` holds the first columns' keys and values."""
     import torch
 
     width = max(len(start) for start in starts)
@@ -231,6 +236,7 @@ def _generate(model: Any, starts: Sequence[list[int]], budgets: Sequence[int], p
     output = model.generate(
         input_ids=ids.to(device),
         attention_mask=mask.to(device),
+        cache=cache,
         max_new_tokens=max(budgets),
         do_sample=False,
         use_cache=True,
@@ -286,7 +292,8 @@ def ask(
     messages = [conversation(system_prompt, probe.question) for probe in probes]
     pairs = [reference_ids(tokenizer, m, p.reference) for m, p in zip(messages, probes, strict=True)]
     caps = [len(turn) + ANSWER_SLACK for _, turn in pairs]
-    logits = _teacher_forced(model, pairs, pad)
+    logits, cache = _teacher_forced(model, pairs, pad, cache=True)
+    first = [int(token) for token in logits[:, 0].argmax(-1).tolist()]  # each answer's first token
     nlls = []
     for row, (_, turn) in enumerate(pairs):
         predicted = logits[row, : len(turn)].float()  # from the last prompt position on
@@ -306,14 +313,22 @@ def ask(
             if turn != pairs[row][1]
         ]
         if others:
-            logits = _teacher_forced(model, [(pairs[row][0], turn) for row, turn in others], pad)
+            logits = _teacher_forced(model, [(pairs[row][0], turn) for row, turn in others], pad)[0]
             for index, (row, turn) in enumerate(others):
                 found = _accepted(logits[index, : len(turn) + 1].argmax(-1).tolist(), turn, eos, caps[row])
                 if (found[1], len(found[0])) > (begun[row][1], len(begun[row][0])):
                     begun[row] = found
     answers = [tokens for tokens, _ in begun]
     rest = [row for row, (_, done) in enumerate(begun) if not done]
-    if rest:
+    if rest and all(answers[row] == first[row : row + 1] for row in rest):
+        # every row generated goes on from its first token: the reference pass's cache holds the prompts
+        # (but their last token, fed again with the first); the other rows, if any, cost next to nothing
+        cache.crop(-(max(len(turn) for _, turn in pairs) + 1))
+        more = _generate(model, [prompt + first[row : row + 1] for row, (prompt, _) in enumerate(pairs)],
+                         [caps[row] - 1 for row in range(len(pairs))], pad, cache)  # fmt: skip
+        for row in rest:
+            answers[row] = answers[row] + more[row]
+    elif rest:
         more = _generate(
             model,
             [pairs[row][0] + answers[row] for row in rest],
