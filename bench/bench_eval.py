@@ -12,7 +12,11 @@ conversion is timed) reports, from the same run:
 and the eval cost ratio (val during training + after the phases) / train,
 whose goal is 15% or less with the documents' own settings. Then a
 `dlm eval --json` of the same store (the whole process) beside it, and how
-long the probes take one at a time against batched, on the real model:
+long the probes take one at a time against batched, on the real model (in
+this process, its threads set as `dlm eval` sets them). The machine may be
+shared: each document's line ends with the 1-minute load average before
+its training and after its `dlm eval`, and the last line gives the load at
+the end:
 
     python bench/bench_eval.py [--doc examples/tour.dlm --doc examples/demo.dlm]
 """
@@ -86,10 +90,14 @@ def main() -> None:
 
     bases = bases_dir()
     bases.mkdir(parents=True, exist_ok=True)
+    start_load = os.getloadavg()[0]
+    print(f"load average {start_load:.2f} at the start; {len(os.sched_getaffinity(0))} CPUs usable")
     print(
-        f"{'document':12s} {'train':>8s} {'val (in)':>9s} {'after':>8s} {'eval':>8s} {'ratio':>7s}  dlm eval (whole)"
+        f"{'document':12s} {'train':>8s} {'val (in)':>9s} {'after':>8s} {'eval':>8s} {'ratio':>7s}  "
+        "dlm eval (whole); load average"
     )
     for doc in docs:
+        load = os.getloadavg()[0]
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp) / "home"
             home.mkdir()
@@ -104,7 +112,7 @@ def main() -> None:
         print(
             f"{doc.name:12s} {timings['train']:7.1f}s {during:8.1f}s {after:7.1f}s {timings['evaluate']:7.1f}s "
             f"{ratio:6.1%}  {wall:.1f}s ({report['models'][0]['seconds'] + report['models'][-1]['seconds']:.1f}s "
-            f"evaluating, {report['cache_misses']} rows tokenized)"
+            f"evaluating, {report['cache_misses']} rows tokenized); load {load:.2f} -> {os.getloadavg()[0]:.2f}"
         )
         models = ", ".join(
             f"{phase['phase']} {name} {phase['evaluation'][name]['seconds']:.1f}s"
@@ -112,12 +120,18 @@ def main() -> None:
             for name in (("base", "adapter") if index == 0 else ("adapter",))
         )
         print(f"{'':12s} after the phases: {models}")
-        print(f"{'':12s} goal: eval <= {GOAL:.0%} of train: {'met' if ratio <= GOAL else 'MISSED'}")
+        print(
+            f"{'':12s} goal: eval <= {GOAL:.0%} of train: {'met' if ratio <= GOAL else 'MISSED'}", flush=True
+        )
+    from dlmstore.train.threads import configure
+
+    configure()  # before torch is imported here, as `dlm eval` does
     for doc in docs:
         single, batched, count = probes_one_at_a_time_and_batched(doc)
         print(
             f"{doc.name}: {count} probes, the base answering one at a time {single:.2f}s, batched {batched:.2f}s"
         )
+    print(f"load average {os.getloadavg()[0]:.2f} at the end ({start_load:.2f} at the start)")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ def eval_command(
     """
     if adapter is not None and base:
         raise click.UsageError("--adapter and --base cannot be combined; pass one of them")
+    from dlmstore.train.threads import configure
+
+    configure()  # threads and how they wait, before torch is imported, as dlm train sets them
     from dlmstore.train.evaluate import evaluate_document
 
     from .progress import progress_shown

@@ -9,6 +9,7 @@ training) is checked by the slow test at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -124,6 +125,55 @@ def test_token_f1_is_the_harmonic_mean_of_word_precision_and_recall() -> None:
 def test_perplexity_is_exp_of_the_loss_and_infinite_when_that_is_not_finite() -> None:
     assert perplexity(1.0) == pytest.approx(math.e)
     assert perplexity(float("nan")) == math.inf and perplexity(1e6) == math.inf
+
+
+def test_greedy_decoding_takes_a_drafts_tokens_while_the_model_predicts_them_then_its_own() -> None:
+    from dlmstore.eval.inference import _accepted
+
+    eos = 9
+    # the model's argmax after the prompt and after each prefix of the draft
+    assert _accepted([4, 7, eos, 3], [4, 7, eos], eos, 10) == ([4, 7, eos], True)  # the draft, to its end
+    assert _accepted([4, 7, 5, 3], [4, 6, eos], eos, 10) == ([4, 7], False)  # 6 is not its choice: 7 is
+    assert _accepted([4, 7, 5], [4, 7], eos, 10) == ([4, 7, 5], False)  # no end of turn: generation goes on
+    assert _accepted([4, 7, 5], [4, 7], eos, 3) == ([4, 7, 5], True)  # as long as an answer may be
+    assert _accepted([2, 7, 5], [4, 7], eos, 10) == ([2], False)  # nothing taken but the model's first token
+
+
+def test_an_answer_is_greedy_decodings_whichever_drafts_are_checked(
+    tiny_base: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from dlmstore.eval import inference
+    from dlmstore.eval.probes import Probe
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base)
+    probes = [
+        Probe("a", "Where does dlmstore keep its metadata?", "In store.db.", True),
+        Probe("b", "Which command trains?", "`dlm train PATH`, which writes a new adapter version.", False),
+    ]
+    with inference.evaluating(model):
+        generated = inference.ask(model, tokenizer, probes, "Be brief.", draft=False)[0]
+        answered: dict[str, list[list[int]]] = {}
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=answered)[0] == generated
+        tokens = {key: answers[0] for key, answers in answered.items()}  # each answer's token ids
+        assert [len(tokens[probe.row_key]) for probe in probes] == [
+            score.answer_tokens for score in generated
+        ]
+        vocab = model.config.vocab_size
+        wrong = {
+            key: [[(token + 1) % vocab for token in answer], answer[: len(answer) // 2] + [0, 0]]
+            for key, answer in tokens.items()
+        }  # wrong from the first token, or from the middle on
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=wrong)[0] == generated
+
+        def generate(*args: Any) -> None:
+            raise AssertionError("generated an answer a draft gave")
+
+        monkeypatch.setattr(inference, "_generate", generate)
+        right = {key: [answer] for key, answer in tokens.items()}  # another model answering the same
+        assert inference.ask(model, tokenizer, probes, "Be brief.", answered=right)[0] == generated
+        assert right == {key: [answer, answer] for key, answer in tokens.items()}  # its own answers added
 
 
 # --- early stopping --------------------------------------------------------------------------
@@ -398,6 +448,26 @@ def test_dlm_eval_scores_the_newest_adapter_against_the_base_as_training_did(eva
     ]  # fmt: skip
 
 
+def _digests(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (by relative path) -> the sha256 of its bytes."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_dlm_eval_leaves_every_byte_of_every_adapter_as_training_wrote_it(eval_doc: Path) -> None:
+    first = Path(_train(eval_doc)["adapter_path"])
+    second = Path(_train(eval_doc, "--max-steps", "2")["adapter_path"])
+    before = {folder: _digests(folder) for folder in (first, second)}
+    assert all(before.values())
+    _eval(eval_doc)
+    _eval(eval_doc, "--adapter", "v1", "--against", "v2")
+    _eval(eval_doc, "--base")
+    assert {folder: _digests(folder) for folder in (first, second)} == before
+
+
 def test_train_and_eval_print_the_val_loss_and_the_probes_base_and_adapter_side_by_side(
     eval_doc: Path,
 ) -> None:
@@ -546,6 +616,21 @@ def test_the_demo_document_teaches_the_adapter_what_the_base_model_cannot_answer
     assert trained["val_rows"] == 1  # the prose, held out
     with _db_of(trained["dlm_id"]) as db:
         assert db.execute("SELECT count(*) FROM val_steps WHERE run_id = 1").fetchone()[0] == 4
+    # the answers taken from the references the adapter predicts are the ones generation gives
+    from peft import PeftModel
+
+    from dlmstore.bases import load_model, load_tokenizer, resolve_base
+    from dlmstore.eval.inference import ask, evaluating
+
+    document = parse_document(doc)
+    ref = resolve_base(document.base_model, relative_to=document.directory)
+    model = PeftModel.from_pretrained(load_model(ref), trained["adapter_path"])
+    probes = extract_probes(document.sections, seed=reported["seed"])
+    with evaluating(model):
+        generated, _ = ask(
+            model, load_tokenizer(ref), probes, document.frontmatter.system_prompt, draft=False
+        )
+    assert [dataclasses.asdict(score) for score in generated] == reported["models"][0]["probes"]
 
 
 def _db_of(dlm_id: str) -> sqlite3.Connection:

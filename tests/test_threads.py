@@ -1,4 +1,4 @@
-"""`dlm train` picks torch's thread count and how idle threads wait, before torch starts (#31 item 1)."""
+"""`dlm train` (and `dlm eval`) picks torch's thread count and how idle threads wait, before torch starts (#31 item 1)."""
 
 from __future__ import annotations
 
@@ -159,10 +159,11 @@ def test_torch_started_after_configure_runs_the_chosen_threads() -> None:
     assert json.loads(done.stdout) == {"threads": 1, "plan": 1, "spin": "1000", "blocktime": "1"}
 
 
-def _train_log(doc: Path, **extra: str) -> list[str]:
-    """The debug lines of a `dlm -v train` of ``doc`` on one CPU, in a process of its own."""
+def _train_log(doc: Path, *command: str, **extra: str) -> list[str]:
+    """The thread lines of a `dlm -v train` (or ``command``) of ``doc`` on one CPU, in a process of its own."""
+    command = command or ("train", str(doc), "--max-steps", "1")
     done = subprocess.run(
-        [sys.executable, "-m", "dlmstore.cli.main", "-v", "train", str(doc), "--max-steps", "1"],
+        [sys.executable, "-m", "dlmstore.cli.main", "-v", *command],
         env=_child_env(**extra), capture_output=True, text=True, timeout=600,
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
     )  # fmt: skip
@@ -186,4 +187,17 @@ def test_dlm_train_sets_the_threads_before_torch_and_a_users_count_wins(
     (line,) = _train_log(doc, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="ACTIVE")
     assert line.startswith(
         "debug: threads: OMP_NUM_THREADS=1 from the environment; OMP_WAIT_POLICY=ACTIVE from the environment"
+    ), line
+
+
+def test_dlm_eval_sets_the_threads_before_torch_as_dlm_train_does(tmp_path: Path, tiny_base: Path) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        "Prose about light.\n\n::instruction::\n### Q\nWhat is light?\n### A\nLight.\n",
+        f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n",
+    )
+    (line,) = _train_log(doc, "eval", str(doc), "--base")  # the base: nothing to train first
+    assert line.startswith(
+        "debug: threads: 1 thread: 1 usable CPU; an idle thread spins briefly, then sleeps "
+        "(GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=1)"
     ), line

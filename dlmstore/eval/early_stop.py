@@ -11,8 +11,11 @@ row that do not, training stops at that step (unless it is the last step
 anyway). DLM keeps the last step's
 weights, not the best step's (it saves no checkpoints to reload one), and
 so does dlmstore: the step chosen is the step training stopped at, and the
-best step is recorded beside it. With a step cap and patience 3 there are
-four evaluations, so early stopping can end only a run without one.
+best step is recorded beside it. A step cap that is a multiple of 4 gives
+four evaluations, the last at the last step, so patience 3 never ends such
+a run early; another cap evaluates more often (10 steps: every 2, five
+times) or last before the end (30 steps: at 7, 14, 21 and 28), and there
+early stopping can end it, as it can a run without a cap.
 
 :class:`EarlyStopping` is the rule alone, with no trainer: the SFT loop's
 callback feeds it each val loss (``dlmstore.train.loops.validation``).

@@ -22,17 +22,22 @@ it.
   end-of-turn token, teacher-forced after the same prompt. The probes are
   batched (one forward pass for the NLLs, one generation for the answers):
   two thirds of the CPU time of one at a time (the demo's three probes on
-  one thread, SmolLM2-135M: 4.5 s against 6.9 s). A batch's padding
-  can move a float's last bits, so an answer may differ from ``dlm
-  prompt``'s at a near tie between two tokens; the same probes always give
-  the same answers.
+  one thread, SmolLM2-135M: 4.5 s against 6.9 s). A token of a draft (the
+  reference, another model's answer) that the model predicts is taken
+  without a decoding step: on CPU a decoding step costs as much for three
+  rows as for one (SmolLM2-135M reads its 540 MB of weights each step, 0.2
+  s on the 2-core machine), while one pass checks a whole draft. A batch's
+  padding, or the one pass that checks a draft against step-by-step
+  decoding, can move a float's last bits, so an answer may differ from
+  ``dlm prompt``'s at a near tie between two tokens; the same probes asked
+  of the same models in the same order always give the same answers.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -159,61 +164,186 @@ def _ids(value: Any) -> list[int]:
     return [int(token) for token in value]
 
 
+def _accepted(predicted: list[int], draft: list[int], eos: int | None, cap: int) -> tuple[list[int], bool]:
+    """How far greedy decoding follows ``draft``: the answer's first tokens, and whether that is all of it.
+
+    ``predicted`` is the model's argmax after the prompt and after each
+    prefix of ``draft``, teacher-forced (``len(draft) + 1`` tokens). Greedy
+    decoding takes the draft's tokens as long as each is the model's choice,
+    then the model's own next token; the answer is complete once it holds
+    the end-of-turn token ``eos`` or ``cap`` tokens.
+    """
+    taken = 0
+    while taken < min(len(draft), len(predicted)) and predicted[taken] == draft[taken]:
+        taken += 1
+    answer = draft[:taken] + predicted[taken : taken + 1]
+    if eos is not None and eos in answer:
+        return answer[: answer.index(eos) + 1], True
+    return answer[:cap], len(answer) >= cap
+
+
+def _teacher_forced(
+    model: Any, rows: Sequence[tuple[list[int], list[int]]], pad: int, *, cache: bool = False
+) -> tuple[Any, Any]:
+    """The logits of one forward pass over each prompt (left-padded) followed by its turn (right-padded),
+    and its key/value cache when ``cache`` is set.
+
+    ``logits[r, i]`` predicts token ``i`` of row ``r``'s turn, and
+    ``logits[r, len(turn)]`` what follows the whole turn; the positions are
+    the ones generation gives left-padded rows.
+    """
+    import torch
+
+    width = max(len(prompt) for prompt, _ in rows)
+    turns = max(len(turn) for _, turn in rows)
+    ids = torch.full((len(rows), width + turns), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width + turns), dtype=torch.long)
+    for row, (prompt, turn) in enumerate(rows):
+        ids[row, width - len(prompt) : width + len(turn)] = torch.tensor(prompt + turn)
+        mask[row, width - len(prompt) : width + len(turn)] = 1
+    device = _device(model)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=cache, logits_to_keep=turns + 1
+    )
+    return out.logits, out.cache if cache else None  # (`past_key_values`, its old name, warns on every read)
+
+
+def _unique(turns: Iterable[list[int]]) -> list[list[int]]:
+    """``turns`` without repeats, in order."""
+    seen: list[list[int]] = []
+    for turn in turns:
+        if turn not in seen:
+            seen.append(turn)
+    return seen
+
+
+def _generate(
+    model: Any, starts: Sequence[list[int]], budgets: Sequence[int], pad: int, cache: Any = None
+) -> list[list[int]]:
+    """Greedy continuations of ``starts`` (each a prompt and the answer's first tokens, left-padded), row
+    ``r`` cut at ``budgets[r]`` new tokens; ``cache`` holds the first columns' keys and values."""
+    import torch
+
+    width = max(len(start) for start in starts)
+    ids = torch.full((len(starts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(starts), width), dtype=torch.long)
+    for row, start in enumerate(starts):
+        ids[row, width - len(start) :] = torch.tensor(start)
+        mask[row, width - len(start) :] = 1
+    device = _device(model)
+    output = model.generate(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        cache=cache,
+        max_new_tokens=max(budgets),
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=pad,
+    )
+    return [
+        [int(token) for token in output[row, width : width + budget]] for row, budget in enumerate(budgets)
+    ]
+
+
 def ask(
-    model: Any, tokenizer: Any, probes: Sequence[Probe], system_prompt: str | None
+    model: Any,
+    tokenizer: Any,
+    probes: Sequence[Probe],
+    system_prompt: str | None,
+    *,
+    draft: bool = True,
+    answered: dict[str, list[list[int]]] | None = None,
 ) -> tuple[list[ProbeScore], float]:
     """Each probe's greedy answer and scores, and the seconds spent. Call under :func:`evaluating`.
 
-    The probes go through the model together. One forward pass over every
-    prompt (left-padded, as transformers batches generation) followed by
-    its reference turn (right-padded) gives the references' NLLs (the
-    logits of the turn positions only) and, cut back to the prompts, the
-    key/value cache the greedy generation of every answer starts from, so
-    no prompt is computed twice; each answer is cut at its own limit.
+    The probes go through the model together, and answers are generated
+    only where no draft gives them, as speculative decoding does:
+
+    1. one forward pass over every prompt (left-padded, as transformers
+       batches generation) followed by its reference turn (right-padded)
+       gives the references' NLLs (the logits of the turn positions only)
+       and the start of each greedy answer: the reference's tokens as long
+       as each is the model's argmax after the ones before it, then the
+       model's own next token (:func:`_accepted`);
+    2. ``answered`` holds, by probe row key, the answers (token ids) the
+       models asked before this one gave, and receives this one's: another
+       pass checks them as drafts the same way. An adapter trained a few
+       steps on a document answers most probes as the base did (the tour's
+       SFT and DPO adapters every one), so it is answered from the base's
+       answers without generating;
+    3. an answer no draft completes (up to its end of turn, or the
+       reference's length plus :data:`ANSWER_SLACK` tokens) is generated
+       from where its best draft left off.
+
+    The answers are greedy decoding's whichever draft is used: a draft only
+    says which tokens to check, and a checked token is the model's argmax.
+    ``draft=False`` checks no draft and generates every answer from its prompt.
     """
     import torch
 
     t0 = time.perf_counter()
     if not probes:
         return [], 0.0
-    device = _device(model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     pad = int(pad if pad is not None else 0)
-    pairs = [reference_ids(tokenizer, conversation(system_prompt, p.question), p.reference) for p in probes]
-    width = max(len(prompt) for prompt, _ in pairs)
-    turns = max(len(turn) for _, turn in pairs)
-    ids = torch.full((len(pairs), width + turns), pad, dtype=torch.long)
-    mask = torch.zeros((len(pairs), width + turns), dtype=torch.long)
-    for row, (prompt, turn) in enumerate(pairs):
-        ids[row, width - len(prompt) : width + len(turn)] = torch.tensor(prompt + turn)
-        mask[row, width - len(prompt) : width + len(turn)] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what generation gives left-padded rows
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=turns + 1
-    )
+    eos = None if tokenizer.eos_token_id is None else int(tokenizer.eos_token_id)
+    messages = [conversation(system_prompt, probe.question) for probe in probes]
+    pairs = [reference_ids(tokenizer, m, p.reference) for m, p in zip(messages, probes, strict=True)]
+    caps = [len(turn) + ANSWER_SLACK for _, turn in pairs]
+    logits, cache = _teacher_forced(model, pairs, pad, cache=True)
+    first = [int(token) for token in logits[:, 0].argmax(-1).tolist()]  # each answer's first token
     nlls = []
     for row, (_, turn) in enumerate(pairs):
-        predicted = out.logits[row, : len(turn)].float()  # kept: from the last prompt position on
+        predicted = logits[row, : len(turn)].float()  # from the last prompt position on
         target = torch.tensor(turn, dtype=torch.long, device=predicted.device)
         nlls.append(float(torch.nn.functional.cross_entropy(predicted, target, reduction="mean")))
-    cache = out.past_key_values
-    cache.crop(-(turns + 1))  # the prompts but their last token, which generation feeds again
-    output = model.generate(
-        input_ids=ids[:, :width],
-        attention_mask=mask[:, :width],
-        cache=cache,
-        max_new_tokens=turns + ANSWER_SLACK,
-        do_sample=False,
-        use_cache=True,
-        pad_token_id=pad,
-    )
+    begun: list[tuple[list[int], bool]] = [([], False)] * len(pairs)
+    if draft:
+        begun = [
+            _accepted(logits[row, : len(turn) + 1].argmax(-1).tolist(), turn, eos, caps[row])
+            for row, (_, turn) in enumerate(pairs)
+        ]
+        others = [
+            (row, turn)
+            for row, probe in enumerate(probes)
+            if not begun[row][1]
+            for turn in _unique(answered.get(probe.row_key, []) if answered is not None else [])
+            if turn != pairs[row][1]
+        ]
+        if others:
+            logits = _teacher_forced(model, [(pairs[row][0], turn) for row, turn in others], pad)[0]
+            for index, (row, turn) in enumerate(others):
+                found = _accepted(logits[index, : len(turn) + 1].argmax(-1).tolist(), turn, eos, caps[row])
+                if (found[1], len(found[0])) > (begun[row][1], len(begun[row][0])):
+                    begun[row] = found
+    answers = [tokens for tokens, _ in begun]
+    rest = [row for row, (_, done) in enumerate(begun) if not done]
+    if rest and all(answers[row] == first[row : row + 1] for row in rest):
+        # every row generated goes on from its first token: the reference pass's cache holds the prompts
+        # (but their last token, fed again with the first); the other rows, if any, cost next to nothing
+        cache.crop(-(max(len(turn) for _, turn in pairs) + 1))
+        more = _generate(model, [prompt + first[row : row + 1] for row, (prompt, _) in enumerate(pairs)],
+                         [caps[row] - 1 for row in range(len(pairs))], pad, cache)  # fmt: skip
+        for row in rest:
+            answers[row] = answers[row] + more[row]
+    elif rest:
+        more = _generate(
+            model,
+            [pairs[row][0] + answers[row] for row in rest],
+            [caps[row] - len(answers[row]) for row in rest],
+            pad,
+        )
+        for row, tokens in zip(rest, more, strict=True):
+            answers[row] = answers[row] + tokens
     scores: list[ProbeScore] = []
-    eos = tokenizer.eos_token_id
-    for row, (probe, (_, turn)) in enumerate(zip(probes, pairs, strict=True)):
-        new = [int(token) for token in output[row, width:]][: len(turn) + ANSWER_SLACK]
+    for row, probe in enumerate(probes):
+        new = answers[row][: caps[row]]
         if eos is not None and eos in new:
             new = new[: new.index(eos) + 1]
+        if answered is not None:
+            answered.setdefault(probe.row_key, []).append(new)
         answer = tokenizer.decode(new, skip_special_tokens=True).strip()
         scores.append(
             ProbeScore(
@@ -237,11 +367,14 @@ def evaluate_model(
     rank: int = 0,
     world_size: int = 1,
     known_val: tuple[float | None, int, int] | None = None,
+    answered: dict[str, list[list[int]]] | None = None,
 ) -> ModelEval:
     """One model on the val split (``(dataset, collate, batch size)``) and the probes (rank 0 asks them).
 
     ``known_val`` is a val loss already measured for these weights (the
     training's last evaluation step), used instead of measuring it again.
+    ``answered`` collects the probes' answers of the models asked one after
+    the other, each checked as a draft for the next (:func:`ask`).
     ``label`` names the model before its adapter has a version (``adapter``);
     by default it is ``base`` or ``v0003``. Wrap the call in :func:`as_base`
     to evaluate a peft model's base.
@@ -257,7 +390,7 @@ def evaluate_model(
             measured = val_loss(model, dataset, collate, batch_size, rank=rank, world_size=world_size)
         else:
             measured = (None, 0, 0)
-        scores = ask(model, tokenizer, probes, system_prompt)[0] if rank == 0 else []
+        scores = ask(model, tokenizer, probes, system_prompt, answered=answered)[0] if rank == 0 else []
     return summarise(
         label or model_name(adapter_version), adapter_version, measured, scores, time.perf_counter() - t0
     )

@@ -193,6 +193,8 @@ def _evaluate(
                 model = _load_adapter(store, model, subject)
     args = None if val is None else (val[0], Collator(pad_token_id(tokenizer), val[1]), plan.micro_batch_size)
     system_prompt = setup.document.frontmatter.system_prompt
+    answered: dict[str, list[list[int]]] = {}  # each model's answers: drafts for the next
+
     out = []
     for subject in subjects:
         if subject is None:
@@ -205,6 +207,7 @@ def _evaluate(
                         val=args,
                         probes=probes,
                         system_prompt=system_prompt,
+                        answered=answered,
                     )
                 )
         else:
@@ -217,6 +220,7 @@ def _evaluate(
                     val=args,
                     probes=probes,
                     system_prompt=system_prompt,
+                    answered=answered,
                 )  # fmt: skip
             )
     return out

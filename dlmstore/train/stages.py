@@ -396,6 +396,7 @@ def train_phases(
     accounting: dict[str, Any] | None = None
     evaluations: list[PhaseEval] = []
     base: ModelEval | None = None  # the base's evaluation, measured after the first phase
+    answered: dict[str, list[list[int]]] = {}  # the probes' answers so far: drafts for the next model
     system_prompt = document.frontmatter.system_prompt
     with warnings.catch_warnings(), _aborting(staged):
         # transformers deprecation notices about its own internals are noise here
@@ -438,7 +439,15 @@ def train_phases(
                 staged.append(_stage(store, prepared.run_id, document, fit))
             evaluations.append(
                 after_phase(
-                    fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size, base
+                    fit,
+                    tokenizer,
+                    val,
+                    prepared.probes,
+                    system_prompt,
+                    world,
+                    plan.micro_batch_size,
+                    base,
+                    answered,
                 )
             )
             base = evaluations[-1].base
@@ -461,7 +470,15 @@ def train_phases(
             val = validation_examples(prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len)
             evaluations.append(
                 after_phase(
-                    fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size, base
+                    fit,
+                    tokenizer,
+                    val,
+                    prepared.probes,
+                    system_prompt,
+                    world,
+                    plan.micro_batch_size,
+                    base,
+                    answered,
                 )
             )
             if not phases.sft:

@@ -121,11 +121,15 @@ def after_phase(
     world: World,
     batch_size: int,
     base: ModelEval | None,
+    answered: dict[str, list[list[int]]],
 ) -> PhaseEval:
     """The base (``base`` when a phase before measured it) and the phase's adapter, side by side.
 
     The adapter's val loss is the training's last evaluation when that was
-    the phase's last step; rank 0 asks the probes.
+    the phase's last step; rank 0 asks the probes. ``answered`` holds the
+    probes' answers (token ids) of the models the run asked before (the
+    base's, an earlier phase's adapter's), checked as drafts
+    (``dlmstore.eval.inference.ask``); this phase's are added to it.
     """
     from dlmstore.eval.inference import as_base, evaluate_model
     from dlmstore.train.data.examples import Collator, pad_token_id
@@ -139,6 +143,7 @@ def after_phase(
         "system_prompt": system_prompt,
         "rank": world.rank,
         "world_size": world.size,
+        "answered": answered,
     }
     if base is None:
         with as_base(model):
