@@ -21,6 +21,9 @@ from .render import emit_json, json_option
 @json_option("dlmstore.prompt.answer:PromptAnswer", help="Print the answer as JSON.")
 def prompt_command(path: str, question: str, max_new_tokens: int, backend: str, as_json: bool) -> None:
     """Answer QUESTION with the base model plus the document's latest adapter (greedy)."""
+    from dlmstore.train.threads import configure
+
+    configure()  # threads and how they wait, before torch is imported, as dlm train and dlm eval set them
     from dlmstore.prompt.answer import answer_question
 
     from .progress import progress_shown

@@ -201,3 +201,17 @@ def test_dlm_eval_sets_the_threads_before_torch_as_dlm_train_does(tmp_path: Path
         "debug: threads: 1 thread: 1 usable CPU; an idle thread spins briefly, then sleeps "
         "(GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=1)"
     ), line
+
+
+def test_dlm_prompt_sets_the_threads_before_torch_as_dlm_train_does(tmp_path: Path, tiny_base: Path) -> None:
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        "Prose about light.\n",
+        f"base_model: {tiny_base}\ntraining:\n  sequence_len: 64\n  micro_batch_size: 1\n  grad_accum: 1\n",
+    )
+    _train_log(doc)  # an adapter to ask
+    (line,) = _train_log(doc, "prompt", str(doc), "What is light?", "--max-new-tokens", "2")
+    assert line.startswith(
+        "debug: threads: 1 thread: 1 usable CPU; an idle thread spins briefly, then sleeps "
+        "(GOMP_SPINCOUNT=1000, KMP_BLOCKTIME=1)"
+    ), line

@@ -21,8 +21,9 @@ jobs.
 
 So ``dlm train`` decides, before torch is imported (:func:`configure`,
 called by ``cli/train.py`` in every process, ranks included), and ``dlm
-eval`` decides the same (``cli/eval.py``): its forward passes and greedy
-generation are the same short parallel regions, and without the short
+eval`` and ``dlm prompt`` decide the same (``cli/eval.py``,
+``cli/prompt.py``): their forward passes and greedy generation are the
+same short parallel regions, and without the short
 spin a ``dlm eval`` of the demo document took 50 s per model beside other
 jobs (load average 7 on the 2 cores) against 8 s with it:
 
