@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -624,7 +625,9 @@ def test_the_demo_document_teaches_the_adapter_what_the_base_model_cannot_answer
 
     document = parse_document(doc)
     ref = resolve_base(document.base_model, relative_to=document.directory)
-    model = PeftModel.from_pretrained(load_model(ref), trained["adapter_path"])
+    with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        model = PeftModel.from_pretrained(load_model(ref), trained["adapter_path"])
     probes = extract_probes(document.sections, seed=reported["seed"])
     with evaluating(model):
         generated, _ = ask(
