@@ -135,6 +135,22 @@ def test_a_rank_killed_by_sigkill_is_one_error_line_naming_it_and_the_runs_error
 
 
 @pytest.mark.slow
+def test_sigterm_to_rank_0_alone_mid_training_ends_both_ranks_instead_of_waiting_on_each_other(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    # Rank 0 stops while rank 1 is inside a step's collectives: a rank that waited for its peer at a
+    # barrier on the way out would wait forever for a peer waiting for it (seen once in the suite).
+    launcher, ranks = _training(tmp_path, tiny_base, "--nproc", "2")
+    ranks[0].send_signal(signal.SIGTERM)
+    _, stderr = launcher.communicate(timeout=PATIENCE_S)
+    assert launcher.returncode == 1
+    assert _errors(stderr) == ["error: train rank 0 was stopped by SIGTERM"]
+    assert _ended(ranks)
+    assert _query("SELECT status, error FROM runs") == [("failed", "train rank 0 was stopped by SIGTERM")]
+    assert _no_adapter_and_no_lock()
+
+
+@pytest.mark.slow
 def test_sigterm_to_a_single_process_train_fails_the_run_with_one_error_line(
     tmp_path: Path, tiny_base: Path
 ) -> None:

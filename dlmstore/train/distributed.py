@@ -145,15 +145,24 @@ def barrier(world: World) -> None:
         dist.barrier()
 
 
-def leave(world: World) -> None:
+def leave(world: World, *, failed: bool = False) -> None:
     """Leave the process group at the end of a run, all ranks together.
 
     The barrier keeps a rank from tearing down its connections while a peer
     still reads from them (rank 0 finishes last: it writes the adapter); the
     collection afterwards frees the group the trainer still referenced while
     its threads can still be joined.
+
+    A rank whose run ``failed`` (its own error, or SIGTERM/SIGINT from the
+    launcher) leaves without either: a peer may be inside a collective (a
+    gradient all-reduce in its backward pass) that this rank will never
+    join, so a barrier here would wait for it forever while it waits for
+    this rank, and a signal sent to the peer cannot run its handler until
+    the collective returns. The failing rank's process ends next
+    (``exit_rank``), which closes its connections: the peer's collective
+    fails at once and the peer ends in turn.
     """
-    if world.distributed:
+    if world.distributed and not failed:
         import gc
 
         import torch.distributed as dist

@@ -135,9 +135,12 @@ def train_document(
     join(world)
     try:
         setup = stages.resolve(path, options)
-        return _lead(setup, options, world) if world.is_main else _follow(setup, options, world)
-    finally:
-        leave(world)
+        summary = _lead(setup, options, world) if world.is_main else _follow(setup, options, world)
+    except BaseException:
+        leave(world, failed=True)  # no barrier: a peer may be stuck in a collective this rank left
+        raise
+    leave(world)
+    return summary
 
 
 def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
