@@ -467,7 +467,10 @@ def train_phases(
             fits.append(fit)
             if store is not None:
                 staged.append(_stage(store, prepared.run_id, document, fit, parent=parent))
-            val = validation_examples(prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len)
+            if not phases.sft:  # the SFT phase built the same val examples already
+                val = validation_examples(
+                    prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len
+                )
             evaluations.append(
                 after_phase(
                     fit,
