@@ -12,8 +12,10 @@ conversion is timed) reports, from the same run:
 and the eval cost ratio (val during training + after the phases) / train,
 whose goal is 15% or less with the documents' own settings. Then a
 `dlm eval --json` of the same store (the whole process) beside it, and how
-long the probes take one at a time against batched, on the real model (in
-this process, its threads set as `dlm eval` sets them). The machine may be
+long the probes take one at a time against batched, and batched with the
+decoding steps' linear layers as ``F.linear`` computes them against
+weight-first (``dlmstore.eval.linears``), on the real model (in this
+process, its threads set as `dlm eval` sets them). The machine may be
 shared: each document's line ends with the 1-minute load average before
 its training and after its `dlm eval`, and the last line gives the load at
 the end:
@@ -56,14 +58,16 @@ def after_phases(summary: dict[str, Any]) -> float:
     return seconds
 
 
-def probes_one_at_a_time_and_batched(doc: Path) -> tuple[float, float, int]:
-    """The base answering the document's probes one by one, then all at once (median of 3 each)."""
+def probes_one_at_a_time_and_batched(doc: Path) -> tuple[float, float, float, int]:
+    """The base answering the document's probes one by one, then all at once, then all at once with
+    every linear layer computed by ``F.linear`` as before (``dlmstore.eval.linears``); median of 3 each."""
     import statistics
 
     import torch
 
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.document.parser import parse_document
+    from dlmstore.eval import linears
     from dlmstore.eval.inference import ask, evaluating
     from dlmstore.eval.probes import extract_probes
 
@@ -72,12 +76,18 @@ def probes_one_at_a_time_and_batched(doc: Path) -> tuple[float, float, int]:
     tokenizer, model = load_tokenizer(ref), load_model(ref)
     probes = extract_probes(document.sections, seed=document.frontmatter.training.seed)
     system = document.frontmatter.system_prompt
-    single, batched = [], []
+    single, batched, plain = [], [], []
+    weight_first = linears.FEW_ROWS
     with evaluating(model), torch.no_grad():
         for _ in range(3):
             single.append(sum(ask(model, tokenizer, [probe], system)[1] for probe in probes))
             batched.append(ask(model, tokenizer, probes, system)[1])
-    return statistics.median(single), statistics.median(batched), len(probes)
+            linears.FEW_ROWS = range(0)
+            try:
+                plain.append(ask(model, tokenizer, probes, system)[1])
+            finally:
+                linears.FEW_ROWS = weight_first
+    return statistics.median(single), statistics.median(batched), statistics.median(plain), len(probes)
 
 
 def main() -> None:
@@ -127,9 +137,10 @@ def main() -> None:
 
     configure()  # before torch is imported here, as `dlm eval` does
     for doc in docs:
-        single, batched, count = probes_one_at_a_time_and_batched(doc)
+        single, batched, plain, count = probes_one_at_a_time_and_batched(doc)
         print(
-            f"{doc.name}: {count} probes, the base answering one at a time {single:.2f}s, batched {batched:.2f}s"
+            f"{doc.name}: {count} probes, the base answering one at a time {single:.2f}s, batched {batched:.2f}s; "
+            f"batched with F.linear for few rows {plain:.2f}s ({plain / batched:.2f}x the weight-first time)"
         )
     print(f"load average {os.getloadavg()[0]:.2f} at the end ({start_load:.2f} at the start)")
 

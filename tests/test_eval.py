@@ -307,6 +307,91 @@ def _held_out(doc: Path, seed: int) -> list[str]:
     return [keys[i] for i in split_rows(keys, seed, always_train=marked_keys(document.sections)).val]
 
 
+def test_val_items_are_batched_longest_first_and_a_batch_never_pads_past_a_quarter_of_its_tokens() -> None:
+    from dlmstore.eval.inference import _length_batches
+
+    sizes = {"a": 65, "b": 170, "c": 160, "d": 60, "e": 62, "f": 10}
+    items = [{"input_ids": [0] * size, "name": name} for name, size in sizes.items()]
+    batches = [[item["name"] for item in batch] for batch in _length_batches(items, 2)]
+    assert batches == [
+        ["b", "c"],
+        ["a", "e"],
+        ["d"],
+        ["f"],
+    ]  # 60 beside 10 would pad 120 positions for 70 tokens
+    assert [len(batch) for batch in _length_batches(items, 8)] == [2, 3, 1]
+
+
+def test_the_val_loss_of_rows_batched_by_length_is_the_token_weighted_mean_of_each_rows_own(
+    tiny_base: Path, tokenizer: Any
+) -> None:
+    import numpy as np
+
+    from dlmstore.bases import load_model, resolve_base
+    from dlmstore.corpus.pass_result import TokenizedRows
+    from dlmstore.eval.inference import evaluating, val_loss
+    from dlmstore.train.data.examples import Collator, pad_token_id, validation_examples
+
+    texts = [
+        "Short row.",
+        "A much longer row of the val split, " * 6,
+        "Middle row, " * 3,
+        "Another long one, " * 9,
+    ]
+    ids = [np.asarray(tokenizer(text)["input_ids"], dtype=np.uint16) for text in texts]
+    offsets = np.concatenate(([0], np.cumsum([len(x) for x in ids])))
+    rows = TokenizedRows(tuple(f"sha256:{i}" for i in range(4)), ("text",) * 4, offsets, np.concatenate(ids))
+    val = validation_examples(rows, [], sequence_len=64)
+    assert val is not None
+    model = load_model(resolve_base(str(tiny_base)))
+    collate = Collator(pad_token_id(tokenizer), val[1])
+    with evaluating(model):
+        batched = val_loss(model, val[0], collate, 4)
+        alone = [val_loss(model, _Only(val[0], i), collate, 1) for i in range(4)]
+    assert batched[1:] == (4, sum(tokens for _, _, tokens in alone))
+    weighted = sum(loss * tokens for loss, _, tokens in alone) / batched[2]  # type: ignore[operator]
+    assert batched[0] == pytest.approx(weighted, rel=1e-5)
+
+
+class _Only:
+    """One item of a dataset, as a dataset."""
+
+    def __init__(self, dataset: Any, index: int) -> None:
+        self.dataset, self.index = dataset, index
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[self.index]
+
+
+def test_linear_layers_compute_few_rows_weight_first_as_they_would_and_are_put_back_after(
+    tiny_base: Path,
+) -> None:
+    import torch
+
+    from dlmstore.bases import load_model, resolve_base
+    from dlmstore.eval.linears import few_row_linears
+
+    model = load_model(resolve_base(str(tiny_base)))
+    layers = [module for module in model.modules() if type(module) is torch.nn.Linear]
+    ids = torch.tensor([[5, 9, 13], [7, 2, 11], [3, 3, 8]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        out = model(input_ids=ids, use_cache=True)
+        step_before = model(input_ids=ids[:, :1], cache=out.cache).logits
+        with few_row_linears(model):
+            assert all("forward" in vars(layer) for layer in layers)
+            during = model(input_ids=ids).logits  # 9 rows: computed as before
+            out = model(input_ids=ids, use_cache=True)
+            step = model(input_ids=ids[:, :1], cache=out.cache).logits  # 3 rows: weight first
+        assert not any("forward" in vars(layer) for layer in layers)
+    assert torch.equal(during, before)
+    assert torch.allclose(step, step_before, atol=1e-5)
+    assert step.argmax(-1).tolist() == step_before.argmax(-1).tolist()
+
+
 def test_a_run_records_its_val_losses_and_the_base_and_adapter_probe_scores(eval_doc: Path) -> None:
     held = _held_out(eval_doc, 7)
     assert held  # the fixture's seed holds a row out

@@ -10,7 +10,11 @@ it.
 * :func:`val_loss` - the mean negative log-likelihood per target token over
   the val items, batched and padded by the training collator: each batch's
   loss is the model's own (the one training minimises) times its target
-  count, summed, then divided by the total count. Under ``--nproc`` each
+  count, summed, then divided by the total count. The items are batched
+  longest first, and a batch takes another item only while its padded
+  positions stay within :data:`PADDING_SLACK` of its real tokens: a forward
+  pass costs what its padded positions do, and the tour's two val rows (65
+  and 170 tokens) padded to one batch were 340 positions for 235 tokens. Under ``--nproc`` each
   rank takes every ``world_size``-th item and the sums and counts are
   added across ranks, so every rank gets the same loss (and takes the same
   early-stopping decision).
@@ -41,12 +45,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from dlmstore.eval.linears import few_row_linears
 from dlmstore.eval.probes import Probe
 from dlmstore.eval.results import ModelEval, ProbeScore
 from dlmstore.eval.scores import exact_match, token_f1
 
 #: New tokens a probe's answer may run past the reference's length.
 ANSWER_SLACK = 8
+#: How many padded positions a val batch may hold per real token (:func:`val_loss`).
+PADDING_SLACK = 1.25
 #: The batch key the training collator counts real tokens under (``dlmstore.train.data.examples``).
 _TOKENS_KEY = "dlm_tokens"
 
@@ -105,10 +112,9 @@ def val_loss(
     import torch
 
     device = _device(model)
-    positions = range(rank, len(dataset), world_size)
     total = torch.zeros(3, dtype=torch.float64)  # NLL sum, target tokens, items
-    for start in range(0, len(positions), batch_size):
-        items = [dataset[i] for i in positions[start : start + batch_size]]
+    share = [dataset[i] for i in range(rank, len(dataset), world_size)]
+    for items in _length_batches(share, batch_size):
         batch = collate(items)
         batch.pop(_TOKENS_KEY, None)
         targets = int((batch["labels"][:, 1:] != -100).sum())
@@ -124,6 +130,23 @@ def val_loss(
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
     tokens = int(total[1])
     return (float(total[0] / total[1]) if tokens else None), int(total[2]), tokens
+
+
+def _length_batches(items: list[Any], batch_size: int) -> Iterator[list[Any]]:
+    """``items`` longest first, in batches of at most ``batch_size`` whose padding stays within
+    :data:`PADDING_SLACK` (an item that would pass it starts the next batch); ties keep their order."""
+    batch: list[Any] = []
+    real = 0
+    for item in sorted(items, key=lambda item: -len(item["input_ids"])):
+        size = len(item["input_ids"])
+        longest = len(batch[0]["input_ids"]) if batch else size
+        if batch and (len(batch) >= batch_size or (len(batch) + 1) * longest > PADDING_SLACK * (real + size)):
+            yield batch
+            batch, real = [], 0
+        batch.append(item)
+        real += size
+    if batch:
+        yield batch
 
 
 def conversation(system_prompt: str | None, question: str) -> list[dict[str, str]]:
@@ -233,15 +256,16 @@ def _generate(
         ids[row, width - len(start) :] = torch.tensor(start)
         mask[row, width - len(start) :] = 1
     device = _device(model)
-    output = model.generate(
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        cache=cache,
-        max_new_tokens=max(budgets),
-        do_sample=False,
-        use_cache=True,
-        pad_token_id=pad,
-    )
+    with few_row_linears(model):
+        output = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            cache=cache,
+            max_new_tokens=max(budgets),
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=pad,
+        )
     return [
         [int(token) for token in output[row, width : width + budget]] for row, budget in enumerate(budgets)
     ]
