@@ -177,6 +177,31 @@ def test_an_answer_is_greedy_decodings_whichever_drafts_are_checked(
         assert right == {key: [answer, answer] for key, answer in tokens.items()}  # its own answers added
 
 
+def test_a_draft_checked_after_the_reference_pass_reuses_its_prompt_and_predicts_as_a_whole_pass_would(
+    tiny_base: Path,
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dlmstore.eval import inference
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base)
+    rows = [([5, 9, 13, 2, 7, 8], [4, 4, 6]), ([11, 3], [12, 1, 9, 10])]  # the second prompt is the shorter
+    drafts = [[21, 22, 23, 24, 25], [6, 6]]
+    with inference.evaluating(model):
+        _, cache = inference._teacher_forced(model, rows, 0, cache=True)
+        before = [layer.keys.clone() for layer in cache.layers]
+        continued = inference._continued(model, cache, [rows[1][0], rows[0][0]], [1, 0], drafts, 0, width=6)
+        alone = inference._continued(
+            model, cache, [rows[1][0]], [1], [drafts[0]], 0, width=6
+        )  # the short one alone
+        whole = inference._teacher_forced(model, [(rows[1][0], drafts[0]), (rows[0][0], drafts[1])], 0)[0]
+    assert all(torch.equal(layer.keys, kept) for layer, kept in zip(cache.layers, before, strict=True))
+    for index, draft in enumerate(drafts):
+        assert torch.allclose(continued[index, : len(draft)], whole[index, 1 : len(draft) + 1], atol=1e-4)
+    assert torch.allclose(alone[0, : len(drafts[0])], whole[0, 1 : len(drafts[0]) + 1], atol=1e-4)
+
+
 # --- early stopping --------------------------------------------------------------------------
 
 

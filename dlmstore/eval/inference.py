@@ -233,6 +233,46 @@ def _teacher_forced(
     return out.logits, out.cache if cache else None  # (`past_key_values`, its old name, warns on every read)
 
 
+def _continued(
+    model: Any,
+    cache: Any,
+    prompts: Sequence[list[int]],
+    rows: Sequence[int],
+    turns: Sequence[list[int]],
+    pad: int,
+    *,
+    width: int,
+) -> Any:
+    """The logits of one forward pass over each of ``turns`` after its prompt, the prompts' keys and
+    values taken from the cache of the :func:`_teacher_forced` pass that held them, its prompts
+    left-padded to ``width`` (``rows`` says which row of it each turn follows; the cache itself is
+    left as it was).
+
+    ``logits[r, i]`` predicts token ``i + 1`` of turn ``r`` (token 0's
+    prediction is the earlier pass's, after the prompt). The prompts, about
+    half of each row's tokens, are not computed again.
+    """
+    import copy
+
+    import torch
+
+    longest = max(len(turn) for turn in turns)
+    prefix = copy.deepcopy(cache)
+    prefix.crop(width - prefix.get_seq_length())  # the left-padded prompts, without the turns after them
+    prefix.reorder_cache(torch.tensor(list(rows), dtype=torch.long, device=_device(model)))
+    ids = torch.full((len(turns), longest), pad, dtype=torch.long)
+    mask = torch.zeros((len(turns), width + longest), dtype=torch.long)
+    for row, (prompt, turn) in enumerate(zip(prompts, turns, strict=True)):
+        ids[row, : len(turn)] = torch.tensor(turn)
+        mask[row, width - len(prompt) : width + len(turn)] = 1
+    device = _device(model)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
+    return model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, cache=prefix, use_cache=True
+    ).logits
+
+
 def _unique(turns: Iterable[list[int]]) -> list[list[int]]:
     """``turns`` without repeats, in order."""
     seen: list[list[int]] = []
@@ -293,7 +333,9 @@ def ask(
        model's own next token (:func:`_accepted`);
     2. ``answered`` holds, by probe row key, the answers (token ids) the
        models asked before this one gave, and receives this one's: another
-       pass checks them as drafts the same way. An adapter trained a few
+       pass checks them as drafts the same way, over the drafts' tokens
+       alone (the prompts' keys and values come from the first pass's
+       cache, :func:`_continued`). An adapter trained a few
        steps on a document answers most probes as the base did (the tour's
        SFT and DPO adapters every one), so it is answered from the base's
        answers without generating;
@@ -337,9 +379,12 @@ def ask(
             if turn != pairs[row][1]
         ]
         if others:
-            logits = _teacher_forced(model, [(pairs[row][0], turn) for row, turn in others], pad)[0]
+            logits = _continued(model, cache, [pairs[row][0] for row, _ in others],
+                                [row for row, _ in others], [turn for _, turn in others], pad,
+                                width=max(len(prompt) for prompt, _ in pairs))  # fmt: skip
             for index, (row, turn) in enumerate(others):
-                found = _accepted(logits[index, : len(turn) + 1].argmax(-1).tolist(), turn, eos, caps[row])
+                predicted = [first[row], *logits[index, : len(turn)].argmax(-1).tolist()]
+                found = _accepted(predicted, turn, eos, caps[row])
                 if (found[1], len(found[0])) > (begun[row][1], len(begun[row][0])):
                     begun[row] = found
     answers = [tokens for tokens, _ in begun]
