@@ -23,7 +23,10 @@ Prints, from one run on this machine (issue 31):
   threads). Then an account of the step by kind of work (torch's
   profiler): what stands between the step and that rate;
 * **TRL**: the same step with TRL's ``SFTTrainer`` on the same rows
-  (same base, LoRA config, batch, length and threads), median step time.
+  (same base, LoRA config, batch, length and threads, and no gradient
+  checkpointing, which ``dlm train`` does not do and TRL's ``SFTConfig``
+  does by default: a forward pass again in every backward), median step
+  time.
 
 The corpus is generated from the stdlib so that every row is longer than
 ``--seq-len``: every batch is ``--batch`` x ``--seq-len`` tokens.
@@ -97,6 +100,7 @@ class Steps(TrainerCallback):
     def on_step_begin(self, *a, **k): self.t0 = time.perf_counter()
     def on_step_end(self, *a, **k): times.append(time.perf_counter() - self.t0)
 kwargs = sft_config_kwargs(plan, output)
+kwargs["gradient_checkpointing"] = False  # as dlm trains; TRL's SFTConfig turns it on by default
 trainer = SFTTrainer(model=model, args=SFTConfig(**kwargs), train_dataset=Dataset.from_list(rows),
                      processing_class=load_tokenizer(ref), peft_config=LoraConfig(**lora_config_kwargs(plan)),
                      callbacks=[Steps()])
