@@ -57,11 +57,12 @@ def few_row_linears(model: Any) -> Iterator[None]:
     """Within the block, ``model``'s ``torch.nn.Linear`` layers compute inputs of few rows weight-first."""
     import torch
 
-    layers = [module for module in model.modules() if type(module) is torch.nn.Linear]
+    # a layer whose forward was already replaced (accelerate's hooks for a model spread over devices) is left be
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)]
     for layer in layers:
         layer.forward = types.MethodType(_forward, layer)  # type: ignore[method-assign]
     try:
         yield
     finally:
         for layer in layers:
-            del layer.forward
+            vars(layer).pop("forward", None)
