@@ -135,7 +135,7 @@ def _environment_section(cli: Any) -> str:
         "Every option can be set from the environment as well as on the command line (the command "
         "line wins). A flag takes `1`, `true`, `yes` or `on` (and `0`, `false`, `no`, `off`); "
         "`DLM_DEBUG=1` is `--traceback`. "
-        "`DLM_HOME` (where stores live) is read by the library, not by an option.\n\n"
+        "`DLM_HOME` (where stores live) and `DLM_RAY_CONNECT_TIMEOUT` (seconds a `--engine ray` build waits for a cluster to answer, 25 by default) are read by the library, not by an option.\n\n"
         "| variable | command | option |\n|---|---|---|\n" + table
     )
 

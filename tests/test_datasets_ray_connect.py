@@ -7,6 +7,7 @@ directory is touched.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -89,10 +90,29 @@ def test_a_ray_address_that_accepts_but_never_answers_is_an_error_not_a_hang(tmp
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         args, _ = build(tmp_path, "--engine", "ray", "--ray-address", address)
         code = f"from dlmstore.cli.main import cli; cli({args!r})"
-        # the timeout only stops a hang from hanging the suite; the build gives up after 25 s
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        # the timeout only stops a hang from hanging the suite; the build gives up after 2.5 s (25 s unset)
+        env = {**os.environ, "DLM_RAY_CONNECT_TIMEOUT": "2.5"}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+        )
     assert done.returncode == 1
-    assert f"error: the Ray cluster at {address} did not answer within 25 s" in done.stderr.splitlines()
+    assert f"error: the Ray cluster at {address} did not answer within 2.5 s" in done.stderr.splitlines()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf"])
+def test_a_connect_timeout_that_is_not_a_number_of_seconds_is_one_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    pytest.importorskip("ray")
+    monkeypatch.setenv("DLM_RAY_CONNECT_TIMEOUT", value)
+    out = tmp_path / "out"
+    args, _ = build(tmp_path, "--engine", "ray", "--ray-address", "127.0.0.1:1")
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == (
+        f"error: DLM_RAY_CONNECT_TIMEOUT={value!r} is not a number of seconds above 0"
+    )
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -69,12 +69,36 @@ if TYPE_CHECKING:
     from dlmstore.datasets.build.pretrain import PretrainSpec
 
 INSTALL_HINT = "pip install 'dlmstore[ray]'"
-#: How long connecting to a cluster may take before it is reported as unreachable.
+#: How long connecting to a cluster may take before it is reported as unreachable, unless
+#: :data:`CONNECT_TIMEOUT_ENV` says otherwise.
 CONNECT_TIMEOUT_S = 25.0
+#: The environment variable that sets the connect timeout in seconds (a slow cluster, a quick test).
+CONNECT_TIMEOUT_ENV = "DLM_RAY_CONNECT_TIMEOUT"
 PROBE_TIMEOUT_S = 5.0
 MAX_RETRIES = 3
 
 _cache: dict[str, Any] = {}  # per worker process: the tokenizer, deserialised once
+
+
+def connect_timeout() -> float:
+    """Seconds connecting may take: :data:`CONNECT_TIMEOUT_ENV` when set, else :data:`CONNECT_TIMEOUT_S`.
+
+    Raises:
+        DatasetError: the variable is not a positive number of seconds.
+    """
+    value = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not value:
+        return CONNECT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise DatasetError(
+            f"{CONNECT_TIMEOUT_ENV}={value!r} is not a number of seconds above 0",
+            hint=f"set it to e.g. 60, or unset it for {CONNECT_TIMEOUT_S:.0f} s",
+        )
+    return seconds
 
 
 def import_ray() -> Any:
@@ -160,7 +184,7 @@ def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
 
     Raises:
         DatasetError: Ray is not installed, or the cluster cannot be
-            reached within :data:`CONNECT_TIMEOUT_S` seconds.
+            reached within :func:`connect_timeout` seconds, or that is not a number.
         Terminated: SIGTERM came while ``ray.init`` had Ray's own handler in place.
     """
     ray = import_ray()
@@ -201,6 +225,7 @@ def _cluster_cpus(ray: Any) -> int:
 
 def _connect(ray: Any, address: str) -> None:
     """``ray.init(address)``, bounded in time: a cluster that does not answer is an error, not a hang."""
+    timeout = connect_timeout()
     hint = (
         "check --ray-address / RAY_ADDRESS (the head node's host:port, e.g. 10.0.0.5:6379), "
         "or leave both unset to run a local Ray"
@@ -224,11 +249,9 @@ def _connect(ray: Any, address: str) -> None:
 
     thread = threading.Thread(target=init, name="dlm-ray-connect", daemon=True)
     thread.start()
-    thread.join(CONNECT_TIMEOUT_S)
+    thread.join(timeout)
     if "error" not in outcome:
-        raise DatasetError(
-            f"the Ray cluster at {address} did not answer within {CONNECT_TIMEOUT_S:.0f} s", hint=hint
-        )
+        raise DatasetError(f"the Ray cluster at {address} did not answer within {timeout:g} s", hint=hint)
     if outcome["error"] is not None:
         raise DatasetError(f"cannot connect to the Ray cluster at {address}: {outcome['error']}", hint=hint)
 
