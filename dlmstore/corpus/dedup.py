@@ -55,16 +55,16 @@ from typing import TYPE_CHECKING
 
 from dlmstore.clock import utc_now
 from dlmstore.corpus import signatures
-from dlmstore.corpus.assemble import Corpus
 from dlmstore.corpus.signatures import NUM_PERM, SCHEME, Signature
 from dlmstore.document.rows import Row
-from dlmstore.store.database import Store
 from dlmstore.store.events import DedupEvent
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.pass_result import TokenizedRows
+    from dlmstore.store.database import Store
 
 _log = logging.getLogger(__name__)
 

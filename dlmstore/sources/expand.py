@@ -33,16 +33,19 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section
 from dlmstore.plural import plural
-from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.proof import ProofBuilder, SourceProof
 from dlmstore.sources.read import read_files
+from dlmstore.sources.roots import anchor_dir
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
+
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import SourceDirective
 
 POLICIES = ("permissive", "strict")
 
@@ -178,15 +181,6 @@ def expand_sources(
         )
     found = proof.proof() if proof is not None and not warnings else None
     return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings), found)
-
-
-def anchor_dir(doc_dir: Path) -> Path:
-    """Where a document's relative source paths start: its directory, or the
-    parent of a ``.dlm/`` folder it is kept in."""
-    doc_dir = Path(os.path.expanduser(doc_dir))
-    if os.path.basename(os.path.abspath(doc_dir)) == DLM_FOLDER:
-        return Path(os.path.dirname(os.path.abspath(doc_dir)))
-    return doc_dir
 
 
 def _too_large_warning(label: str, count: int) -> str:
