@@ -59,8 +59,9 @@ def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dlmstore.corpus.assemble, "load_corpus", counted)
-    monkeypatch.setattr(dlmstore.corpus.show, "load_corpus", counted)
+    monkeypatch.setattr(
+        dlmstore.corpus.assemble, "load_corpus", counted
+    )  # tokenize and show import it when used
     return calls
 
 
@@ -303,15 +304,16 @@ HEAVY = ("pydantic", "yaml", "numpy", "sqlalchemy", "alembic", "transformers", "
 _IMPORTED = """
 import sys
 from dlmstore.cli.main import cli
-cli(["tokenize", sys.argv[1]], standalone_mode=False)
+cli([sys.argv[2], sys.argv[1]], standalone_mode=False)
 heavy = {heavy!r}
 print(" ".join(name for name in heavy if name in sys.modules) or "none")
 print(" ".join(sorted(m for m in sys.modules if m.startswith("dlmstore.sources.walk"))) or "none")
 """
 
 
-def test_a_warm_pass_from_the_snapshot_imports_no_pydantic_yaml_numpy_sqlalchemy_or_transformers(
-    tmp_path: Path,
+@pytest.mark.parametrize(("command", "answered"), [("tokenize", "4 hits"), ("show", "from sources")])
+def test_a_warm_pass_or_show_from_the_snapshot_imports_no_pydantic_yaml_numpy_sqlalchemy_or_transformers(
+    tmp_path: Path, command: str, answered: str
 ) -> None:
     import subprocess
     import sys
@@ -319,10 +321,10 @@ def test_a_warm_pass_from_the_snapshot_imports_no_pydantic_yaml_numpy_sqlalchemy
     doc = _tree(tmp_path)
     _tokenize(doc)
     child = subprocess.run(
-        [sys.executable, "-c", _IMPORTED.format(heavy=HEAVY), str(doc)],
+        [sys.executable, "-c", _IMPORTED.format(heavy=HEAVY), str(doc), command],
         capture_output=True, text=True, check=True, env={**os.environ, "DLM_DEBUG": "1"},
     )  # fmt: skip
-    assert "4 hits" in child.stdout  # answered: every row a hit
+    assert answered in child.stdout
     assert child.stdout.splitlines()[-2:] == ["none", "none"], child.stdout
 
 
@@ -366,10 +368,10 @@ def test_a_snapshot_kept_before_snapshots_held_the_frontmatter_is_taken_again(
     doc = _tree(tmp_path)
     _tokenize(doc)
     with sqlite3.connect(store_dir(VALID_ID) / DB_NAME) as conn:  # as dlmstore wrote it before
-        (result,) = conn.execute("SELECT result FROM pass_snapshots").fetchone()
-        counts = json.loads(result)
-        del counts["document"]
-        conn.execute("UPDATE pass_snapshots SET result = ?", (json.dumps(counts),))
+        (where,) = conn.execute("SELECT context FROM pass_snapshots").fetchone()
+        context = json.loads(where)
+        del context["frontmatter"]
+        conn.execute("UPDATE pass_snapshots SET context = ?", (json.dumps(context, sort_keys=True),))
     walks = _walks(monkeypatch)
     _tokenize(doc)  # walks, and takes the snapshot again
     _tokenize(doc)

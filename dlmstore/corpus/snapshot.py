@@ -45,7 +45,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,12 +60,11 @@ from dlmstore.store.path_text import path_text
 if TYPE_CHECKING:
     import sqlite3
     from array import array
-    from collections.abc import Sequence
 
     from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.pass_result import PassResult
     from dlmstore.document.parser import Document
-    from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.sources.provenance import SourceProvenance
     from dlmstore.store.database import Store
 
 _log = logging.getLogger("dlmstore.corpus.tokenize")  # the pass's own log, however it was answered
@@ -99,8 +98,7 @@ class SnapshotCounts:
 
 @dataclass(frozen=True)
 class SnapshotDocument:
-    """What the document's frontmatter said when the snapshot was taken (in the ``result`` column,
-    beside the counts: JSON already, so no column was added for it).
+    """What the document's frontmatter said when the snapshot was taken (kept in its context).
 
     Attributes:
         dlm_id: the document id (the store the snapshot is in).
@@ -109,6 +107,10 @@ class SnapshotDocument:
         dedup: ``training.dedup``.
         sources_policy: ``training.sources_policy``.
         source_paths: each directive's ``path``, as written.
+        dlm_version: ``dlm_version`` (``dlm show``).
+        system_prompt: ``system_prompt`` (``dlm show``).
+        seed: ``training.seed`` (``dlm show``).
+        not_used: the keys set that dlmstore does not use (``dlm show``).
     """
 
     dlm_id: str
@@ -117,9 +119,15 @@ class SnapshotDocument:
     dedup: str
     sources_policy: str
     source_paths: list[str]
+    dlm_version: int
+    system_prompt: str | None
+    seed: int
+    not_used: list[str]
 
     @classmethod
     def of(cls, document: Document) -> SnapshotDocument:
+        from dlmstore.document.frontmatter import unused_keys
+
         training = document.frontmatter.training
         return cls(
             dlm_id=document.dlm_id,
@@ -128,6 +136,10 @@ class SnapshotDocument:
             dedup=training.dedup,
             sources_policy=training.sources_policy,
             source_paths=[directive.path for directive in training.sources],
+            dlm_version=document.frontmatter.dlm_version,
+            system_prompt=document.frontmatter.system_prompt,
+            seed=training.seed,
+            not_used=unused_keys(document.frontmatter),
         )
 
 
@@ -153,17 +165,21 @@ def context(document: Document) -> str | None:
 
     ``None`` when a directive's path does not exist (the full pass reports it).
     """
-    training = document.frontmatter.training
-    return _context(
-        document.path, training.sources_policy, [directive.path for directive in training.sources]
-    )
+    return _context(document.path, SnapshotDocument.of(document))
 
 
-def _context(path: Path, policy: str, source_paths: Sequence[str]) -> str | None:
-    """:func:`context` of the document at ``path`` (absolute) with these settings."""
+def _context(path: Path, said: SnapshotDocument) -> str | None:
+    """:func:`context` of the document at ``path`` (absolute) whose frontmatter said ``said``.
+
+    What the frontmatter said is kept in the context (``frontmatter``) rather than a column
+    of its own: it is the same for the same bytes, so it never makes two contexts differ
+    that would not differ anyway, and a dlmstore from before it, reading this context,
+    finds it unlike its own and only takes the full pass (a new key in the ``result``
+    counts would make it fail).
+    """
     doc_dir = anchor_dir(path.parent)
     roots = []
-    for source in source_paths:
+    for source in said.source_paths:
         root = source_root(source, doc_dir)
         if root is None:
             return None
@@ -175,8 +191,9 @@ def _context(path: Path, policy: str, source_paths: Sequence[str]) -> str | None
             "document": os.path.realpath(path),
             "doc_root": os.path.realpath(doc_dir),
             "home": os.path.realpath(os.path.expanduser("~")),
-            "policy": policy,
+            "policy": said.sources_policy,
             "roots": roots,
+            "frontmatter": asdict(said),
         },
         sort_keys=True,
     )
@@ -226,7 +243,7 @@ def take(
         (
             path_text(os.path.realpath(document.path)), where, document.sha256, tokenizer_sha256, sequence_len, run_id,
             utc_now(), dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, json.dumps(reach),
-            pack_ids(entry_ids), json.dumps({**asdict(counts), "document": asdict(SnapshotDocument.of(document))}),
+            pack_ids(entry_ids), json.dumps(asdict(counts)),
         ),
     )  # fmt: skip
     return True
@@ -251,14 +268,13 @@ def _load(conn: sqlite3.Connection, path: Path, dlm_sha256: str) -> PassSnapshot
         return None
     run_id, dlm_sha256, tokenizer, sequence_len, where, dirs, dir_stamps, files, file_stamps = row[:9]
     changes, reach, ids, result = row[9:]
-    counts = json.loads(result)
-    settings = counts.pop("document", None)
-    if settings is None:
+    said = json.loads(where).get("frontmatter")
+    if said is None or set(said) != {item.name for item in fields(SnapshotDocument)}:
         return None
     return PassSnapshot(
         run_id, dlm_sha256, tokenizer, sequence_len, where,
         SourceProof.from_blobs(dirs, dir_stamps, files, file_stamps),
-        changes, json.loads(reach), unpack_ids(ids), SnapshotCounts(**counts), SnapshotDocument(**settings),
+        changes, json.loads(reach), unpack_ids(ids), SnapshotCounts(**json.loads(result)), SnapshotDocument(**said),
     )  # fmt: skip
 
 
@@ -268,11 +284,13 @@ class Unparsed:
 
     Attributes:
         path: the document, absolute (as ``Document.path``).
-        sha256: sha256 hex of its bytes (as ``Document.sha256``).
+        data: its bytes.
+        sha256: their sha256 hex (as ``Document.sha256``).
         snapshot: the snapshot taken of these bytes at this path, by this dlmstore.
     """
 
     path: Path
+    data: bytes
     sha256: str
     snapshot: PassSnapshot
 
@@ -310,9 +328,9 @@ def unparsed(path: str) -> Unparsed | None:
     if snapshot is None or snapshot.document.dlm_id != dlm_id:
         return None
     settings = snapshot.document
-    if snapshot.context != _context(absolute, settings.sources_policy, settings.source_paths):
+    if snapshot.context != _context(absolute, settings):
         return None
-    return Unparsed(absolute, sha256, snapshot)
+    return Unparsed(absolute, data, sha256, snapshot)
 
 
 def load_read_only(db_path: Path, document: Document) -> PassSnapshot | None:
@@ -441,7 +459,7 @@ def keep(store: Store, corpus: Corpus, result: PassResult, *, run_id: int, seque
 
 def provenance(snapshot: PassSnapshot) -> list[SourceProvenance]:
     """Each directive's provenance, as the full pass reported it."""
-    from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.sources.provenance import SourceProvenance
 
     return [SourceProvenance(**item) for item in snapshot.counts.provenance]
 

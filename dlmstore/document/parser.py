@@ -191,6 +191,28 @@ def declared_id(data: bytes) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def body_sections(data: bytes, path: str) -> tuple[Section, ...]:
+    """The in-body sections of a document's bytes, as :func:`parse_document` finds them, without
+    validating the frontmatter (bytes a pass snapshot vouches for: ``dlm show`` from the snapshot).
+
+    Raises:
+        DocumentError: the bytes are no .dlm document, or the body is malformed (``path`` named).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DocumentError(path, "not UTF-8 text", hint="save the file as UTF-8") from None
+    lines = normalise_newlines(text.removeprefix("\ufeff")).split("\n")
+    if lines[0] != FRONTMATTER_FENCE or FRONTMATTER_FENCE not in lines[1:]:
+        raise DocumentError(path, "no frontmatter between two '---' lines", line=1)
+    close = lines.index(FRONTMATTER_FENCE, 1)
+    problems: list[DocumentError] = []
+    sections = _body_sections(lines[close + 1 :], close + 2, path, problems)
+    if problems:
+        raise DocumentProblems.of(problems)
+    return tuple(sections)
+
+
 def parse_text(text: str, path: str = "<string>") -> Document:
     """Parse a .dlm document held in a string.
 
