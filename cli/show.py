@@ -10,7 +10,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
     from dlmstore.corpus.dedup import DedupReport
-    from dlmstore.sources.provenance import SourceProvenance
+    from dlmstore.sources.expand import SourceProvenance
     from dlmstore.store.contamination import Contamination
 
 
@@ -115,13 +115,11 @@ def _print_dedup(dedup: DedupReport) -> None:
         f"{plural(dedup.duplicate_rows, 'duplicate row')}; {what}"
     )
     width = max(len(m.path) for cluster in dedup.clusters[:SHOWN_CLUSTERS] for m in cluster.members)
-    lines = []  # one echo: a cluster of every empty __init__.py of a tree is thousands of lines
     for cluster in dedup.clusters[:SHOWN_CLUSTERS]:
         for index, member in enumerate(cluster.members):
             kind = cluster.kind if index == 0 else ""
             state = "kept" if member.kept else ("dropped" if member.dropped else "trained")
-            lines.append(f"          {kind:5}  {member.path:{width}}  {member.similarity:.2f}  {state}")
-    click.echo("\n".join(lines))
+            click.echo(f"          {kind:5}  {member.path:{width}}  {member.similarity:.2f}  {state}")
     if len(dedup.clusters) > SHOWN_CLUSTERS:
         more = len(dedup.clusters) - SHOWN_CLUSTERS
         click.echo(f"          ... and {plural(more, 'more cluster')} (dlm show --json lists every one)")

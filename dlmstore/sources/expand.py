@@ -39,7 +39,7 @@ from dlmstore.document.sections import Section
 from dlmstore.plural import plural
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.proof import ProofBuilder, SourceProof
-from dlmstore.sources.provenance import SourceProvenance
+from dlmstore.sources.provenance import SourceProvenance as SourceProvenance  # where it was defined before
 from dlmstore.sources.read import read_files
 from dlmstore.sources.roots import anchor_dir
 from dlmstore.sources.statcache import StatCache
