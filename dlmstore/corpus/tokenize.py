@@ -539,9 +539,7 @@ def _replayed(store: Store, snapshot: PassSnapshot, *, path: Path, dlm_sha256: s
             store, run_id, result.event,
             tokenizer_sha256=snapshot.tokenizer_sha256, sequence_len=snapshot.sequence_len,
         )  # fmt: skip
-        found = duplicates.copy_record(
-            store, snapshot.run_id, run_id, document=path.name, mode=settings.dedup
-        )
+        found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
     return TokenizeSummary(
         run_id=run_id,
         dlm_id=settings.dlm_id,
@@ -556,7 +554,7 @@ def _replayed(store: Store, snapshot: PassSnapshot, *, path: Path, dlm_sha256: s
         evicted_entries=result.evicted_entries,
         warnings=list(result.warnings),
         prefix_cache=result.prefix_cache,
-        dedup=None if found is None else found.event(),
+        dedup=found,
     )
 
 
