@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
 from dlmstore.document.rows import MAX_ROW_BYTES, text_bytes
 from dlmstore.plural import plural
 from dlmstore.prefix.stats import PrefixCacheStats
@@ -127,7 +128,6 @@ def tokenize_pass(
     from dlmstore.cache.packs import as_array, token_dtype
     from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
     from dlmstore.cache.share import take_shared
-    from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
     from dlmstore.corpus.pass_result import PassResult
     from dlmstore.progress import Task
 
