@@ -407,3 +407,26 @@ def test_the_declared_id_is_read_only_from_a_plain_frontmatter_line(text: str, f
     from dlmstore.document.parser import declared_id
 
     assert declared_id(text.encode()) == found
+
+
+def test_show_from_the_document_s_bytes_keeps_its_warnings_unused_keys_and_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _tree(tmp_path)
+    frontmatter = doc.read_text().split("---\n")[1]
+    doc.write_text(
+        f"---\n{frontmatter}system_prompt: Be brief.\n".replace(
+            "training:\n", "training:\n  seed: 7\n  cpt:\n    schedule: dapt\n"
+        )
+        + "---\nProse.\n\n::preference::\n### Prompt\nWhich?\n### Chosen\nSame.\n### Rejected\nSame.\n"
+    )
+    walked = summarize(doc)  # no store yet: parsed and walked
+    _tokenize(doc)
+    walks = _walks(monkeypatch)
+    answered = summarize(doc)
+    assert walks == []
+    assert answered.warnings == walked.warnings and len(walked.warnings) == 2  # the unused key, the triple
+    assert answered.not_used == walked.not_used == ["training.cpt.schedule"]
+    same = ("sections", "rows", "source_sections", "system_prompt", "seed", "dlm_version", "sequence_len")
+    assert {key: getattr(answered, key) for key in same} == {key: getattr(walked, key) for key in same}
+    assert (answered.system_prompt, answered.seed) == ("Be brief.", 7)
