@@ -122,3 +122,49 @@ def _edit_json(path: Path, keys: list[str], value: object) -> None:
         node = node[key]
     node[keys[-1]] = value
     path.write_text(json.dumps(data))
+
+
+def test_every_installed_librarys_version_is_found_where_importlib_metadata_finds_it() -> None:
+    from importlib import metadata
+
+    from dlmstore.fingerprint import _installed_version
+
+    names = sorted({dist.metadata["Name"] for dist in metadata.distributions() if dist.metadata["Name"]})
+    assert "tokenizers" in names and "transformers" in names
+    assert {name: _installed_version(name) for name in names} == {
+        name: metadata.distribution(name).version for name in names
+    }
+
+
+def test_a_library_that_is_not_installed_is_absent() -> None:
+    from dlmstore.fingerprint import _installed_version
+
+    assert _installed_version("no-such-library-of-dlmstore") == "absent"
+
+
+@pytest.mark.parametrize(
+    ("folders", "wanted"),
+    [
+        pytest.param(["My_Pkg-1.0.dist-info"], "my.pkg", id="normalised name"),
+        pytest.param(["my_pkg-1.0.egg-info", "my_pkg-2.0.dist-info"], "my-pkg", id="two: the first listed"),
+        pytest.param(["other-1.0.dist-info"], "my-pkg", id="absent"),
+    ],
+)
+def test_a_metadata_folder_on_the_path_is_the_one_importlib_metadata_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folders: list[str], wanted: str
+) -> None:
+    import sys
+    from importlib import metadata
+
+    from dlmstore.fingerprint import _installed_version
+
+    for folder in folders:
+        (tmp_path / folder).mkdir()
+        version = folder.rpartition("-")[2].rpartition(".")[0]
+        (tmp_path / folder / "METADATA").write_text(f"Name: my-pkg\nVersion: {version}\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    try:
+        expected = metadata.distribution(wanted).version
+    except metadata.PackageNotFoundError:
+        expected = "absent"
+    assert _installed_version(wanted) == expected

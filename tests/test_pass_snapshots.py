@@ -59,8 +59,9 @@ def _walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dlmstore.corpus.assemble, "load_corpus", counted)
-    monkeypatch.setattr(dlmstore.corpus.show, "load_corpus", counted)
+    monkeypatch.setattr(
+        dlmstore.corpus.assemble, "load_corpus", counted
+    )  # tokenize and show import it when used
     return calls
 
 
@@ -295,3 +296,137 @@ def test_a_copy_of_the_tree_elsewhere_is_not_answered_from_the_original_s_snapsh
     walks = _walks(monkeypatch)
     _tokenize(copy / "doc.dlm")
     assert walks == [1]
+
+
+#: What a warm pass answered from its snapshot must not import (each costs tens of milliseconds).
+HEAVY = ("pydantic", "yaml", "numpy", "sqlalchemy", "alembic", "transformers", "torch", "importlib.metadata")
+
+_IMPORTED = """
+import sys
+from dlmstore.cli.main import cli
+cli([sys.argv[2], sys.argv[1]], standalone_mode=False)
+heavy = {heavy!r}
+print(" ".join(name for name in heavy if name in sys.modules) or "none")
+print(" ".join(sorted(m for m in sys.modules if m.startswith("dlmstore.sources.walk"))) or "none")
+"""
+
+
+@pytest.mark.parametrize(("command", "answered"), [("tokenize", "4 hits"), ("show", "from sources")])
+def test_a_warm_pass_or_show_from_the_snapshot_imports_no_pydantic_yaml_numpy_sqlalchemy_or_transformers(
+    tmp_path: Path, command: str, answered: str
+) -> None:
+    import subprocess
+    import sys
+
+    doc = _tree(tmp_path)
+    _tokenize(doc)
+    child = subprocess.run(
+        [sys.executable, "-c", _IMPORTED.format(heavy=HEAVY), str(doc), command],
+        capture_output=True, text=True, check=True, env={**os.environ, "DLM_DEBUG": "1"},
+    )  # fmt: skip
+    assert answered in child.stdout
+    assert child.stdout.splitlines()[-2:] == ["none", "none"], child.stdout
+
+
+def test_a_file_edited_after_the_snapshot_is_tokenized_again_by_the_pass_from_the_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _tree(tmp_path)
+    _tokenize(doc)
+    path = tmp_path / "src" / "a.py"
+    path.write_text("alpha = 11\n")  # a new size, mtime and ctime; the folder's stamp does not move
+    walks = _walks(monkeypatch)
+    summary = _tokenize(doc)
+    assert walks == [1]
+    assert (summary.tokenization.cache_hits, summary.tokenization.cache_misses) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    "id_line",
+    [
+        pytest.param(f'"dlm_id": {VALID_ID}', id="quoted key"),
+        pytest.param(f"dlm_id: >-\n  {VALID_ID}", id="folded scalar"),
+    ],
+)
+def test_a_document_whose_id_line_is_not_plain_is_parsed_and_still_answered_from_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, id_line: str
+) -> None:
+    doc = _tree(tmp_path)
+    doc.write_text(doc.read_text().replace(f"dlm_id: {VALID_ID}", id_line))
+    cold = _tokenize(doc)
+    walks = _walks(monkeypatch)
+    warm = _tokenize(doc)
+    assert walks == []  # the parsed document's snapshot holds
+    expected = _same_answer(cold)
+    expected["tokenization"].update(cache_hits=4, cache_misses=0, hit_rate=1.0)
+    assert _same_answer(warm) == expected
+
+
+def test_a_snapshot_kept_before_snapshots_held_the_frontmatter_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _tree(tmp_path)
+    _tokenize(doc)
+    with sqlite3.connect(store_dir(VALID_ID) / DB_NAME) as conn:  # as dlmstore wrote it before
+        (where,) = conn.execute("SELECT context FROM pass_snapshots").fetchone()
+        context = json.loads(where)
+        del context["frontmatter"]
+        conn.execute("UPDATE pass_snapshots SET context = ?", (json.dumps(context, sort_keys=True),))
+    walks = _walks(monkeypatch)
+    _tokenize(doc)  # walks, and takes the snapshot again
+    _tokenize(doc)
+    assert walks == [1]
+
+
+def test_a_snapshot_is_not_used_once_the_tokenizer_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dlmstore.fingerprint
+
+    doc = _tree(tmp_path)
+    _tokenize(doc)
+    monkeypatch.setattr(dlmstore.fingerprint, "SCHEME", "tok-test")  # every fingerprint moves
+    walks = _walks(monkeypatch)
+    summary = _tokenize(doc)
+    assert walks == [1] and summary.tokenization.cache_misses == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        pytest.param(f"---\ndlm_id: {VALID_ID}\n---\nx", VALID_ID, id="plain"),
+        pytest.param(f"\ufeff---\r\ndlm_id: '{VALID_ID}'  # id\r\n---\r\n", VALID_ID, id="BOM, CRLF, quoted"),
+        pytest.param(f"---\ndlm_id: {VALID_ID}\ndlm_id: {VALID_ID}\n---\n", None, id="twice"),
+        pytest.param(f"---\ntraining:\n  dlm_id: {VALID_ID}\n---\n", None, id="indented"),
+        pytest.param(f"---\nx: 1\n---\ndlm_id: {VALID_ID}\n", None, id="in the body"),
+        pytest.param(f"---\ndlm_id: {VALID_ID}\n", None, id="not closed"),
+        pytest.param(f'---\ndlm_id: {VALID_ID}"\n---\n', None, id="unbalanced quote"),
+    ],
+)
+def test_the_declared_id_is_read_only_from_a_plain_frontmatter_line(text: str, found: str | None) -> None:
+    from dlmstore.document.parser import declared_id
+
+    assert declared_id(text.encode()) == found
+
+
+def test_show_from_the_document_s_bytes_keeps_its_warnings_unused_keys_and_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _tree(tmp_path)
+    frontmatter = doc.read_text().split("---\n")[1]
+    doc.write_text(
+        f"---\n{frontmatter}system_prompt: Be brief.\n".replace(
+            "training:\n", "training:\n  seed: 7\n  cpt:\n    schedule: dapt\n"
+        )
+        + "---\nProse.\n\n::preference::\n### Prompt\nWhich?\n### Chosen\nSame.\n### Rejected\nSame.\n"
+    )
+    walked = summarize(doc)  # no store yet: parsed and walked
+    _tokenize(doc)
+    walks = _walks(monkeypatch)
+    answered = summarize(doc)
+    assert walks == []
+    assert answered.warnings == walked.warnings and len(walked.warnings) == 2  # the unused key, the triple
+    assert answered.not_used == walked.not_used == ["training.cpt.schedule"]
+    same = ("sections", "rows", "source_sections", "system_prompt", "seed", "dlm_version", "sequence_len")
+    assert {key: getattr(answered, key) for key in same} == {key: getattr(walked, key) for key in same}
+    assert (answered.system_prompt, answered.seed) == ("Be brief.", 7)

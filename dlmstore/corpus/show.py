@@ -10,9 +10,12 @@ creates nothing. The stat records let it skip reading source files the last
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlmstore.bases import resolve_base
 from dlmstore.cache.admin import cache_summary
@@ -20,18 +23,19 @@ from dlmstore.collector import paused
 from dlmstore.corpus import dedup as duplicates
 from dlmstore.corpus import holdout
 from dlmstore.corpus import snapshot as snapshots
-from dlmstore.corpus.assemble import load_corpus
 from dlmstore.corpus.dedup import DedupReport
-from dlmstore.document.frontmatter import unused_keys
-from dlmstore.document.parser import Document, parse_document, preference_triples
+from dlmstore.document.parser import body_sections, parse_document, preference_triples
 from dlmstore.document.rows import Row, row_counts
-from dlmstore.document.sections import SECTION_TYPES
+from dlmstore.document.sections import SECTION_TYPES, Section
 from dlmstore.errors import BaseModelError
 from dlmstore.home import store_dir
-from dlmstore.sources.expand import SourceProvenance
+from dlmstore.sources.provenance import SourceProvenance
 from dlmstore.sources.statcache import StatCache
 from dlmstore.store.connection import DB_NAME
 from dlmstore.store.contamination import Contamination
+
+if TYPE_CHECKING:
+    from dlmstore.document.parser import Document
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,16 @@ def summarize(path: str | Path) -> DocumentSummary:
         DocumentError: the document is missing or malformed.
         SourceError: a ``training.sources`` directive cannot be expanded.
     """
+    # What the last all-hits `dlm tokenize` found, from the document's bytes alone when they
+    # are the bytes it parsed (dlmstore.corpus.snapshot.unparsed): no frontmatter validated.
+    found = snapshots.unparsed(os.fspath(path))
+    if found is not None:
+        answered = _answered(found)
+        if answered is not None:
+            return answered
+    from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.document.frontmatter import unused_keys
+
     document = parse_document(path)
     store_path = store_dir(document.dlm_id)
     rows = row_counts(document.sections)
@@ -206,18 +220,70 @@ def summarize(path: str | Path) -> DocumentSummary:
     )
 
 
+def _answered(found: snapshots.Unparsed) -> DocumentSummary | None:
+    """:func:`summarize` from the snapshot of the document's bytes when it holds (checks 1 and
+    3) and the tokenize run it was taken by recorded the clusters; else ``None``."""
+    snapshot, settings = found.snapshot, found.settings
+    if not snapshot.proof.holds():
+        return None
+    store_path = store_dir(settings.dlm_id)
+    db_path = store_path / DB_NAME
+    dedup = duplicates.recorded_for(
+        db_path, snapshot.run_id, document=found.path.name, dlm_sha256=found.sha256, mode=settings.dedup
+    )
+    contamination = None if dedup is None else holdout.inspect_recorded(db_path, dedup, seed=settings.seed)
+    if dedup is None or contamination is None:
+        return None
+    sections = body_sections(found.data, str(found.path))
+    rows = row_counts(sections)
+    rows["text"] += snapshot.counts.source_sections
+    try:
+        ref = resolve_base(settings.base_model, relative_to=found.path.parent)
+        base = BaseModelInfo(ref.name, ref.kind, ref.location)
+    except BaseModelError as exc:
+        base = BaseModelInfo(settings.base_model, "unresolved", None, exc.message)
+    by_type = Counter(section.type for section in sections)
+    cache = cache_summary(settings.dlm_id)
+    return DocumentSummary(
+        path=str(found.path),
+        dlm_id=settings.dlm_id,
+        dlm_version=settings.dlm_version,
+        base_model=base,
+        system_prompt=settings.system_prompt,
+        sequence_len=snapshot.sequence_len,
+        seed=settings.seed,
+        sections={kind: by_type.get(kind, 0) for kind in SECTION_TYPES},
+        source_sections=snapshot.counts.source_sections,
+        rows=rows,
+        sources=snapshots.provenance(snapshot),
+        store=StoreInfo(str(store_path), db_path.is_file()),
+        training_cache=TrainingCacheInfo(
+            cache.path, cache.entry_count, cache.bytes, cache.last_run_hit_rate, cache.last_run_id
+        ),
+        dedup=dedup,
+        contamination=contamination,
+        not_used=list(settings.not_used),
+        warnings=_warnings(found.path, settings.not_used, sections),
+    )
+
+
 def document_warnings(document: Document) -> list[str]:
     """What a document asks for that dlmstore does not do (``dlm show``, ``dlm train``)."""
+    from dlmstore.document.frontmatter import unused_keys
+
+    return _warnings(document.path, unused_keys(document.frontmatter), document.sections)
+
+
+def _warnings(path: Path, not_used: Sequence[str], sections: Sequence[Section]) -> list[str]:
     out = []
-    keys = unused_keys(document.frontmatter)
-    if keys:
-        out.append(f"{document.path}: not used by dlmstore: {', '.join(keys)}")
-    for section in document.sections:
+    if not_used:
+        out.append(f"{path}: not used by dlmstore: {', '.join(not_used)}")
+    for section in sections:
         if section.type == "preference":
             for number, (_, chosen, rejected) in enumerate(preference_triples(section), start=1):
                 if chosen == rejected:
                     out.append(
-                        f"{document.path}:{section.line}: preference triple {number}: chosen and rejected are "
+                        f"{path}:{section.line}: preference triple {number}: chosen and rejected are "
                         "the same text; it teaches no preference, and preference training refuses it"
                     )
     return out
@@ -225,4 +291,6 @@ def document_warnings(document: Document) -> list[str]:
 
 def document_rows(path: str | Path) -> list[Row]:
     """The rows ``dlm train`` would train on, in order (``dlm show --rows``)."""
+    from dlmstore.corpus.assemble import load_corpus
+
     return load_corpus(parse_document(path)).rows()

@@ -17,7 +17,19 @@ checks, in this order, and answers from the snapshot only when all hold:
 3. the proof holds: every folder and file has the stat fields recorded.
 
 Anything else does the full pass, which takes a new snapshot when it ends
-all hits. A pass that materialises tokens (``dlm train``) never uses one:
+all hits.
+
+The snapshot also keeps what the document's frontmatter said
+(:class:`SnapshotDocument`: its id, base model, cache limit, dedup mode, its
+directives' paths...), so a warm pass is answered from the document's bytes
+without validating its frontmatter (:func:`unparsed`): pydantic, YAML and
+the modules of the walk cost about 0.15 s to import, more than the rest of
+a warm pass over 13,000 files. The bytes are the key: the snapshot of
+``path`` holds only when their sha256 is the one it was taken of, in the
+store the document's ``dlm_id`` names, by this dlmstore (the context), so
+what they said then they say now. The ``dlm_id`` itself is read from its
+``dlm_id:`` line (:func:`~dlmstore.document.parser.declared_id`) only to
+find that store: a document written another way is parsed in full. A pass that materialises tokens (``dlm train``) never uses one:
 it reads and checksums the entries it trains on. Damage inside a pack (a
 flipped bit) is therefore found as a counting pass finds it: by the next
 pass that reads the tokens, or by ``dlm cache verify``.
@@ -33,27 +45,26 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlmstore import __version__
 from dlmstore.clock import utc_now
 from dlmstore.id_arrays import pack_ids, unpack_ids
 from dlmstore.plural import plural
-from dlmstore.sources.expand import anchor_dir
 from dlmstore.sources.proof import SourceProof
-from dlmstore.sources.walk import directive_root
+from dlmstore.sources.roots import anchor_dir, source_root
 from dlmstore.store.path_text import path_text
 
 if TYPE_CHECKING:
     import sqlite3
     from array import array
-    from pathlib import Path
 
     from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.pass_result import PassResult
     from dlmstore.document.parser import Document
-    from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.sources.provenance import SourceProvenance
     from dlmstore.store.database import Store
 
 _log = logging.getLogger("dlmstore.corpus.tokenize")  # the pass's own log, however it was answered
@@ -86,6 +97,53 @@ class SnapshotCounts:
 
 
 @dataclass(frozen=True)
+class SnapshotDocument:
+    """What the document's frontmatter said when the snapshot was taken (kept in its context).
+
+    Attributes:
+        dlm_id: the document id (the store the snapshot is in).
+        base_model: ``base_model``, as written (resolved again each pass: its tokenizer may change).
+        max_bytes: ``training.cache.max_bytes``.
+        dedup: ``training.dedup``.
+        sources_policy: ``training.sources_policy``.
+        source_paths: each directive's ``path``, as written.
+        dlm_version: ``dlm_version`` (``dlm show``).
+        system_prompt: ``system_prompt`` (``dlm show``).
+        seed: ``training.seed`` (``dlm show``).
+        not_used: the keys set that dlmstore does not use (``dlm show``).
+    """
+
+    dlm_id: str
+    base_model: str
+    max_bytes: int
+    dedup: str
+    sources_policy: str
+    source_paths: list[str]
+    dlm_version: int
+    system_prompt: str | None
+    seed: int
+    not_used: list[str]
+
+    @classmethod
+    def of(cls, document: Document) -> SnapshotDocument:
+        from dlmstore.document.frontmatter import unused_keys
+
+        training = document.frontmatter.training
+        return cls(
+            dlm_id=document.dlm_id,
+            base_model=document.base_model,
+            max_bytes=training.cache.max_bytes,
+            dedup=training.dedup,
+            sources_policy=training.sources_policy,
+            source_paths=[directive.path for directive in training.sources],
+            dlm_version=document.frontmatter.dlm_version,
+            system_prompt=document.frontmatter.system_prompt,
+            seed=training.seed,
+            not_used=unused_keys(document.frontmatter),
+        )
+
+
+@dataclass(frozen=True)
 class PassSnapshot:
     """One ``pass_snapshots`` row, loaded."""
 
@@ -99,6 +157,7 @@ class PassSnapshot:
     pack_reach: dict[str, int]
     entry_ids: array[int]
     counts: SnapshotCounts
+    document: SnapshotDocument
 
 
 def context(document: Document) -> str | None:
@@ -106,11 +165,22 @@ def context(document: Document) -> str | None:
 
     ``None`` when a directive's path does not exist (the full pass reports it).
     """
-    training = document.frontmatter.training
-    doc_dir = anchor_dir(document.directory)
+    return _context(document.path, SnapshotDocument.of(document))
+
+
+def _context(path: Path, said: SnapshotDocument) -> str | None:
+    """:func:`context` of the document at ``path`` (absolute) whose frontmatter said ``said``.
+
+    What the frontmatter said is kept in the context (``frontmatter``) rather than a column
+    of its own: it is the same for the same bytes, so it never makes two contexts differ
+    that would not differ anyway, and a dlmstore from before it, reading this context,
+    finds it unlike its own and only takes the full pass (a new key in the ``result``
+    counts would make it fail).
+    """
+    doc_dir = anchor_dir(path.parent)
     roots = []
-    for directive in training.sources:
-        root = directive_root(directive, doc_dir)
+    for source in said.source_paths:
+        root = source_root(source, doc_dir)
         if root is None:
             return None
         roots.append(root)
@@ -118,11 +188,12 @@ def context(document: Document) -> str | None:
         {
             "dlmstore": __version__,
             "rules": RULES_VERSION,
-            "document": os.path.realpath(document.path),
+            "document": os.path.realpath(path),
             "doc_root": os.path.realpath(doc_dir),
             "home": os.path.realpath(os.path.expanduser("~")),
-            "policy": training.sources_policy,
+            "policy": said.sources_policy,
             "roots": roots,
+            "frontmatter": asdict(said),
         },
         sort_keys=True,
     )
@@ -180,21 +251,86 @@ def take(
 
 def load(conn: sqlite3.Connection, document: Document) -> PassSnapshot | None:
     """The snapshot of ``document`` when one was taken of these very bytes, else ``None``."""
+    return _load(conn, document.path, document.sha256)
+
+
+def _load(conn: sqlite3.Connection, path: Path, dlm_sha256: str) -> PassSnapshot | None:
+    """The snapshot of the document at ``path`` whose bytes have ``dlm_sha256``, else ``None``
+    (also for one taken before snapshots kept the document's settings: the next full pass
+    takes it again)."""
     row = conn.execute(
         "SELECT run_id, dlm_sha256, tokenizer_sha256, sequence_len, context, dir_paths, dir_stamps, "
         "file_paths, file_stamps, cache_changes, pack_reach, entry_ids, result FROM pass_snapshots "
         "WHERE document = ? AND dlm_sha256 = ?",
-        (path_text(os.path.realpath(document.path)), document.sha256),
+        (path_text(os.path.realpath(path)), dlm_sha256),
     ).fetchone()
     if row is None:
         return None
     run_id, dlm_sha256, tokenizer, sequence_len, where, dirs, dir_stamps, files, file_stamps = row[:9]
     changes, reach, ids, result = row[9:]
+    said = json.loads(where).get("frontmatter")
+    if said is None or set(said) != {item.name for item in fields(SnapshotDocument)}:
+        return None
     return PassSnapshot(
         run_id, dlm_sha256, tokenizer, sequence_len, where,
         SourceProof.from_blobs(dirs, dir_stamps, files, file_stamps),
-        changes, json.loads(reach), unpack_ids(ids), SnapshotCounts(**json.loads(result)),
+        changes, json.loads(reach), unpack_ids(ids), SnapshotCounts(**json.loads(result)), SnapshotDocument(**said),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Unparsed:
+    """A document read as bytes, and the snapshot those bytes have (see :func:`unparsed`).
+
+    Attributes:
+        path: the document, absolute (as ``Document.path``).
+        data: its bytes.
+        sha256: their sha256 hex (as ``Document.sha256``).
+        snapshot: the snapshot taken of these bytes at this path, by this dlmstore.
+    """
+
+    path: Path
+    data: bytes
+    sha256: str
+    snapshot: PassSnapshot
+
+    @property
+    def settings(self) -> SnapshotDocument:
+        return self.snapshot.document
+
+
+def unparsed(path: str) -> Unparsed | None:
+    """The snapshot of the document at ``path``, found from its bytes without validating them
+    (no pydantic, no YAML), through a read-only connection; ``None`` when there is none to find
+    so (no ``dlm_id:`` line to read the id from, no store, no snapshot of these bytes, or a
+    context that moved): then parse the document and take the full way.
+
+    Only check 1 (bytes and context) is made: the tokenizer, the cache and the tree
+    are checked by :func:`holds_in` once the store is open.
+
+    Raises:
+        DocumentError: the file is missing or cannot be read (as ``parse_document`` says).
+        StoreDamagedError: SQLite finds the store's database damaged.
+    """
+    import hashlib
+
+    from dlmstore.document.parser import declared_id, document_bytes
+    from dlmstore.home import store_dir
+    from dlmstore.store.connection import DB_NAME, read_if_there
+
+    data = document_bytes(path)
+    dlm_id = declared_id(data)
+    if dlm_id is None:
+        return None
+    absolute = Path(os.path.abspath(path))
+    sha256 = hashlib.sha256(data).hexdigest()
+    snapshot = read_if_there(store_dir(dlm_id) / DB_NAME, lambda conn: _load(conn, absolute, sha256))
+    if snapshot is None or snapshot.document.dlm_id != dlm_id:
+        return None
+    settings = snapshot.document
+    if snapshot.context != _context(absolute, settings):
+        return None
+    return Unparsed(absolute, data, sha256, snapshot)
 
 
 def load_read_only(db_path: Path, document: Document) -> PassSnapshot | None:
@@ -219,8 +355,6 @@ def holding(
 ) -> PassSnapshot | None:
     """The snapshot of ``document`` when a tokenize pass would find what it found (all three
     checks), else ``None``."""
-    from dlmstore.cache.packs import PackReader
-
     with store.read() as conn:
         snapshot = load(conn, document)
         if snapshot is None or (snapshot.tokenizer_sha256, snapshot.sequence_len) != (
@@ -228,15 +362,34 @@ def holding(
             sequence_len,
         ):
             return None
-        changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
-        if changes is None or changes[0] != snapshot.cache_changes:
+        if not _cache_holds(store, conn, snapshot):
             return None
-        packs = PackReader(store.path)
-        for relpath, reach in snapshot.pack_reach.items():
-            size = packs.size(relpath)
-            if size is None or size < reach:
-                return None
-        return snapshot if tree_holds(snapshot, document) else None
+    return snapshot if tree_holds(snapshot, document) else None
+
+
+def holds_in(store: Store, snapshot: PassSnapshot, *, tokenizer_sha256: str) -> bool:
+    """Checks 2 and 3 of a snapshot :func:`unparsed` found (check 1 made), and its tokenizer."""
+    if snapshot.tokenizer_sha256 != tokenizer_sha256:
+        return False
+    with store.read() as conn:
+        if not _cache_holds(store, conn, snapshot):
+            return False
+    return snapshot.proof.holds()
+
+
+def _cache_holds(store: Store, conn: sqlite3.Connection, snapshot: PassSnapshot) -> bool:
+    """Check 2: no entry deleted or moved since, every pack long enough."""
+    from dlmstore.cache.packs import PackReader
+
+    changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
+    if changes is None or changes[0] != snapshot.cache_changes:
+        return False
+    packs = PackReader(store.path)
+    for relpath, reach in snapshot.pack_reach.items():
+        size = packs.size(relpath)
+        if size is None or size < reach:
+            return False
+    return True
 
 
 def replay(store: Store, snapshot: PassSnapshot, *, run_id: int, max_bytes: int) -> PassResult:
@@ -306,7 +459,7 @@ def keep(store: Store, corpus: Corpus, result: PassResult, *, run_id: int, seque
 
 def provenance(snapshot: PassSnapshot) -> list[SourceProvenance]:
     """Each directive's provenance, as the full pass reported it."""
-    from dlmstore.sources.expand import SourceProvenance
+    from dlmstore.sources.provenance import SourceProvenance
 
     return [SourceProvenance(**item) for item in snapshot.counts.provenance]
 
@@ -315,8 +468,11 @@ __all__ = [
     "RULES_VERSION",
     "PassSnapshot",
     "SnapshotCounts",
+    "SnapshotDocument",
+    "Unparsed",
     "context",
     "holding",
+    "holds_in",
     "keep",
     "load",
     "load_read_only",
@@ -324,4 +480,5 @@ __all__ = [
     "replay",
     "take",
     "tree_holds",
+    "unparsed",
 ]

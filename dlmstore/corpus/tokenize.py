@@ -44,23 +44,24 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlmstore.cache.encoders import pipelined, tokenizer_threads
-from dlmstore.cache.entries import TokenCache, cache_bytes, evict
-from dlmstore.cache.packs import as_array, token_dtype
-from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
-from dlmstore.cache.share import take_shared
 from dlmstore.cache.trl_encoding import backend_encodes_alone, encode_rows
-from dlmstore.corpus.assemble import Corpus
-from dlmstore.corpus.pass_result import PassResult, TokenizedRows
-from dlmstore.document.rows import MAX_ROW_BYTES, Row, text_bytes
+from dlmstore.document.rows import MAX_ROW_BYTES, text_bytes
 from dlmstore.plural import plural
 from dlmstore.prefix.stats import PrefixCacheStats
-from dlmstore.progress import Task
-from dlmstore.store.database import Store
 from dlmstore.store.events import DedupEvent, TokenizationEvent
 
 if TYPE_CHECKING:
+    # What a pass that tokenizes needs is imported by tokenize_pass: a warm pass answered
+    # from its snapshot (tokenize_document) imports none of it (tests/test_pass_snapshots.py).
+    from pathlib import Path
+
     import numpy as np
+
+    from dlmstore.corpus.assemble import Corpus
+    from dlmstore.corpus.pass_result import PassResult, TokenizedRows
+    from dlmstore.corpus.snapshot import PassSnapshot
+    from dlmstore.document.rows import Row
+    from dlmstore.store.database import Store
 
 
 _log = logging.getLogger(__name__)
@@ -122,6 +123,14 @@ def tokenize_pass(
     Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
     (the summary counts the tokens, split as SFT and preference tokens).
     """
+    from dlmstore.cache.encoders import pipelined, tokenizer_threads
+    from dlmstore.cache.entries import TokenCache, cache_bytes, evict
+    from dlmstore.cache.packs import as_array, token_dtype
+    from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
+    from dlmstore.cache.share import take_shared
+    from dlmstore.corpus.pass_result import PassResult
+    from dlmstore.progress import Task
+
     start = time.perf_counter()
     sequence_len = corpus.document.frontmatter.training.sequence_len
     all_rows = corpus.rows()
@@ -346,6 +355,8 @@ def _give_back_freed_memory() -> None:
 def _concatenate(rows: Sequence[Row], arrays: dict[str, np.ndarray]) -> TokenizedRows:
     import numpy as np
 
+    from dlmstore.corpus.pass_result import TokenizedRows
+
     parts = [arrays[row.row_key] for row in rows]
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     if parts:
@@ -409,6 +420,13 @@ def tokenize_document(
         BaseModelError: the base model cannot be resolved or loaded.
         StoreError: the store cannot be created or written.
     """
+    if not no_cache and not materialize:
+        # A pass that only counts, over what the last all-hits pass saw, is answered
+        # from that pass's snapshot (dlmstore.corpus.snapshot), found from the
+        # document's bytes: no frontmatter validated, nothing of the walk imported.
+        answered = _answered_unparsed(path)
+        if answered is not None:
+            return answered, None
     from dlmstore.bases import resolve_base
     from dlmstore.cache.rust_tokenizer import load_snapshot
     from dlmstore.cache.share import stat_records
@@ -438,46 +456,35 @@ def tokenize_document(
                 store, document, tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len
             )
         if snapshot is not None:
-            with recorded_run(
-                store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
-            ) as run_id:
-                result = snapshots.replay(store, snapshot, run_id=run_id, max_bytes=settings.cache.max_bytes)
-                record_tokenization_event(
-                    store, run_id, result.event,
-                    tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
-                )  # fmt: skip
-                found = duplicates.copy_record(
-                    store, snapshot.run_id, run_id, document=document.path.name, mode=settings.dedup
-                )
-        else:
-            share = settings.cache.share and not no_share
-            stats = stat_records(store, share=share) if enabled else None
-            corpus = load_corpus(document, stat_cache=stats)
-            source_warnings = corpus.expansion.warnings
-            with recorded_run(
-                store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
-            ) as run_id:
-                result = tokenize_pass(
-                    store,
-                    corpus,
-                    run_id=run_id,
-                    tokenizer_sha256=fingerprint,
-                    load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
-                    load_text_tokenizer=lambda: load_snapshot(fingerprint),
-                    use_cache=enabled,
-                    cache_mode=mode,
-                    max_bytes=settings.cache.max_bytes,
-                    materialize=materialize,
-                    share=share,
-                )
-                record_tokenization_event(
-                    store, run_id, result.event,
-                    tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
-                )  # fmt: skip
-                if stats is not None:
-                    stats.save(store)
-                    snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
-                found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup)
+            return _replayed(store, snapshot, path=document.path, dlm_sha256=document.sha256), None
+        share = settings.cache.share and not no_share
+        stats = stat_records(store, share=share) if enabled else None
+        corpus = load_corpus(document, stat_cache=stats)
+        source_warnings = corpus.expansion.warnings
+        with recorded_run(
+            store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
+        ) as run_id:
+            result = tokenize_pass(
+                store,
+                corpus,
+                run_id=run_id,
+                tokenizer_sha256=fingerprint,
+                load_tokenizer=lambda: _loaded_and_kept(ref, fingerprint),
+                load_text_tokenizer=lambda: load_snapshot(fingerprint),
+                use_cache=enabled,
+                cache_mode=mode,
+                max_bytes=settings.cache.max_bytes,
+                materialize=materialize,
+                share=share,
+            )
+            record_tokenization_event(
+                store, run_id, result.event,
+                tokenizer_sha256=fingerprint, sequence_len=settings.sequence_len,
+            )  # fmt: skip
+            if stats is not None:
+                stats.save(store)
+                snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
+            found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup)
     summary = TokenizeSummary(
         run_id=run_id,
         dlm_id=document.dlm_id,
@@ -495,6 +502,60 @@ def tokenize_document(
         dedup=None if found is None else found.event(),
     )
     return summary, result.rows
+
+
+def _answered_unparsed(path: str) -> TokenizeSummary | None:
+    """The pass answered from the snapshot of the document's bytes (``snapshot.unparsed``) when
+    it holds, else ``None`` (the document is then parsed, and the full way taken)."""
+    from dlmstore.bases import resolve_base
+    from dlmstore.collector import paused
+    from dlmstore.corpus import snapshot as snapshots
+    from dlmstore.fingerprint import tokenizer_sha256
+    from dlmstore.store.database import open_store
+
+    found = snapshots.unparsed(path)
+    if found is None:
+        return None
+    settings = found.settings
+    # As the full way: the tokenizer is resolved and fingerprinted before the store is opened.
+    fingerprint = tokenizer_sha256(resolve_base(settings.base_model, relative_to=found.path.parent))
+    with open_store(settings.dlm_id) as store, paused():
+        if not snapshots.holds_in(store, found.snapshot, tokenizer_sha256=fingerprint):
+            return None
+        return _replayed(store, found.snapshot, path=found.path, dlm_sha256=found.sha256)
+
+
+def _replayed(store: Store, snapshot: PassSnapshot, *, path: Path, dlm_sha256: str) -> TokenizeSummary:
+    """The pass answered from ``snapshot`` (it holds), recorded as the full pass records it."""
+    from dlmstore.corpus import dedup as duplicates
+    from dlmstore.corpus import snapshot as snapshots
+    from dlmstore.store.events import record_tokenization_event
+    from dlmstore.store.runs import recorded_run
+
+    settings = snapshot.document
+    with recorded_run(store, command="tokenize", dlm_path=path, dlm_sha256=dlm_sha256) as run_id:
+        result = snapshots.replay(store, snapshot, run_id=run_id, max_bytes=settings.max_bytes)
+        record_tokenization_event(
+            store, run_id, result.event,
+            tokenizer_sha256=snapshot.tokenizer_sha256, sequence_len=snapshot.sequence_len,
+        )  # fmt: skip
+        found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
+    return TokenizeSummary(
+        run_id=run_id,
+        dlm_id=settings.dlm_id,
+        path=str(path),
+        tokenizer_sha256=snapshot.tokenizer_sha256,
+        sequence_len=snapshot.sequence_len,
+        tokens=result.token_count,
+        preference_rows=result.preference_rows,
+        preference_tokens=result.preference_tokens,
+        tokenization=result.event,
+        damaged_entries=result.damaged_entries,
+        evicted_entries=result.evicted_entries,
+        warnings=list(result.warnings),
+        prefix_cache=result.prefix_cache,
+        dedup=found,
+    )
 
 
 def _loaded_and_kept(ref: Any, fingerprint: str) -> Any:

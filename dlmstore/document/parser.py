@@ -39,16 +39,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlmstore.document.fences import FenceProblem, read_fence, strip_markers
-from dlmstore.document.frontmatter import Frontmatter
-from dlmstore.document.loading import load_frontmatter
 from dlmstore.document.sections import Section, normalise_newlines
 from dlmstore.errors import DocumentError, DocumentProblems
 from dlmstore.store.regular_files import NotRegularFileError, read_regular
+
+if TYPE_CHECKING:
+    # pydantic's models (about 0.1 s to import and build) load when a frontmatter is
+    # validated, not with this module: the modules that only split bodies into rows, and
+    # a warm `dlm tokenize` answered from its snapshot (dlmstore.corpus.snapshot), never need them.
+    from dlmstore.document.frontmatter import Frontmatter
 
 FRONTMATTER_FENCE = "---"
 
@@ -161,6 +167,52 @@ def document_bytes(path: str | os.PathLike[str]) -> bytes:
         raise DocumentError(shown, f"cannot read: {exc.strerror or exc}") from None
 
 
+#: A frontmatter line that is ``dlm_id:`` and a ULID, quoted or not, perhaps with a comment.
+_ID_LINE = re.compile(r"""dlm_id:[ \t]*(["']?)([0-9A-Za-z]{26})\1[ \t]*(?:#.*)?""")
+
+
+def declared_id(data: bytes) -> str | None:
+    """The ``dlm_id`` the document's bytes declare on a ``dlm_id:`` line of their frontmatter,
+    read without YAML; ``None`` when they declare it no such plain way, or more than once.
+
+    A hint, never a validation: it names the store in which a snapshot of these
+    very bytes may lie (``dlmstore.corpus.snapshot.unparsed``), taken when they
+    were parsed in full; a document with no such snapshot is parsed in full.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = normalise_newlines(text.removeprefix("\ufeff")).split("\n")
+    if lines[0] != FRONTMATTER_FENCE or FRONTMATTER_FENCE not in lines[1:]:
+        return None
+    close = lines.index(FRONTMATTER_FENCE, 1)
+    found = [match[2] for line in lines[1:close] if (match := _ID_LINE.fullmatch(line))]
+    return found[0] if len(found) == 1 else None
+
+
+def body_sections(data: bytes, path: str) -> tuple[Section, ...]:
+    """The in-body sections of a document's bytes, as :func:`parse_document` finds them, without
+    validating the frontmatter (bytes a pass snapshot vouches for: ``dlm show`` from the snapshot).
+
+    Raises:
+        DocumentError: the bytes are no .dlm document, or the body is malformed (``path`` named).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DocumentError(path, "not UTF-8 text", hint="save the file as UTF-8") from None
+    lines = normalise_newlines(text.removeprefix("\ufeff")).split("\n")
+    if lines[0] != FRONTMATTER_FENCE or FRONTMATTER_FENCE not in lines[1:]:
+        raise DocumentError(path, "no frontmatter between two '---' lines", line=1)
+    close = lines.index(FRONTMATTER_FENCE, 1)
+    problems: list[DocumentError] = []
+    sections = _body_sections(lines[close + 1 :], close + 2, path, problems)
+    if problems:
+        raise DocumentProblems.of(problems)
+    return tuple(sections)
+
+
 def parse_text(text: str, path: str = "<string>") -> Document:
     """Parse a .dlm document held in a string.
 
@@ -230,6 +282,8 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
             line=1,
             hint="end the frontmatter with a line that is exactly '---'",
         ) from None
+    from dlmstore.document.loading import load_frontmatter
+
     problems: list[DocumentError] = []
     frontmatter = None
     try:

@@ -49,7 +49,6 @@ from dlmstore.sources.ignore import IgnoreRule, parse_ignore
 from dlmstore.store.regular_files import NotRegularFileError, read_regular
 
 #: The folder, and the two files in it, relative to an anchor directory.
-DLM_FOLDER = ".dlm"
 TRAINING_YAML = ".dlm/training.yaml"
 IGNORE_FILE = ".dlm/ignore"
 

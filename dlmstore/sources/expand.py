@@ -33,57 +33,22 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.document.sections import Section
 from dlmstore.plural import plural
-from dlmstore.sources.config import DLM_FOLDER
 from dlmstore.sources.defaults import DEFAULT_MAX_BYTES_PER_FILE
 from dlmstore.sources.proof import ProofBuilder, SourceProof
+from dlmstore.sources.provenance import SourceProvenance as SourceProvenance  # where it was defined before
 from dlmstore.sources.read import read_files
+from dlmstore.sources.roots import anchor_dir
 from dlmstore.sources.statcache import StatCache
 from dlmstore.sources.walk import walk_directive
 
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import SourceDirective
+
 POLICIES = ("permissive", "strict")
-
-
-@dataclass(frozen=True)
-class SourceProvenance:
-    """What one directive contributed and what it left out, with why.
-
-    Attributes:
-        directive: the path as written in the frontmatter.
-        root: the resolved absolute path that was walked.
-        files_included: files that became sections.
-        bytes_included: their total size in bytes, as read from disk.
-        skipped_binary: files with a NUL byte in the first KiB.
-        skipped_encoding: files (or file names) that are not valid UTF-8.
-        skipped_too_large: files over ``max_bytes_per_file`` (the directive's,
-            or the 4 MiB default).
-        skipped_max_files: files past ``max_files`` in path order (not read).
-        skipped_outside: symlinked files resolving outside the document's
-            directory and the directive root (permissive policy).
-        excluded: files rejected by include/exclude globs, default excludes,
-            ``.dlm/training.yaml`` or ``.dlm/ignore`` files.
-        excluded_dirs: directories not descended into (nothing below them
-            could be read, or they are symlinked); their files are not counted.
-        excluded_not_included: of ``excluded``, files no ``include`` glob matched (the
-            rest: ``exclude`` globs, the default excludes, ``.dlm/training.yaml``'s
-            excludes and ``.dlm/ignore`` rules, and the document itself).
-    """
-
-    directive: str
-    root: str
-    files_included: int
-    bytes_included: int
-    skipped_binary: int
-    skipped_encoding: int
-    skipped_too_large: int
-    skipped_max_files: int
-    skipped_outside: int
-    excluded: int
-    excluded_dirs: int
-    excluded_not_included: int = 0
 
 
 @dataclass(frozen=True)
@@ -178,15 +143,6 @@ def expand_sources(
         )
     found = proof.proof() if proof is not None and not warnings else None
     return SourceExpansion(tuple(sections), tuple(provenance), tuple(warnings), found)
-
-
-def anchor_dir(doc_dir: Path) -> Path:
-    """Where a document's relative source paths start: its directory, or the
-    parent of a ``.dlm/`` folder it is kept in."""
-    doc_dir = Path(os.path.expanduser(doc_dir))
-    if os.path.basename(os.path.abspath(doc_dir)) == DLM_FOLDER:
-        return Path(os.path.dirname(os.path.abspath(doc_dir)))
-    return doc_dir
 
 
 def _too_large_warning(label: str, count: int) -> str:

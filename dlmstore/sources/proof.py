@@ -40,11 +40,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import gt, itemgetter, sub
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from dlmstore.id_arrays import pack_ids, unpack_ids
 from dlmstore.sources.statcache import RACY_NS, Stamp
-from dlmstore.sources.walk import ListedDirs
+
+if TYPE_CHECKING:
+    from dlmstore.sources.walk import ListedDirs
 
 #: Stat fields kept per folder and per file.
 DIR_FIELDS = ("st_mtime_ns", "st_ctime_ns", "st_ino")

@@ -33,13 +33,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from dlmstore.document.frontmatter import SourceDirective
-from dlmstore.sources.config import DlmFolder
 from dlmstore.sources.defaults import DEFAULT_EXCLUDES
 from dlmstore.sources.glob import Globs, NameTest, Predicate, match_all, name_test
 from dlmstore.sources.globmatch import GroupMatch, Tokens, first_group
 from dlmstore.sources.ignore import rule_predicate
+
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import SourceDirective
+    from dlmstore.sources.config import DlmFolder
 
 _NONE: frozenset[Tokens] = frozenset()
 

@@ -91,13 +91,15 @@ import time
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from dlmstore.document.frontmatter import SourceDirective
 from dlmstore.errors import SourceError
 from dlmstore.progress import Task
-from dlmstore.sources.config import DLM_FOLDER, load_folder
+from dlmstore.sources.roots import DLM_FOLDER, source_root
 from dlmstore.sources.rules import DirTests, Scope
+
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import SourceDirective
 
 #: A chosen file: ``(relpath, path to open)``; the path is a symlink's target
 #: for a followed link.
@@ -229,10 +231,7 @@ def walk_directive(
 
 def directive_root(directive: SourceDirective, doc_dir: Path) -> str | None:
     """The real path ``directive`` names from ``doc_dir``; ``None`` when nothing is there."""
-    given = os.path.join(os.path.expanduser(doc_dir), os.path.expanduser(directive.path))
-    if not os.path.exists(given):
-        return None
-    return os.path.realpath(given)
+    return source_root(directive.path, doc_dir)
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -349,6 +348,8 @@ class _Walker:
         if links or has_folder:  # a link's target, or a .dlm/ file's text, is not in a folder's stamp
             self.stamps = stamps = None
         if has_folder:  # rare: a .dlm/ folder opens a new scope; classify again under it
+            from dlmstore.sources.config import load_folder  # pydantic and YAML: only where a .dlm/ folder is
+
             folder = load_folder(dir_abs, dir_rel, label=self.label)
             self.warnings.extend(folder.warnings)
             scope = scope.enter(folder)
