@@ -24,13 +24,15 @@ it.
   :data:`ANSWER_SLACK` new tokens, and the reference's mean NLL: the chat
   template's assistant turn holding the reference, up to and including its
   end-of-turn token, teacher-forced after the same prompt. The probes are
-  batched (one forward pass for the NLLs, one generation for the answers):
-  two thirds of the CPU time of one at a time (the demo's three probes on
-  one thread, SmolLM2-135M: 4.5 s against 6.9 s). A token of a draft (the
-  reference, another model's answer) that the model predicts is taken
-  without a decoding step: on CPU a decoding step costs as much for three
-  rows as for one (SmolLM2-135M reads its 540 MB of weights each step, 0.2
-  s on the 2-core machine), while one pass checks a whole draft. A batch's
+  batched (one forward pass for the NLLs, one generation for the answers,
+  its linear layers computed weight-first, :mod:`dlmstore.eval.linears`):
+  the base answering the demo's three probes took 1.51 s batched against
+  3.59 s one at a time (``bench/bench_eval.py``, 2-core machine). A token
+  of a draft (the reference, another model's answer) that the model
+  predicts is taken without a decoding step: on CPU a decoding step costs
+  as much for three rows as for one (SmolLM2-135M reads its 540 MB of
+  weights each step, about 65 ms on the 2-core machine), while one pass
+  checks a whole draft. A batch's
   padding, or the one pass that checks a draft against step-by-step
   decoding, can move a float's last bits, so an answer may differ from
   ``dlm prompt``'s at a near tie between two tokens; the same probes asked
