@@ -485,22 +485,11 @@ def tokenize_document(
                 stats.save(store)
                 snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
             found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup)
-    summary = TokenizeSummary(
-        run_id=run_id,
-        dlm_id=document.dlm_id,
-        path=str(document.path),
-        tokenizer_sha256=fingerprint,
-        sequence_len=settings.sequence_len,
-        tokens=result.token_count,
-        preference_rows=result.preference_rows,
-        preference_tokens=result.preference_tokens,
-        tokenization=result.event,
-        damaged_entries=result.damaged_entries,
-        evicted_entries=result.evicted_entries,
-        warnings=[*source_warnings, *result.warnings],
-        prefix_cache=result.prefix_cache,
+    summary = _summary(
+        result, run_id=run_id, dlm_id=document.dlm_id, path=document.path, tokenizer_sha256=fingerprint,
+        sequence_len=settings.sequence_len, warnings=[*source_warnings, *result.warnings],
         dedup=None if found is None else found.event(),
-    )
+    )  # fmt: skip
     return summary, result.rows
 
 
@@ -540,21 +529,39 @@ def _replayed(store: Store, snapshot: PassSnapshot, *, path: Path, dlm_sha256: s
             tokenizer_sha256=snapshot.tokenizer_sha256, sequence_len=snapshot.sequence_len,
         )  # fmt: skip
         found = duplicates.copy_record(store, snapshot.run_id, run_id, mode=settings.dedup)
+    return _summary(
+        result, run_id=run_id, dlm_id=settings.dlm_id, path=path, tokenizer_sha256=snapshot.tokenizer_sha256,
+        sequence_len=snapshot.sequence_len, warnings=list(result.warnings), dedup=found,
+    )  # fmt: skip
+
+
+def _summary(
+    result: PassResult,
+    *,
+    run_id: int,
+    dlm_id: str,
+    path: Path,
+    tokenizer_sha256: str,
+    sequence_len: int,
+    warnings: list[str],
+    dedup: DedupEvent | None,
+) -> TokenizeSummary:
+    """What a pass (walked or replayed from its snapshot) reports."""
     return TokenizeSummary(
         run_id=run_id,
-        dlm_id=settings.dlm_id,
+        dlm_id=dlm_id,
         path=str(path),
-        tokenizer_sha256=snapshot.tokenizer_sha256,
-        sequence_len=snapshot.sequence_len,
+        tokenizer_sha256=tokenizer_sha256,
+        sequence_len=sequence_len,
         tokens=result.token_count,
         preference_rows=result.preference_rows,
         preference_tokens=result.preference_tokens,
         tokenization=result.event,
         damaged_entries=result.damaged_entries,
         evicted_entries=result.evicted_entries,
-        warnings=list(result.warnings),
+        warnings=warnings,
         prefix_cache=result.prefix_cache,
-        dedup=found,
+        dedup=dedup,
     )
 
 

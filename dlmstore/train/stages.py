@@ -398,6 +398,16 @@ def train_phases(
     base: ModelEval | None = None  # the base's evaluation, measured after the first phase
     answered: dict[str, list[list[int]]] = {}  # the probes' answers so far: drafts for the next model
     system_prompt = document.frontmatter.system_prompt
+
+    def evaluated(fit: Any) -> None:
+        """The base and ``fit``'s adapter after its phase (the base measured once, by the first phase)."""
+        nonlocal base
+        evaluations.append(
+            after_phase(fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size,
+                        base, answered)
+        )  # fmt: skip
+        base = evaluations[-1].base
+
     with warnings.catch_warnings(), _aborting(staged):
         # transformers deprecation notices about its own internals are noise here
         warnings.filterwarnings("ignore", category=FutureWarning)
@@ -437,20 +447,7 @@ def train_phases(
             accounting = fit.accounting
             if store is not None:
                 staged.append(_stage(store, prepared.run_id, document, fit))
-            evaluations.append(
-                after_phase(
-                    fit,
-                    tokenizer,
-                    val,
-                    prepared.probes,
-                    system_prompt,
-                    world,
-                    plan.micro_batch_size,
-                    base,
-                    answered,
-                )
-            )
-            base = evaluations[-1].base
+            evaluated(fit)
             fits.append(fit)
             model = fit.model
             plan = fit.plan
@@ -471,19 +468,7 @@ def train_phases(
                 val = validation_examples(
                     prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len
                 )
-            evaluations.append(
-                after_phase(
-                    fit,
-                    tokenizer,
-                    val,
-                    prepared.probes,
-                    system_prompt,
-                    world,
-                    plan.micro_batch_size,
-                    base,
-                    answered,
-                )
-            )
+            evaluated(fit)
             if not phases.sft:
                 plan = fit.plan
     return Trained(
