@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from click.testing import CliRunner
 from dlmstore.cli.main import cli
 from dlmstore.errors import Terminated
 from dlmstore.home import store_dir
-from dlmstore.train.distributed import LAUNCHER_ENV, LAUNCHER_GONE
+from dlmstore.train.distributed import LAUNCHER_ENV, LAUNCHER_GONE, RANK_0_STOPPED, RankReport
+from dlmstore.train.launch import _Rank, _verdict
 
 from .helpers import VALID_ID, write_doc
 
@@ -169,6 +171,38 @@ def test_a_ranks_own_error_reads_as_it_does_without_nproc(tmp_path: Path, tiny_b
     ranks = _started("train", str(doc), "--dataset", str(tmp_path / "nowhere"), "--nproc", "2")
     _, stderr = ranks.communicate(timeout=PATIENCE_S)
     assert (ranks.returncode, stderr) == (1, alone.stderr)
+
+
+@pytest.mark.parametrize("rank_0s_report", ["its error", "a signal", "nothing"])
+def test_rank_0s_error_is_the_verdict_even_when_rank_0_was_stopped_after_the_rank_repeating_it_ended(
+    rank_0s_report: str,
+) -> None:
+    # The race CI once lost: rank 1 repeats rank 0's error and ends first; the launcher then
+    # stops rank 0, which is still on its way out (reported its error, or not yet).
+    ranks = []
+    for rank, (code, report) in enumerate(
+        [
+            (
+                1 if rank_0s_report == "its error" else 143,
+                {"its error": RankReport(errors=(("no such dataset folder", "build one"),)),
+                 "a signal": RankReport(signal=signal.SIGTERM), "nothing": None}[rank_0s_report],
+            ),
+            (1, RankReport(errors=((f"{RANK_0_STOPPED}no such dataset folder", "build one"),))),
+        ]
+    ):  # fmt: skip
+        process = subprocess.Popen([sys.executable, "-c", f"import sys; sys.exit({code})"])
+        process.wait()
+        file = tempfile.TemporaryFile()
+        if report is not None:
+            file.write(json.dumps({"errors": [list(pair) for pair in report.errors], "signal": report.signal,
+                                   "crash": report.crash}).encode())  # fmt: skip
+        ranks.append(_Rank(rank, process, file, seen_at=1 - rank, stopped=rank == 0))
+    error = _verdict(ranks)
+    assert (type(error).__name__, error.message, error.hint) == (
+        "RankError",
+        "no such dataset folder",
+        "build one",
+    )
 
 
 def test_a_rank_binds_itself_to_the_launcher_and_stops_at_once_when_the_launcher_is_already_gone() -> None:

@@ -43,6 +43,9 @@ LAUNCHER_ENV = "DLM_NPROC_LAUNCHER"
 #: Set with it: the descriptor (a file the launcher reads) a rank writes its failure report to.
 REPORT_FD_ENV = "DLM_NPROC_REPORT_FD"
 
+#: How every other rank repeats the error rank 0 stopped with.
+RANK_0_STOPPED = "rank 0 stopped: "
+
 #: ``prctl`` option: the signal the kernel sends this process when its parent ends (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 
@@ -122,7 +125,7 @@ def share(world: World, payload: Any = None, error: DlmError | None = None) -> A
     status, value = box[0]
     if status == "error" and not world.is_main:
         _, message, hint = value
-        raise TrainingError(f"rank 0 stopped: {message}", hint=hint)
+        raise TrainingError(f"{RANK_0_STOPPED}{message}", hint=hint)
     return value
 
 

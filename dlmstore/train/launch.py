@@ -50,7 +50,7 @@ from typing import IO
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import DlmError, RankError, Terminated, TrainingError
-from dlmstore.train.distributed import LAUNCHER_ENV, REPORT_FD_ENV, RankReport
+from dlmstore.train.distributed import LAUNCHER_ENV, RANK_0_STOPPED, REPORT_FD_ENV, RankReport
 
 #: How long stopped ranks get to record the run as failed and end before they are killed.
 STOP_GRACE_S = 30.0
@@ -216,14 +216,21 @@ def _verdict(ranks: list[_Rank]) -> DlmError:
         for rank in by_end:
             if (error := kind(rank)) is not None:
                 return error
-    for rank in failed:
+    # A report of errors is the rank's own DlmError, even from a rank stopped after it failed: rank 0
+    # may still be on its way out when another rank repeating its error has ended and had it stopped.
+    for rank in ranks:
         if rank.detail is not None and rank.detail.errors:
-            return RankError(list(rank.detail.errors))
+            return RankError([_as_rank_0s(message, hint) for message, hint in rank.detail.errors])
     for kind in (_crashed, _exited):
         for rank in by_end:
             if (error := kind(rank)) is not None:
                 return error
     return TrainingError("the ranks ended without saying why")
+
+
+def _as_rank_0s(message: str, hint: str | None) -> tuple[str, str | None]:
+    """Rank 0's own error where another rank repeats it (rank 0 was stopped before it reported it)."""
+    return message.removeprefix(RANK_0_STOPPED), hint
 
 
 def _killed(rank: _Rank) -> DlmError | None:
