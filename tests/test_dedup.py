@@ -182,6 +182,58 @@ def test_an_edited_file_is_signed_again_and_the_rest_are_not(tmp_path: Path) -> 
     assert again.dedup is not None and again.dedup.signatures_computed == 1
 
 
+def _signing_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread of every signature made from now on."""
+    import threading
+
+    made: list[str] = []
+    sign = signatures.sign
+
+    def counted(text: str) -> signatures.Signature:
+        made.append(threading.current_thread().name)
+        return sign(text)
+
+    monkeypatch.setattr(signatures, "sign", counted)
+    return made
+
+
+def test_a_cold_pass_signs_its_text_rows_on_the_threads_that_encode_them_as_the_search_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _doc(tmp_path)
+    threads = _signing_threads(monkeypatch)
+    summary = _tokenize(doc)
+    # The body's prose and the five files, each signed once, none after the pass.
+    assert summary.dedup is not None and summary.dedup.signatures_computed == 6
+    assert len(threads) == 6 and all(name.startswith("dlm-encode") for name in threads)
+    corpus_rows = {item.path: item for item in dedup.text_rows(_corpus(doc))}
+    conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    kept = dict(conn.execute("SELECT row_key, minhash FROM row_signatures").fetchall())
+    conn.close()
+    for item in corpus_rows.values():
+        expected = signatures.sign(signatures.row_text(item.row.data["text"], item.source))
+        assert kept[item.row.row_key] == expected.minhash, item.path
+    assert summary.dedup.clusters == 1 and summary.dedup.duplicate_rows == 2  # app.py, its copies
+
+
+def test_rows_tokenized_again_are_not_signed_again_when_their_signatures_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _doc(tmp_path)
+    _tokenize(doc)
+    threads = _signing_threads(monkeypatch)
+    summary = tokenize_document(str(doc), materialize=False, no_cache=True)[0]  # every row encoded
+    assert summary.tokenization.cache_misses == 6
+    assert threads == [] and summary.dedup is not None and summary.dedup.signatures_computed == 0
+
+
+def _corpus(doc: Path) -> Any:
+    from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.document.parser import parse_document
+
+    return load_corpus(parse_document(doc))
+
+
 def test_prune_drops_the_signatures_of_rows_no_cache_entry_holds(tmp_path: Path) -> None:
     from datetime import timedelta
 

@@ -220,14 +220,24 @@ def corpus_sha256(items: Sequence[TextRow]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def analyse(store: Store, corpus: Corpus, *, run_id: int, mode: str) -> DedupReport:
+def signing(store: Store, corpus: Corpus) -> signatures.Signing:
+    """What signs ``corpus``'s text rows while the tokenize pass encodes them (``tokenize_pass``'s
+    ``signer``; :func:`analyse` takes its signatures)."""
+    return signatures.Signing(store, {item.row.row_key: item.source for item in text_rows(corpus)})
+
+
+def analyse(
+    store: Store, corpus: Corpus, *, run_id: int, mode: str, signed: signatures.Signing | None = None
+) -> DedupReport:
     """Find the duplicate clusters of ``corpus``'s text rows and record them for ``run_id``.
 
-    Rows without a kept signature take one from another store of the home,
-    else are signed (their text loaded when it is not yet); new signatures
-    are kept. A corpus with the same rows as a recorded run reuses that
-    run's clusters and signs nothing; so does one with the same rows as a
-    run of another store of the home (a second document over the same tree).
+    Rows without a kept signature take the one ``signed`` made while the
+    tokenize pass encoded them (:func:`signing`), else one from another
+    store of the home, else are signed (their text loaded when it is not
+    yet); new signatures are kept. A corpus with the same rows as a
+    recorded run reuses that run's clusters and signs nothing; so does one
+    with the same rows as a run of another store of the home (a second
+    document over the same tree).
     """
     start = time.perf_counter()
     items = text_rows(corpus)
@@ -240,17 +250,20 @@ def analyse(store: Store, corpus: Corpus, *, run_id: int, mode: str) -> DedupRep
         members = _recorded_elsewhere(store.path, digest)
     computed = 0
     if members is None:
-        missing = [item for item in items if item.row.row_key not in known]
+        early = {} if signed is None else signed.made
+        made = {item.row.row_key: early[item.row.row_key] for item in items
+                if item.row.row_key in early and item.row.row_key not in known}  # fmt: skip
+        missing = [item for item in items if item.row.row_key not in known and item.row.row_key not in made]
         taken = (
             signatures.from_other_stores(store.path, [item.row.row_key for item in missing])
             if missing
             else {}
         )
-        made = {
-            item.row.row_key: signatures.sign(signatures.row_text(item.row.data["text"], item.source))
+        made.update(
+            (item.row.row_key, signatures.sign(signatures.row_text(item.row.data["text"], item.source)))
             for item in missing
             if item.row.row_key not in taken
-        }
+        )
         computed = len(made)
         signatures.save(store, {**taken, **made})
         members = find_clusters(items, {**known, **taken, **made})

@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -59,6 +59,8 @@ from dlmstore.store.database import Store
 if TYPE_CHECKING:
     import numpy as np
 
+    from dlmstore.document.rows import Row
+
 _log = logging.getLogger(__name__)
 
 SHINGLE_WORDS = 5
@@ -68,7 +70,7 @@ SEED = 1
 SCHEME_VERSION = 1
 SCHEME = f"minhash-v{SCHEME_VERSION}:w{SHINGLE_WORDS}:p{NUM_PERM}:s{SEED}"
 
-#: Shingles permuted at once: a block is BLOCK x NUM_PERM uint32 (2 MiB).
+#: Shingles permuted at once: a block is NUM_PERM x BLOCK uint32 (2 MiB).
 BLOCK = 4096
 
 #: A word's bytes are weighted by powers of this odd 64-bit constant (mod 2**64).
@@ -173,11 +175,16 @@ def minhash(hashes: np.ndarray) -> np.ndarray:
     import numpy as np
 
     a, b = permutations()
+    a, b = a.reshape(-1, 1), b.reshape(-1, 1)
     values = np.full(NUM_PERM, 0xFFFFFFFF, dtype=np.uint32)
     with np.errstate(over="ignore"):
-        mixed = _fmix32(hashes.astype(np.uint32)).reshape(-1, 1)
+        mixed = _fmix32(hashes.astype(np.uint32))
         for begin in range(0, len(mixed), BLOCK):
-            np.minimum(values, (mixed[begin : begin + BLOCK] * a + b).min(axis=0), out=values)
+            # A permutation per row: its minimum is a contiguous reduction (1.6x the
+            # speed of a shingle per row, reduced across rows).
+            block = a * mixed[begin : begin + BLOCK]
+            block += b
+            np.minimum(values, block.min(axis=1), out=values)
     return values
 
 
@@ -238,6 +245,62 @@ def cached(conn: sqlite3.Connection, keys: Iterable[str]) -> dict[str, Signature
         (json.dumps(list(keys)), SCHEME),
     ).fetchall()
     return {row[0]: Signature(row[1], row[2], bytes(row[3])) for row in rows if len(row[3]) == 4 * NUM_PERM}
+
+
+def kept(conn: sqlite3.Connection, keys: Iterable[str]) -> set[str]:
+    """Those of ``keys`` whose signature store.db holds under :data:`SCHEME` (the keys alone)."""
+    import json
+
+    rows = conn.execute(
+        "SELECT s.row_key FROM json_each(?) AS k JOIN row_signatures AS s ON s.row_key = k.value "
+        "WHERE s.scheme = ? AND length(s.minhash) = ?",
+        (json.dumps(list(keys)), SCHEME, 4 * NUM_PERM),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+class Signing:
+    """Signatures made while the tokenize pass encodes its rows, on its encoding threads.
+
+    Signing the rows after the pass would be a second pass over their
+    text on one core while the other idles (about a third of a second
+    for 1,000 files of 13 MB): the pass instead hands each chunk it has
+    just encoded to :meth:`sign_rows`, on the thread that encoded it, so
+    signing shares both cores with encoding. Before encoding, the pass
+    names the rows it will encode (:meth:`expect`, on its own thread):
+    the text rows among them whose signature store.db does not keep are
+    the ones signed. :func:`dlmstore.corpus.dedup.analyse` takes
+    :attr:`made` and signs only what is still missing.
+
+    Args:
+        store: the document's store (its kept signatures are not made again).
+        sources: every text row's key, with the ``training.sources``
+            relpath of its file (``None`` for prose; see :func:`row_text`).
+    """
+
+    def __init__(self, store: Store, sources: Mapping[str, str | None]) -> None:
+        self._store = store
+        self._sources = sources
+        self._wanted: dict[str, str | None] = {}
+        self.made: dict[str, Signature] = {}
+
+    def expect(self, rows: Sequence[Row]) -> None:
+        """``rows`` are about to be encoded: sign those of them that are text rows without a kept signature."""
+        keys = [row.row_key for row in rows if row.row_key in self._sources]
+        if not keys:
+            return
+        with self._store.read() as conn:
+            there = kept(conn, keys)
+        self._wanted = {key: self._sources[key] for key in keys if key not in there}
+        if self._wanted:  # built here, once, rather than by two encoding threads at the same time
+            _tables()
+            permutations()
+
+    def sign_rows(self, rows: Sequence[Row]) -> None:
+        """Sign the wanted ones of ``rows`` (any thread; each row is signed by the thread that has it)."""
+        for row in rows:
+            if row.row_key in self._wanted and row.row_key not in self.made:
+                self.made[row.row_key] = sign(row_text(row.data["text"], self._wanted[row.row_key]))
 
 
 def from_other_stores(folder: Path, keys: Iterable[str]) -> dict[str, Signature]:

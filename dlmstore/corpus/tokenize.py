@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.pass_result import PassResult, TokenizedRows
+    from dlmstore.corpus.signatures import Signing
     from dlmstore.corpus.snapshot import PassSnapshot
     from dlmstore.document.rows import Row
     from dlmstore.store.database import Store
@@ -94,6 +95,7 @@ def tokenize_pass(
     materialize: bool = True,
     load_text_tokenizer: Callable[[], Any | None] | None = None,
     share: bool = False,
+    signer: Signing | None = None,
 ) -> PassResult:
     """Tokenize every row of ``corpus``, reading and filling the cache.
 
@@ -119,6 +121,9 @@ def tokenize_pass(
         share: before the tokenizer, take the entries other stores of the
             home hold for the rows that missed (``dlmstore.cache.share``);
             they count as hits, and ``event.cache_shared`` says how many.
+        signer: signs the text rows to encode on the threads that encode
+            them (``dlmstore.corpus.dedup.signing``), for the duplicate
+            search that follows the pass.
 
     Progress: the ``tokenizing`` task (``dlmstore.progress``), in rows
     (the summary counts the tokens, split as SFT and preference tokens).
@@ -222,6 +227,8 @@ def tokenize_pass(
                 for part, key in zip(PARTS, parts[row.row_key], strict=True):
                     if key not in lengths:  # a part already cached is kept as it is
                         fresh[key] = encoded[part].astype(pack_dtype)
+            if signer is not None:
+                signer.sign_rows(texts)
             if nbytes >= TRIM_AFTER_BYTES:
                 _give_back_freed_memory()
             return fresh
@@ -236,6 +243,8 @@ def tokenize_pass(
         ):
             threads = tokenizer_threads()
         _log.debug("tokenize pass: encoding on %s", plural(threads, "thread"))
+        if signer is not None:
+            signer.expect(todo)
         done = 0
         encoded = pipelined(_batches(todo), encode, threads=threads, chunks=_chunks, budget=BATCH_BYTES)
         for batch, fresh in encoded:
@@ -461,6 +470,7 @@ def tokenize_document(
         stats = stat_records(store, share=share) if enabled else None
         corpus = load_corpus(document, stat_cache=stats)
         source_warnings = corpus.expansion.warnings
+        signer = duplicates.signing(store, corpus)
         with recorded_run(
             store, command="tokenize", dlm_path=document.path, dlm_sha256=document.sha256
         ) as run_id:
@@ -476,6 +486,7 @@ def tokenize_document(
                 max_bytes=settings.cache.max_bytes,
                 materialize=materialize,
                 share=share,
+                signer=signer,
             )
             record_tokenization_event(
                 store, run_id, result.event,
@@ -484,7 +495,7 @@ def tokenize_document(
             if stats is not None:
                 stats.save(store)
                 snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
-            found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup)
+            found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup, signed=signer)
     summary = _summary(
         result, run_id=run_id, dlm_id=document.dlm_id, path=document.path, tokenizer_sha256=fingerprint,
         sequence_len=settings.sequence_len, warnings=[*source_warnings, *result.warnings],

@@ -274,7 +274,7 @@ def tokenize(
     from dlmstore.collector import paused
     from dlmstore.corpus import holdout
     from dlmstore.corpus.assemble import load_corpus
-    from dlmstore.corpus.dedup import analyse, kept_rows
+    from dlmstore.corpus.dedup import analyse, kept_rows, signing
     from dlmstore.corpus.tokenize import tokenize_pass
     from dlmstore.store.events import record_tokenization_event
 
@@ -286,10 +286,11 @@ def tokenize(
         share = settings.cache.share and not options.no_share
         stats = stat_records(store, share=share) if use_cache else None
         corpus = load_corpus(setup.document, stat_cache=stats)
+        signer = signing(store, corpus)
         result = tokenize_pass(
             store, corpus, run_id=run_id, tokenizer_sha256=base.fingerprint,
             load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode=mode,
-            max_bytes=settings.cache.max_bytes, share=share,
+            max_bytes=settings.cache.max_bytes, share=share, signer=signer,
         )  # fmt: skip
     record_tokenization_event(
         store, run_id, result.event, tokenizer_sha256=base.fingerprint, sequence_len=settings.sequence_len
@@ -300,7 +301,7 @@ def tokenize(
     if rows is None or preferences is None:  # a materializing pass always returns both
         raise RuntimeError("the tokenize pass returned no token arrays")
     with paused():
-        dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup)
+        dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup, signed=signer)
         rows = kept_rows(rows, dedup.dropped())
         contamination = holdout.find(store, corpus, dedup, run_id=run_id, seed=setup.seed)
     return Tokenized(
