@@ -11,6 +11,11 @@ Prints, side by side from one run on this machine (issues 17 and 31):
   the floor before, builds offsets and scales below the core count.)
   Measured for the first ``--first`` files of the tree (1,000 by default)
   and for the whole tree (the stdlib's ``**/*.py``, ~13K files);
+* **the encoding alone** on every core, the pass's way (the same reads,
+  then chunks of ``CHUNK_ROWS`` rows, one thread per core, the tokenizer's
+  pool off), for the first files: what encoding costs with nothing else
+  in the process, against the limit, and its CPU seconds against one
+  thread's (two threads encode at less than twice one's rate);
 * **cold** `dlm tokenize` (no store: its database is made, every row
   tokenized) of those ``--first`` files, median of ``--cold-repeat``, and
   of the whole tree, each as a ratio of its limit; then the whole tree with
@@ -89,6 +94,46 @@ print(tokens, time.perf_counter() - start)
 """
 
 
+#: The encoding alone, the pass's way: the same reads, then (timed with them) the texts encoded in
+#: chunks of the pass's CHUNK_ROWS rows by one thread per core, each with the tokenizer's pool off.
+#: What encoding on every core costs with nothing else in the process (no store, no signing).
+ENCODE_ALL = """
+import os, resource, sys, threading, time
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+from dlmstore.bases import load_tokenizer, resolve_base
+from dlmstore.corpus.tokenize import CHUNK_ROWS
+backend = load_tokenizer(resolve_base("smollm2-135m"))._tokenizer
+paths = open(sys.argv[1], encoding="utf-8").read().splitlines()
+threads = int(sys.argv[2])
+before = resource.getrusage(resource.RUSAGE_SELF)
+start, texts = time.perf_counter(), []
+for path in paths:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        texts.append(data.decode("utf-8") + "<|endoftext|>")
+    except UnicodeDecodeError:
+        pass
+chunks = iter([texts[i : i + CHUNK_ROWS] for i in range(0, len(texts), CHUNK_ROWS)])
+lock, tokens = threading.Lock(), []
+def work():
+    while True:
+        with lock:
+            chunk = next(chunks, None)
+        if chunk is None:
+            return
+        tokens.append(sum(len(e.ids) for e in backend.encode_batch_fast(chunk, add_special_tokens=True)))
+workers = [threading.Thread(target=work) for _ in range(threads)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+after = resource.getrusage(resource.RUSAGE_SELF)
+cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+print(sum(tokens), time.perf_counter() - start, cpu)
+"""
+
+
 def write_doc(path: Path, dlm_id: str, root: Path, include: str | None) -> Path:
     globs = f'      include: ["{include}"]\n' if include else ""
     path.write_text(
@@ -115,10 +160,13 @@ def tokenize(doc: Path, env: dict[str, str]) -> tuple[float, int, dict[str, obje
     return seconds, peak, json.loads(stdout)
 
 
-def cold(doc: Path, dlm_id: str, env: dict[str, str], home: Path) -> tuple[float, int, dict[str, object]]:
-    """A pass with no store: its database is made and every row tokenized (none taken from another store)."""
+def cold(
+    doc: Path, dlm_id: str, env: dict[str, str], home: Path, cpu: list[float] | None = None
+) -> tuple[float, int, dict[str, object]]:
+    """A pass with no store: its database is made and every row tokenized (none taken from another
+    store); its CPU seconds are appended to ``cpu``."""
     shutil.rmtree(home / "store" / dlm_id, ignore_errors=True)
-    seconds, peak, stdout = timed_process([DLM, "tokenize", str(doc), "--json", "--no-share"], env)
+    seconds, peak, stdout = timed_process([DLM, "tokenize", str(doc), "--json", "--no-share"], env, cpu=cpu)
     summary = json.loads(stdout)
     event = summary["tokenization"]
     assert event["cache_hits"] == 0, event  # type: ignore[index]
@@ -168,6 +216,13 @@ def limit(files: list[str], listing: Path, env: dict[str, str]) -> tuple[int, fl
     )
     tokens, seconds = int(out.split()[0]), float(out.split()[1])
     return tokens, seconds, rss, seconds / CORES
+
+
+def encoding_alone(listing: Path, env: dict[str, str]) -> tuple[int, float, float]:
+    """Tokens, wall and CPU seconds of :data:`ENCODE_ALL` over the files of ``listing`` on every core."""
+    _, _, out = timed_process([sys.executable, "-c", ENCODE_ALL, str(listing), str(CORES)], env)
+    tokens, seconds, cpu = out.split()
+    return int(tokens), float(seconds), float(cpu)
 
 
 def cpu_count() -> int:
@@ -228,15 +283,34 @@ def main() -> None:
         if args.first:
             first_tree = copy_first(files, args.root, args.first, work / "first" / args.root.name)
             first = write_doc(work / "first.dlm", ID_FIRST, first_tree, "**/*.py")
-            tokens, one, rss, first_limit = limit(chosen_files(first), work / "first.txt", env)
+            # The limit, the encoding alone and the cold pass in turn, each round, so that the
+            # machine's drift (a quarter within the hour) reaches all three alike; medians.
+            listing, limits, alone, colds, cpus = chosen_files(first), [], [], [], []
+            for _ in range(args.cold_repeat):
+                limits.append(limit(listing, work / "first.txt", env))
+                alone.append(encoding_alone(work / "first.txt", env))
+                colds.append(cold(first, ID_FIRST, env, home, cpus))
+            tokens, rss = limits[0][0], max(x[2] for x in limits)
+            one = statistics.median(x[1] for x in limits)
+            first_limit = one / CORES
             rows.append((f"first {args.first:,} files: limit", first_limit, rss,
-                         f"{tokens:,} tokens; encode_batch_fast on 1 thread {one:.2f} s / {CORES} cores"))  # fmt: skip
-            colds = [cold(first, ID_FIRST, env, home) for _ in range(args.cold_repeat)]
+                         f"{tokens:,} tokens; encode_batch_fast on 1 thread {one:.2f} s / {CORES} cores "
+                         f"(median of {args.cold_repeat}: {', '.join(f'{x[1]:.2f}' for x in limits)})"))  # fmt: skip
+            alone_s, alone_cpu = (
+                statistics.median(a[1] for a in alone),
+                statistics.median(a[2] for a in alone),
+            )
+            rows.append((f"first {args.first:,} files: encoding alone", alone_s, 0,
+                         f"on {CORES} threads as the pass encodes, median of {args.cold_repeat}: "
+                         f"{alone_s / first_limit:.2f}x the limit; {alone_cpu:.2f} s of CPU, "
+                         f"{alone_cpu / one:.2f}x one thread's"))  # fmt: skip
             first_cold, first_cold_rss = median_of(colds)  # type: ignore[arg-type]
             figures["first_cold/limit"] = first_cold / first_limit
+            cold_cpu = statistics.median(cpus)
             rows.append((f"first {args.first:,} files: cold dlm tokenize", first_cold, first_cold_rss,
-                         f"median of {args.cold_repeat} ({', '.join(f'{c[0]:.2f}' for c in colds)}); "
-                         f"{first_cold / first_limit:.2f}x the limit"))  # fmt: skip
+                         f"median of {args.cold_repeat} ({', '.join(f'{c[0]:.2f}' for c in colds)}): "
+                         f"{first_cold / first_limit:.2f}x the limit; {cold_cpu:.2f} s of CPU, "
+                         f"{cold_cpu / one:.2f}x one thread's encoding"))  # fmt: skip
             tokenize(first, env)
             tokenize(first, env)  # all hits, mtimes past: takes the snapshot if the cold pass could not
             assert has_snapshot(home, ID_FIRST), "no pass snapshot was taken of the first files"

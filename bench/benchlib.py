@@ -78,8 +78,13 @@ def make_tiny_tree(tree: Path, count: int) -> Path:
     return tree
 
 
-def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
+def timed_process(
+    argv: list[str], env: dict[str, str], *, cpu: list[float] | None = None
+) -> tuple[float, int, bytes]:
     """Wall seconds, peak RSS (bytes, from ``wait4``: this child's own) and stdout of one process.
+
+    With ``cpu``, the process's CPU seconds (user + system, from the same
+    ``wait4``) are appended to it.
 
     Raises:
         SystemExit: the process failed (its stderr is shown).
@@ -92,6 +97,8 @@ def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, int, byt
         stdout = proc.stdout.read()  # type: ignore[union-attr]
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
+        if cpu is not None:
+            cpu.append(usage.ru_utime + usage.ru_stime)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
