@@ -223,7 +223,7 @@ def corpus_sha256(items: Sequence[TextRow]) -> str:
 def signing(store: Store, corpus: Corpus) -> signatures.Signing:
     """What signs ``corpus``'s text rows while the tokenize pass encodes them (``tokenize_pass``'s
     ``signer``; :func:`analyse` takes its signatures)."""
-    return signatures.Signing(store, {item.row.row_key: item.source for item in text_rows(corpus)})
+    return signatures.Signing(store, lambda: {item.row.row_key: item.source for item in text_rows(corpus)})
 
 
 def analyse(

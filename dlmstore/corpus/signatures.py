@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -274,11 +274,13 @@ class Signing:
 
     Args:
         store: the document's store (its kept signatures are not made again).
-        sources: every text row's key, with the ``training.sources``
-            relpath of its file (``None`` for prose; see :func:`row_text`).
+        sources: gives every text row's key, with the ``training.sources``
+            relpath of its file (``None`` for prose; see :func:`row_text`);
+            called only when some row is to be encoded (a pass of all hits
+            never needs it).
     """
 
-    def __init__(self, store: Store, sources: Mapping[str, str | None]) -> None:
+    def __init__(self, store: Store, sources: Callable[[], Mapping[str, str | None]]) -> None:
         self._store = store
         self._sources = sources
         self._wanted: dict[str, str | None] = {}
@@ -286,12 +288,15 @@ class Signing:
 
     def expect(self, rows: Sequence[Row]) -> None:
         """``rows`` are about to be encoded: sign those of them that are text rows without a kept signature."""
-        keys = [row.row_key for row in rows if row.row_key in self._sources]
+        if not rows:
+            return
+        sources = self._sources()
+        keys = [row.row_key for row in rows if row.row_key in sources]
         if not keys:
             return
         with self._store.read() as conn:
             there = kept(conn, keys)
-        self._wanted = {key: self._sources[key] for key in keys if key not in there}
+        self._wanted = {key: sources[key] for key in keys if key not in there}
         if self._wanted:  # built here, once, rather than by two encoding threads at the same time
             _tables()
             permutations()
