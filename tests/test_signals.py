@@ -231,30 +231,52 @@ def test_a_rank_binds_itself_to_the_launcher_and_stops_at_once_when_the_launcher
     assert str(Terminated(signal.SIGTERM)) == "terminated by SIGTERM"
 
 
-def _ray_build(
-    tmp_path: Path, base: Path
-) -> tuple[subprocess.Popen[str], psutil.Process, list[psutil.Process]]:
-    """`dlm data build pretrain --engine ray` at work: (driver, Ray's reaper, the local Ray's processes)."""
+def _ray_driver(tmp_path: Path, base: Path) -> subprocess.Popen[str]:
+    """`dlm data build pretrain --engine ray` (a local Ray) started on 60,000 documents."""
     ray = pytest.importorskip("ray")
     del ray
     source = tmp_path / "docs.jsonl"
     with source.open("w") as out:
         for i in range(60_000):
             out.write(json.dumps({"text": f"Document {i}: " + "lorem ipsum dolor sit amet " * 40}) + "\n")
-    driver = _started(
+    return _started(
         "data", "build", "pretrain", "--from", str(source), "--out", str(tmp_path / "out"), "--base", str(base),
         "--engine", "ray", "--workers", "1",
     )  # fmt: skip
+
+
+def _reapers(children: list[psutil.Process]) -> list[psutil.Process]:
+    return [child for child in children if child.cmdline()[1:2] == ["-c"]]
+
+
+def _ray_build(
+    tmp_path: Path, base: Path
+) -> tuple[subprocess.Popen[str], psutil.Process, list[psutil.Process]]:
+    """`dlm data build pretrain --engine ray` at work: (driver, Ray's reaper, the local Ray's processes)."""
+    driver = _ray_driver(tmp_path, base)
     deadline = time.monotonic() + PATIENCE_S
     while True:  # the reaper starts once Ray is up, just before the build is handed the session
         assert driver.poll() is None, driver.communicate()
         assert time.monotonic() < deadline, "Ray did not start"
         children = psutil.Process(driver.pid).children(recursive=True)
-        reapers = [child for child in children if child.cmdline()[1:2] == ["-c"]]
-        if reapers:
+        if reapers := _reapers(children):
             others = [child for child in children if child not in reapers]
             return driver, reapers[0], others
         time.sleep(0.05)
+
+
+def _ray_starting(tmp_path: Path, base: Path) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """The same build while ``ray.init`` is still at work (its agents up, no reaper yet): (driver, its processes)."""
+    driver = _ray_driver(tmp_path, base)
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "Ray's agents did not start"
+        children = psutil.Process(driver.pid).children(recursive=True)
+        if any("Agent" in " ".join(child.cmdline()) for child in children):
+            assert not _reapers(children), "ray.init was over before its agents were seen"
+            return driver, children
+        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -270,6 +292,25 @@ def test_sigterm_or_ctrl_c_to_a_ray_build_is_one_error_line_and_shuts_ray_down(
     _, stderr = driver.communicate(timeout=PATIENCE_S)
     assert (driver.returncode, _errors(stderr)) == (status, [line])  # no stack dump, no traceback
     assert _ended([reaper, *ray_processes])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "status", "line"),
+    [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")],
+)
+def test_sigterm_or_ctrl_c_while_ray_starts_is_one_error_line_and_leaves_no_ray_process_behind(
+    tmp_path: Path, tiny_base: Path, sig: signal.Signals, status: int, line: str
+) -> None:
+    # Stopped inside ray.init, a build once left Ray's agents running for a minute (no reaper
+    # had been handed them yet), and a Ctrl-C there could crash the process on its way out
+    # (exit status -11 after its error line).
+    driver, ray_processes = _ray_starting(tmp_path, tiny_base)
+    driver.send_signal(sig)
+    _, stderr = driver.communicate(timeout=PATIENCE_S)
+    assert (driver.returncode, _errors(stderr)) == (status, [line])
+    _, alive = psutil.wait_procs(ray_processes, timeout=20)  # the agents alone waited 60-75 s
+    assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
 @pytest.mark.slow

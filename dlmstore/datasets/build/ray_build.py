@@ -59,7 +59,7 @@ from dlmstore.datasets.build.chat import ChatEncoding
 from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.datasets.build.engines import DEFAULT_BLOCK_DOCS
 from dlmstore.datasets.build.output import Clock, batched
-from dlmstore.datasets.build.ray_local import descendants, release, signals_kept, start_reaper
+from dlmstore.datasets.build.ray_local import ctrl_c_held, descendants, release, signals_kept, start_reaper
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
 from dlmstore.datasets.meta import FileEntry
@@ -193,28 +193,34 @@ def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
         return
     address = engine.resolved_address()
     before = descendants(os.getpid()) if address is None else set()
+    reaper = None
+    # Ray is shut down however this ends, from the moment ray.init starts, and what a local
+    # ray.init started is reaped even when it was stopped before the reaper was handed it (a
+    # SIGTERM while it starts: its dashboard and runtime-env agents outlived the build by a minute).
     try:
-        with signals_kept():
-            if address is None:
-                ray.init(
-                    address="local",
-                    num_cpus=engine.workers or os.cpu_count() or 1,
-                    include_dashboard=False,
-                    logging_level=logging.WARNING,
-                )
-            else:
-                _connect(ray, address)
-    except SystemExit as exc:  # what Ray's own SIGTERM handler raises, in place while ray.init runs
-        if exc.code != signal.SIGTERM:
-            raise
-        ray.shutdown()
-        raise Terminated(signal.SIGTERM) from None
-    reaper = start_reaper(before) if address is None else None
-    try:
+        try:
+            with signals_kept(), ctrl_c_held():
+                if address is None:
+                    ray.init(
+                        address="local",
+                        num_cpus=engine.workers or os.cpu_count() or 1,
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                    )
+                else:
+                    _connect(ray, address)
+        except SystemExit as exc:  # what Ray's own SIGTERM handler raises, in place while ray.init runs
+            if exc.code != signal.SIGTERM:
+                raise
+            raise Terminated(signal.SIGTERM) from None
+        if address is None:
+            reaper = start_reaper(before)
         yield ray, engine.workers or _cluster_cpus(ray)
     finally:
         with signals_kept():
             ray.shutdown()
+        if reaper is None and address is None:
+            reaper = start_reaper(before)
         if reaper is not None:
             release(reaper)
 

@@ -68,6 +68,30 @@ def signals_kept() -> Iterator[None]:
                 signal.signal(which, handler)
 
 
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Within the block Ctrl-C (SIGINT) is held: recorded, and raised as KeyboardInterrupt once the block is done.
+
+    ``ray.init`` stopped halfway by a KeyboardInterrupt leaves Ray's C++ core
+    half started, and the process then crashed on its way out (exit status
+    -11, after its ``error: interrupted`` line); held, the Ctrl-C stops the
+    build a few seconds later, once Ray is up and can be shut down. (SIGTERM
+    cannot be held the same way: ``ray.init`` puts its own handler in first.)
+    Only the main thread has signal handlers; elsewhere nothing is held.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def start_reaper(before: set[tuple[int, str]]) -> subprocess.Popen[bytes] | None:
     """Start the reaper of the processes under this one that are not in ``before`` (what ``ray.init`` started).
 
