@@ -15,11 +15,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from dlmstore import __version__
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 #: Exit statuses of ``dlm`` (docs/cli.md lists them; scripts/docgen.py reads this).
 EXIT_CODES: tuple[tuple[int, str], ...] = (
@@ -116,7 +119,9 @@ def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
     KeyboardInterrupt: the same cleanup runs, and the command ends with one ``error:`` line.
 
     A second SIGTERM during that cleanup is ignored (SIGKILL still ends the
-    process). Only the main thread can set a handler; elsewhere nothing changes.
+    process). Both are raised only outside a finalizer (:func:`_in_finalizer`);
+    one that comes inside is sent again a moment later. Only the main thread
+    can set a handler; elsewhere nothing changes.
     """
     import signal
     import threading
@@ -124,22 +129,66 @@ def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
     if threading.current_thread() is not threading.main_thread():
         return contextlib.nullcontext()
 
-    def terminated(signum: int, _frame: object) -> None:
+    def terminated(signum: int, frame: FrameType | None) -> None:
         from dlmstore.errors import Terminated
         from dlmstore.train.distributed import LAUNCHER_GONE, launcher_gone
 
+        if _in_finalizer(frame):
+            _send_again(signum)
+            return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated(signum, LAUNCHER_GONE if launcher_gone() else None)
 
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        if _in_finalizer(frame):
+            _send_again(signum)
+            return
+        raise KeyboardInterrupt
+
     @contextlib.contextmanager
     def handled() -> Iterator[None]:
-        previous = signal.signal(signal.SIGTERM, terminated)
+        previous = {
+            signal.SIGTERM: signal.signal(signal.SIGTERM, terminated),
+            signal.SIGINT: signal.signal(signal.SIGINT, interrupted),
+        }
         try:
             yield
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for which, handler in previous.items():
+                signal.signal(which, handler)
 
     return handled()
+
+
+#: How long after a signal that came inside a finalizer it is sent again.
+RESEND_S = 0.02
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a finalizer (a ``__del__``, a ``weakref.finalize`` callback).
+
+    An exception raised there never reaches the command: Python prints
+    ``Exception ignored in ...`` and goes on. A SIGTERM that landed in a
+    regex object's ``__del__`` during a Ray build was lost so (the build
+    ran to its end and exited 0).
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "__call__" and code.co_filename.endswith("weakref.py")
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _send_again(signum: int) -> None:
+    """``signum`` to this process again in :data:`RESEND_S`, once the finalizer it came in has returned."""
+    import threading
+
+    timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 def _fail(reports: list[tuple[str, str | None]], code: int, *, signum: int | None = None) -> NoReturn:

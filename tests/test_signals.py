@@ -231,6 +231,35 @@ def test_a_rank_binds_itself_to_the_launcher_and_stops_at_once_when_the_launcher
     assert str(Terminated(signal.SIGTERM)) == "terminated by SIGTERM"
 
 
+@pytest.mark.parametrize(
+    ("sig", "raised"), [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)]
+)
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command(
+    sig: signal.Signals, raised: type[BaseException]
+) -> None:
+    # Raised inside a __del__, the exception would be printed as "Exception ignored" and lost: a
+    # SIGTERM that landed in a regex object's __del__ let a Ray build run on to exit 0.
+    from dlmstore.cli.main import _sigterm_raises
+
+    landed: list[bool] = []
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), sig)
+            deadline = time.monotonic() + 0.2
+            while time.monotonic() < deadline:  # the handler runs here, inside __del__
+                pass
+            landed.append(True)
+
+    with pytest.raises(raised), _sigterm_raises():
+        Finalized()  # dropped at once: its __del__ runs, the signal arrives inside it
+        assert landed == [True]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+        pytest.fail(f"{sig.name} that came inside a __del__ was lost")
+
+
 def _ray_driver(tmp_path: Path, base: Path) -> subprocess.Popen[str]:
     """`dlm data build pretrain --engine ray` (a local Ray) started on 60,000 documents."""
     ray = pytest.importorskip("ray")
