@@ -260,6 +260,17 @@ def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command(
         pytest.fail(f"{sig.name} that came inside a __del__ was lost")
 
 
+#: A command stopped by each signal: its exit status and its one line.
+STOPPED = [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")]
+
+
+def _stopped_by(driver: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, list[str]]:
+    """``sig`` sent to ``driver``: its exit status and its error lines."""
+    driver.send_signal(sig)
+    _, stderr = driver.communicate(timeout=PATIENCE_S)
+    return driver.returncode, _errors(stderr)
+
+
 def _ray_driver(tmp_path: Path, base: Path) -> subprocess.Popen[str]:
     """`dlm data build pretrain --engine ray` (a local Ray) started on 60,000 documents."""
     ray = pytest.importorskip("ray")
@@ -309,25 +320,17 @@ def _ray_starting(tmp_path: Path, base: Path) -> tuple[subprocess.Popen[str], li
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("sig", "status", "line"),
-    [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")],
-)
+@pytest.mark.parametrize(("sig", "status", "line"), STOPPED)
 def test_sigterm_or_ctrl_c_to_a_ray_build_is_one_error_line_and_shuts_ray_down(
     tmp_path: Path, tiny_base: Path, sig: signal.Signals, status: int, line: str
 ) -> None:
     driver, reaper, ray_processes = _ray_build(tmp_path, tiny_base)
-    driver.send_signal(sig)
-    _, stderr = driver.communicate(timeout=PATIENCE_S)
-    assert (driver.returncode, _errors(stderr)) == (status, [line])  # no stack dump, no traceback
+    assert _stopped_by(driver, sig) == (status, [line])  # no stack dump, no traceback
     assert _ended([reaper, *ray_processes])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("sig", "status", "line"),
-    [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")],
-)
+@pytest.mark.parametrize(("sig", "status", "line"), STOPPED)
 def test_sigterm_or_ctrl_c_while_ray_starts_is_one_error_line_and_leaves_no_ray_process_behind(
     tmp_path: Path, tiny_base: Path, sig: signal.Signals, status: int, line: str
 ) -> None:
@@ -335,9 +338,7 @@ def test_sigterm_or_ctrl_c_while_ray_starts_is_one_error_line_and_leaves_no_ray_
     # had been handed them yet), and a Ctrl-C there could crash the process on its way out
     # (exit status -11 after its error line).
     driver, ray_processes = _ray_starting(tmp_path, tiny_base)
-    driver.send_signal(sig)
-    _, stderr = driver.communicate(timeout=PATIENCE_S)
-    assert (driver.returncode, _errors(stderr)) == (status, [line])
+    assert _stopped_by(driver, sig) == (status, [line])
     _, alive = psutil.wait_procs(ray_processes, timeout=20)  # the agents alone waited 60-75 s
     assert [p.cmdline() for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 

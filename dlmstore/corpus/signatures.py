@@ -247,18 +247,6 @@ def cached(conn: sqlite3.Connection, keys: Iterable[str]) -> dict[str, Signature
     return {row[0]: Signature(row[1], row[2], bytes(row[3])) for row in rows if len(row[3]) == 4 * NUM_PERM}
 
 
-def kept(conn: sqlite3.Connection, keys: Iterable[str]) -> set[str]:
-    """Those of ``keys`` whose signature store.db holds under :data:`SCHEME` (the keys alone)."""
-    import json
-
-    rows = conn.execute(
-        "SELECT s.row_key FROM json_each(?) AS k JOIN row_signatures AS s ON s.row_key = k.value "
-        "WHERE s.scheme = ? AND length(s.minhash) = ?",
-        (json.dumps(list(keys)), SCHEME, 4 * NUM_PERM),
-    ).fetchall()
-    return {row[0] for row in rows}
-
-
 class Signing:
     """Signatures made while the tokenize pass encodes its rows, on its encoding threads.
 
@@ -295,7 +283,7 @@ class Signing:
         if not keys:
             return
         with self._store.read() as conn:
-            there = kept(conn, keys)
+            there = cached(conn, keys)
         self._wanted = {key: sources[key] for key in keys if key not in there}
         if self._wanted:  # built here, once, rather than by two encoding threads at the same time
             _tables()
