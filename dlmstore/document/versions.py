@@ -12,7 +12,8 @@ from  what the next version added
 ====  ===========================================================
 1     ``training.dpo`` became ``training.preference`` (``method``;
       ``beta``/``learning_rate``/``num_epochs`` under ``hyperparams``;
-      ``reference: pre_dpo_adapter`` became ``pre_adapter``)
+      ``reference: pre_dpo_adapter`` became ``pre_adapter``; an empty
+      ``dpo:`` is dropped)
 2     ``training.cpt``
 3     ``training.adapters`` and ``::type#adapter::`` fences
 4     ``training.precision``
@@ -64,6 +65,8 @@ def _dpo_to_preference(data: Mapping) -> Mapping:
         return data
     training = dict(training)
     dpo = training.pop("dpo")
+    if dpo is None:  # an empty ``dpo:`` block holds nothing: DLM's step drops it, and so does this one
+        return {**data, "training": training}
     if not isinstance(dpo, dict):
         training["preference"] = dpo  # the schema reports the bad value under its new name
         return {**data, "training": training}
