@@ -136,6 +136,30 @@ def tiny_base(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def trained_store(tiny_base: Path, session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose adapter v1 was trained on ``tiny_base`` by ``helpers.export_doc`` (once per module).
+
+    Copy it into a test's home (``shutil.copytree`` to ``dlm_home / "store" / VALID_ID``) and write
+    the document with ``export_doc`` to export, prompt or evaluate without training again.
+    """
+    import torch
+
+    from .helpers import VALID_ID, export_doc
+
+    home = tmp_path_factory.mktemp("export-home")
+    (home / "bases").symlink_to(session_bases, target_is_directory=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLM_HOME", str(home))
+        from dlmstore.train.trainer import train_document
+
+        train_document(str(export_doc(tmp_path_factory.mktemp("export-doc"), tiny_base)))
+    torch.set_num_threads(threads)
+    return home / "store" / VALID_ID
+
+
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
     """Train the tiny base on one torch thread, then restore the count.

@@ -29,6 +29,36 @@ def write_doc(path: Path, body: str = "Some prose.\n", frontmatter: str = "") ->
     return path
 
 
+#: The document of an exported store (``trained_store`` in conftest.py): prose and two pairs.
+EXPORT_BODY = """Prose about dlmstore, the local-first store.
+
+::instruction::
+### Q
+Where is the metadata kept?
+### A
+In store.db, beside the token blobs.
+
+### Q
+What writes adapters?
+### A
+dlm train writes them.
+"""
+#: Its frontmatter: three steps on the tiny base, a system prompt, the export defaults.
+EXPORT_FRONT = (
+    "system_prompt: You answer briefly.\n"
+    "training:\n  sequence_len: 64\n  max_steps: 3\n  micro_batch_size: 2\n  seed: 7\n"
+    "  learning_rate: 0.02\n  lora_r: 8\n  lora_alpha: 16\n"
+    "  target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n"
+    "  preference:\n    enabled: false\n"
+    "export:\n  default_quant: Q8_0\n  default_temperature: 0.3\n"
+)
+
+
+def export_doc(folder: Path, base: Path) -> Path:
+    """The document ``trained_store`` (conftest.py) belongs to, written in ``folder`` on ``base``."""
+    return write_doc(folder / "doc.dlm", body=EXPORT_BODY, frontmatter=f"base_model: {base}\n" + EXPORT_FRONT)
+
+
 # --- locks ----------------------------------------------------------------------------------
 
 

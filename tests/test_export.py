@@ -1,7 +1,7 @@
 """`dlm export`: the files it writes, where it may write them, what it records, and its faults.
 
-One store is trained per module on ``tiny_base`` (conftest.py) and copied
-into each test's home, so every test starts from a trained adapter without
+One store is trained per module on ``tiny_base`` (``trained_store`` in
+conftest.py) and copied into each test's home, so every test starts from a trained adapter without
 training again. llama.cpp's parity with transformers is checked in
 test_export_parity.py.
 """
@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,52 +27,7 @@ from dlmstore.cli.main import cli
 from dlmstore.errors import ExportError
 from dlmstore.home import store_dir
 
-from .helpers import VALID_ID, write_doc
-
-BODY = """Prose about dlmstore, the local-first store.
-
-::instruction::
-### Q
-Where is the metadata kept?
-### A
-In store.db, beside the token blobs.
-
-### Q
-What writes adapters?
-### A
-dlm train writes them.
-"""
-FRONT = (
-    "system_prompt: You answer briefly.\n"
-    "training:\n  sequence_len: 64\n  max_steps: 3\n  micro_batch_size: 2\n  seed: 7\n"
-    "  learning_rate: 0.02\n  lora_r: 8\n  lora_alpha: 16\n"
-    "  target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n"
-    "  preference:\n    enabled: false\n"
-    "export:\n  default_quant: Q8_0\n  default_temperature: 0.3\n"
-)
-
-
-def export_doc(folder: Path, base: Path) -> Path:
-    """The document the trained store belongs to, written in ``folder``."""
-    return write_doc(folder / "doc.dlm", body=BODY, frontmatter=f"base_model: {base}\n" + FRONT)
-
-
-@pytest.fixture(scope="module")
-def trained_store(tiny_base: Path, session_bases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store whose adapter v1 was trained on ``tiny_base`` by the document above (once per module)."""
-    import torch
-
-    home = tmp_path_factory.mktemp("export-home")
-    (home / "bases").symlink_to(session_bases, target_is_directory=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DLM_HOME", str(home))
-        from dlmstore.train.trainer import train_document
-
-        train_document(str(export_doc(tmp_path_factory.mktemp("export-doc"), tiny_base)))
-    torch.set_num_threads(threads)
-    return home / "store" / VALID_ID
+from .helpers import EXPORT_BODY, REPO, VALID_ID, export_doc
 
 
 @pytest.fixture
@@ -303,6 +261,114 @@ def test_a_full_disk_while_exporting_is_one_error_and_leaves_no_folder_and_no_ro
     assert _db().execute("SELECT count(*) FROM exports").fetchone() == (0,)
 
 
+# --- what a killed export leaves ---------------------------------------------------------------
+
+#: The repository on the path of the `dlm export` processes the tests start, on one OpenMP thread.
+_ENV = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+#: What a test waits for at most before it calls the export stuck (a hang guard, not a measurement).
+PATIENCE_S = 300
+
+
+def _exporting(doc: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    """`dlm export DOC ARGS` in a process of its own, once its staging folder holds the merged model."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "dlmstore.cli.main", "export", str(doc), *args],
+        env={**os.environ, **_ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out = Path(args[args.index("-o") + 1]) if "-o" in args else store_dir(VALID_ID) / "exports" / "v0001-Q8_0"
+    deadline = time.monotonic() + PATIENCE_S
+    while not (
+        found := [p for p in out.parent.glob(f".{out.name}-*") if (p / "hf" / "config.json").exists()]
+    ):
+        assert command.poll() is None, command.communicate()
+        assert time.monotonic() < deadline, "the export wrote nothing"
+        time.sleep(0.02)
+    return command, found[0]
+
+
+def _killed_export(doc: Path, *args: str) -> Path:
+    """The staging folder a `dlm export DOC ARGS` killed with SIGKILL half way left behind."""
+    command, staging = _exporting(doc, *args)
+    command.kill()
+    command.communicate()
+    assert staging.is_dir()
+    return staging
+
+
+def _verified(*args: str) -> tuple[int, list[tuple[str, str, str, bool]]]:
+    result = CliRunner().invoke(cli, ["cache", "verify", *args, "--json"])
+    problems = json.loads(result.stdout)["problems"]
+    return result.exit_code, [(p["kind"], p["path"], p["detail"], p["repaired"]) for p in problems]
+
+
+KILLED = "leftover staging folder of an export that was killed before it finished"
+
+
+@pytest.mark.slow
+def test_a_killed_exports_staging_folder_is_reported_by_verify_removed_by_repair_and_swept_by_the_next_export(
+    runner: CliRunner, doc: Path
+) -> None:
+    exports = store_dir(VALID_ID) / "exports"
+    first = _killed_export(doc)
+    assert _verified(str(doc)) == (1, [("staging_dir", f"exports/{first.name}", KILLED, False)])
+    assert _verified(str(doc), "--repair") == (0, [("staging_dir", f"exports/{first.name}", KILLED, True)])
+    assert not first.exists() and _verified(str(doc)) == (0, [])
+    second = _killed_export(doc)
+    result = runner.invoke(cli, ["export", str(doc), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["notes"] == [
+        f"removed {second}: the staging folder of an export that was killed before it finished"
+    ]
+    assert f"note: removed {second}: the staging folder" in result.stderr
+    assert sorted(p.name for p in exports.iterdir()) == ["v0001-Q8_0"]
+    assert _verified(str(doc)) == (0, [])
+
+
+@pytest.mark.slow
+def test_a_killed_export_into_an_out_folder_is_swept_beside_it_and_a_users_look_alike_folders_are_kept(
+    runner: CliRunner, doc: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    _export(runner, str(doc), "--target", "hf", "-o", str(out))
+    mine = [tmp_path / ".out-notes", tmp_path / ".out-abcd1234"]  # named as staging is, but not dlm's
+    for folder in mine:
+        folder.mkdir()
+        (folder / "keep.txt").write_text("mine")
+    (tmp_path / ".out-linked").symlink_to(mine[0], target_is_directory=True)
+    staging = _killed_export(doc, "--quant", "Q8_0", "-o", str(out))
+    assert _verified(str(doc)) == (1, [("staging_dir", str(staging), KILLED, False)])
+    result = runner.invoke(cli, ["export", str(doc), "--quant", "Q8_0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not staging.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == [
+        ".out-abcd1234", ".out-linked", ".out-notes",
+    ]  # fmt: skip
+    assert all((folder / "keep.txt").read_text() == "mine" for folder in mine)
+    assert json.loads((out / "dlm-export.json").read_text())["quant"] == "Q8_0"
+    assert _verified(str(doc)) == (0, [])
+
+
+@pytest.mark.slow
+def test_the_staging_folder_of_an_export_running_in_another_process_is_left_alone(
+    runner: CliRunner, doc: Path, tmp_path: Path
+) -> None:
+    command, staging = _exporting(doc)
+    command.send_signal(signal.SIGSTOP)  # held still with its staging folder half written
+    try:
+        before = sorted(p.relative_to(staging) for p in staging.rglob("*"))
+        assert _verified(str(doc), "--repair") == (0, [])
+        _export(runner, str(doc), "--target", "hf", "-o", str(tmp_path / "other"))
+        _export(runner, str(doc), "--target", "hf")  # its staging sits beside the running one's
+        assert sorted(p.relative_to(staging) for p in staging.rglob("*")) == before
+    finally:
+        command.send_signal(signal.SIGCONT)
+    _, stderr = command.communicate(timeout=PATIENCE_S)
+    assert command.returncode == 0, stderr
+    exports = store_dir(VALID_ID) / "exports"
+    assert sorted(p.name for p in exports.iterdir()) == ["v0001-Q8_0", "v0001-hf"]
+    assert not staging.exists() and _verified(str(doc)) == (0, [])
+
+
 # --- what is refused ----------------------------------------------------------------------------
 
 
@@ -415,7 +481,7 @@ def test_a_qwen2_or_llama3_style_tokenizer_tokenizes_in_llama_cpp_as_in_transfor
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tokenizer.train_from_iterator([BODY, TRICKY, BODY.upper()] * 3, trainer)
+    tokenizer.train_from_iterator([EXPORT_BODY, TRICKY, EXPORT_BODY.upper()] * 3, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", bos_token="<|im_start|>"
     )
@@ -430,7 +496,7 @@ def test_a_qwen2_or_llama3_style_tokenizer_tokenizes_in_llama_cpp_as_in_transfor
     write_model_gguf(tmp_path, tmp_path / "model.gguf")
     llm = Llama(model_path=str(tmp_path / "model.gguf"), vocab_only=True, verbose=False)
     try:
-        for text in (TRICKY, BODY):
+        for text in (TRICKY, EXPORT_BODY):
             expected = fast(text, add_special_tokens=False)["input_ids"]
             assert llm.tokenize(text.encode(), add_bos=False, special=False) == expected
     finally:

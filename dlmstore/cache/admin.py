@@ -373,7 +373,7 @@ PROBLEM_KINDS = (
     "wrong_totals",  # cache_totals disagrees with the entries
     "orphan_file",  # a pack file no row registers
     "temp_file",  # a temp file of an atomic write that never finished
-    "staging_dir",  # a staging folder of a base conversion that never finished
+    "staging_dir",  # a staging folder of a base conversion or an export that never finished
 )
 
 
@@ -498,7 +498,45 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         Problem("staging_dir", p, "leftover folder of a base conversion that never finished", repair)
         for p in debris.staging
     ]
+    problems += [
+        Problem(
+            "staging_dir",
+            p,
+            "leftover staging folder of an export that was killed before it finished",
+            repair,
+        )
+        for p in _export_staging(store, remove=repair)
+    ]
     return VerifyResult(len(entries), len(packs), problems, debris.store_in_use)
+
+
+#: The store's folder of exports: ``dlm export``'s default ``-o`` (``dlmstore.export``, a layer above).
+EXPORTS_DIR = "exports"
+
+
+def _export_staging(store: Store, *, remove: bool) -> list[str]:
+    """Staging folders killed exports left, removed too when ``remove``.
+
+    Looked for in the store's ``exports/`` (every staging folder there) and
+    beside each folder an export of this store was recorded in (those of an
+    export into that folder). Whether one is a leftover is decided by its
+    own owner lock (:func:`~dlmstore.store.atomic.stale_staging`), not by the
+    store lock or its age: an export running in another process keeps its
+    staging folder locked, and a folder dlm did not stage is never looked at.
+    """
+    from dlmstore.store.atomic import staging_prefix, stale_staging
+    from dlmstore.store.path_text import text_paths
+
+    exports = store.path / EXPORTS_DIR
+    with store.read() as conn:
+        recorded = [
+            Path(path) for row in conn.execute("SELECT path FROM exports") for path in text_paths(row["path"])
+        ]
+    found = stale_staging(exports, ".", remove=remove)
+    for folder in sorted(set(recorded)):
+        if folder.parent != exports:
+            found += stale_staging(folder.parent, staging_prefix(folder), remove=remove)
+    return [_shown(path, store.path) for path in found]
 
 
 def _history(store: Store, repair: bool) -> list[Problem]:

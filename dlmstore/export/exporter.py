@@ -53,6 +53,7 @@ from dlmstore.export.folder import (
     manifest_bytes,
     publish,
     stage,
+    sweep,
 )
 from dlmstore.export.model_gguf import write_model_gguf
 from dlmstore.export.quantize import DEFAULT_QUANT, QUANTS, quantize, smoke
@@ -180,7 +181,10 @@ def export_document(
         # The base the adapter was trained on, which the document may have changed since.
         ref = resolve_base(version.base_model, relative_to=document.directory)
         params = None if target == "hf" else _gguf_params(ref, adapter_dir)
-        notes: list[str] = []
+        notes = [
+            f"removed {path}: the staging folder of an export that was killed before it finished"
+            for path in sweep(claim, store.path / EXPORTS_DIR)
+        ]
         staging = stage(claim)
         try:
             with staging:

@@ -11,7 +11,12 @@ and every other file is left alone.
 
 **Writing.** Everything is written into a staging folder beside ``DIR``
 (``.DIR-xxxx``), so a failure part way (a full disk, a crash) leaves
-``DIR`` as it was and the staging folder is removed. Publishing then
+``DIR`` as it was and the staging folder is removed. A kill (SIGKILL, a
+power cut) cannot remove it, so the staging folder holds an owner file its
+export keeps locked (:class:`~dlmstore.store.atomic.StagingDir`'s
+``owned``): the next export (:func:`sweep`) and ``dlm cache verify
+--repair`` remove a staging folder whose export is gone, and never one an
+export in another process is still filling. Publishing then
 renames: a new ``DIR`` is the staging folder renamed in one step. An
 existing one is marked :data:`PARTIAL` and its manifest removed first (a
 half-replaced folder never passes for a complete export), then each new
@@ -34,7 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.errors import ExportError
-from dlmstore.store.atomic import StagingDir, fsync_dir, fsync_tree, write_bytes_atomic
+from dlmstore.store.atomic import (
+    OWNER_NAME,
+    StagingDir,
+    fsync_dir,
+    fsync_tree,
+    staging_prefix,
+    stale_staging,
+    write_bytes_atomic,
+)
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.regular_files import load_json, read_regular
 
@@ -159,6 +172,8 @@ def hash_files(root: Path) -> list[ExportedFile]:
         dirs.sort()
         for name in sorted(files):
             path = Path(directory) / name
+            if directory == str(root) and name == OWNER_NAME:
+                continue  # the staging folder's own lock, not the export's
             relative = path.relative_to(root).as_posix()
             out.append(ExportedFile(relative, file_sha256(path), path.stat().st_size))
     return sorted(out, key=lambda item: item.path)
@@ -172,12 +187,30 @@ def stage(claim: Claim) -> StagingDir:
     """
     try:
         claim.folder.parent.mkdir(parents=True, exist_ok=True)
-        return StagingDir(claim.folder.parent, prefix=f".{claim.folder.name}-")
+        return StagingDir(claim.folder.parent, prefix=staging_prefix(claim.folder), owned=True)
     except OSError as exc:
         raise ExportError(
             f"cannot write beside {claim.folder}: {exc.strerror or exc}",
             hint="choose a folder on a writable disk with -o",
         ) from None
+
+
+def sweep(claim: Claim, exports: Path) -> list[Path]:
+    """Remove the staging folders killed exports left, in ``exports`` and beside the claimed folder.
+
+    ``exports`` is the store's folder of exports: every staging folder in it
+    is looked at. Beside an ``-o`` folder elsewhere, only those of an export
+    into that folder are. Only owned staging folders whose export is gone
+    are removed (:func:`~dlmstore.store.atomic.stale_staging`): a user's
+    folder never, an export running in another process never.
+
+    Returns:
+        The folders removed.
+    """
+    removed = stale_staging(exports, ".", remove=True)
+    if claim.folder.parent != exports:
+        removed += stale_staging(claim.folder.parent, staging_prefix(claim.folder), remove=True)
+    return removed
 
 
 def publish(staging: StagingDir, claim: Claim, manifest: bytes) -> None:
@@ -195,7 +228,7 @@ def publish(staging: StagingDir, claim: Claim, manifest: bytes) -> None:
     marker = folder / PARTIAL
     write_bytes_atomic(marker, b"an export is being replaced; `dlm export` redoes it\n")
     (folder / MANIFEST).unlink(missing_ok=True)
-    new = sorted(os.listdir(staging.path))
+    new = sorted(name for name in os.listdir(staging.path) if name != OWNER_NAME)
     for name in new:
         target = folder / name
         if target.is_dir() and not target.is_symlink():

@@ -27,6 +27,11 @@ on it:
   chmod 0755, rename, fsync the parent). :func:`publish_dir` is the
   ``with`` form; adapter versions hold one directly because the version
   number they publish under is only settled at the rename.
+  With ``owned=True`` it carries an owner file (:data:`OWNER_NAME`) its
+  process holds locked until the folder is published or removed, so
+  :func:`stale_staging` can tell a folder a killed process left (swept)
+  from one a live process is filling (never touched), whatever its age:
+  ``dlm export`` stages that way.
 
 A directory rename cannot replace a non-empty directory, so ``replace``
 removes the old one first: a reader may briefly see no directory, never a
@@ -46,6 +51,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, BinaryIO, Literal, TextIO, overload
 
+from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import NotRegularFileError
 
 Existing = Literal["refuse", "replace", "keep"]
@@ -279,12 +285,17 @@ class StagingDir:
         name: a fixed name instead, for staging that a sweeper must be able
             to attribute (e.g. ``.incoming-run7``); a leftover of that name
             is removed first.
+        owned: hold an owner file (:data:`OWNER_NAME`) in it, locked until
+            the directory is published or removed, so that
+            :func:`stale_staging` sweeps it only once this process is gone.
 
     Raises:
         OSError: the directory cannot be created.
     """
 
-    def __init__(self, parent: Path, *, prefix: str = ".dir-", name: str | None = None) -> None:
+    def __init__(
+        self, parent: Path, *, prefix: str = ".dir-", name: str | None = None, owned: bool = False
+    ) -> None:
         if name is None:
             self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         else:
@@ -293,6 +304,13 @@ class StagingDir:
             self.path.mkdir()
         self._synced = False
         self._published = False
+        self._owner: FileLock | None = None
+        if owned:
+            try:
+                self._owner = _own(self.path)
+            except BaseException:
+                shutil.rmtree(self.path, ignore_errors=True)
+                raise
 
     def publish(self, target: Path, *, existing: Existing = "refuse") -> bool:
         """fsync the contents, rename to ``target`` and fsync its parent.
@@ -325,12 +343,23 @@ class StagingDir:
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
         self._published = True
         fsync_dir(target.parent)
+        self.release(target)
         return True
 
+    def release(self, published: Path | None = None) -> None:
+        """Let go of the owner file (removing it from ``published``, where it was renamed along)."""
+        if self._owner is None:
+            return
+        if published is not None:
+            (published / OWNER_NAME).unlink(missing_ok=True)
+        self._owner.close()
+        self._owner = None
+
     def abort(self) -> None:
-        """Remove the staging directory (nothing, once published)."""
+        """Remove the staging directory (nothing, once published), then let go of its owner file."""
         if not self._published:
             shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
 
     def __enter__(self) -> StagingDir:
         return self
@@ -339,6 +368,65 @@ class StagingDir:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.abort()
+
+
+#: The owner file of an owned :class:`StagingDir`: locked (``flock``) by the process filling it.
+OWNER_NAME = ".dlm-staging-owner"
+
+
+def staging_prefix(target: Path) -> str:
+    """How the staging folders of ``target`` begin (``.<name>-``; they sit beside it)."""
+    return f".{target.name}-"
+
+
+def _own(folder: Path) -> FileLock:
+    """Lock a new owner file, then rename it into place: the file a sweeper finds is already locked."""
+    pending = folder / f"{OWNER_NAME}.new"
+    lock = FileLock(pending, required=True)
+    try:
+        lock.exclusive()  # a no-op where there is no flock: sweepers cannot take it either
+        os.rename(pending, folder / OWNER_NAME)
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
+def stale_staging(parent: Path, prefix: str, *, remove: bool) -> list[Path]:
+    """Owned staging folders in ``parent`` whose process is gone, removed too when ``remove``.
+
+    A folder counts only when its name starts with ``prefix``, it is a real
+    directory (not a symlink) and it holds the owner file
+    :data:`OWNER_NAME`, which only an owned :class:`StagingDir` makes: any
+    other folder, a user's included, is never touched. Of those, a folder
+    whose owner file another process holds locked is being filled now and is
+    skipped, whatever its age; every other one is a killed process's
+    leftover. On a filesystem without ``flock`` nothing is taken.
+
+    Returns:
+        The leftover folders, sorted.
+    """
+    try:
+        entries = sorted(os.scandir(parent), key=lambda entry: entry.name)
+    except OSError:  # missing, not a directory, unreadable: nothing to sweep there
+        return []
+    stale: list[Path] = []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+            continue
+        folder = Path(entry.path)
+        owner = folder / OWNER_NAME
+        if not owner.is_file() or owner.is_symlink():
+            continue
+        with FileLock(owner) as lock:
+            if not lock.try_exclusive():
+                continue  # a live process is filling it (or no flock here: leave it)
+            if not folder.is_dir():
+                continue  # published or removed by its owner meanwhile
+            stale.append(folder)
+            if remove:
+                shutil.rmtree(folder, ignore_errors=True)
+    return stale
 
 
 @contextmanager
