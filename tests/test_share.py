@@ -13,6 +13,7 @@ under the other.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sqlite3
@@ -348,3 +349,125 @@ def test_training_a_second_document_over_one_tree_tokenizes_nothing(
     assert first.tokenization.cache_misses == FILES + 1
     assert (second.tokenization.cache_misses, second.tokenization.cache_shared) == (0, FILES + 1)
     assert second.tokens == first.tokens and second.rows_trained == first.rows_trained
+
+
+# --- one store's maintenance while another store holds links to its token files -----------------
+
+
+def _materialized(doc: Path) -> tuple[TokenizeSummary, list[str], list[int], list[int]]:
+    """A pass that reads and checks every entry's bytes: its summary, row keys, tokens and offsets."""
+    summary, rows = tokenize_document(str(doc))
+    assert rows is not None
+    return summary, list(rows.row_keys), rows.values.tolist(), rows.offsets.tolist()
+
+
+def _gone_and_collected(doc: Path) -> list[str]:
+    """``dlm stores gc`` once ``doc`` is deleted: its store goes."""
+    doc.unlink()
+    return ["stores", "gc", "--force"]
+
+
+#: Each command that removes token files of one store, as the CLI is given it for ``doc``.
+_MAINTENANCE = {
+    "cache prune": lambda doc: ["cache", "prune", str(doc), "--older-than", "0s"],
+    "cache clear": lambda doc: ["cache", "clear", str(doc), "--force"],
+    "stores gc": _gone_and_collected,
+}
+
+
+@pytest.mark.parametrize("acting", ["first", "second"])
+@pytest.mark.parametrize("command", sorted(_MAINTENANCE))
+def test_prune_clear_or_gc_of_one_store_leaves_the_other_store_that_shares_its_tokens_whole(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, command: str, acting: str
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    assert _tokenize(two).tokenization.cache_shared == FILES + 1  # the first store's pack, linked
+    (doc, dlm_id), (other, other_id) = ((one, FIRST), (two, SECOND))[:: 1 if acting == "first" else -1]
+    _, keys, tokens, offsets = _materialized(other)
+    result = CliRunner().invoke(cli, _MAINTENANCE[command](doc))
+    assert result.exit_code == 0, result.output
+    assert _packs(dlm_id) == []  # every token file of the acting store is gone (the store too, for gc)
+    assert store_dir(dlm_id).exists() == (command != "stores gc")
+    assert _verify(other) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
+    _no_tokenizer(monkeypatch)
+    summary, *again = _materialized(other)
+    event = summary.tokenization
+    assert (event.cache_hits, event.cache_misses, event.cache_shared) == (FILES + 1, 0, 0)
+    assert summary.damaged_entries == 0
+    assert again == [keys, tokens, offsets]
+    assert len(_packs(other_id)) == 1
+
+
+def test_a_prune_that_rewrites_a_shared_pack_leaves_the_other_store_s_link_whole(
+    docs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    _tokenize(two)
+    (linked,) = _packs(SECOND)
+    _, keys, tokens, offsets = _materialized(two)
+    # The first store's entries were last used long ago; then a pass over one of the files uses
+    # two of them (the file and the body) again.
+    conn = sqlite3.connect(store_dir(FIRST) / "store.db")
+    with conn:
+        conn.execute("UPDATE cache_entries SET last_access_at = '2000-01-01T00:00:00.000Z'")
+        conn.execute("UPDATE cache_uses SET used_at = '2000-01-01T00:00:00.000Z'")
+    conn.close()
+    _doc(one, FIRST, include="mod03.py")
+    assert _tokenize(one).tokenization.cache_hits == 2
+    (theirs,) = _packs(FIRST)
+    result = CliRunner().invoke(cli, ["cache", "prune", str(one), "--older-than", "1d", "--json"])
+    assert result.exit_code == 0, result.output
+    pruned = json.loads(result.output)
+    assert (pruned["entries_removed"], pruned["packs_compacted"]) == (11, 1)  # 2 of 13 live: rewritten
+    (rewritten,) = _packs(FIRST)
+    assert rewritten != theirs and not theirs.exists() and _packs(SECOND) == [linked]
+    assert _verify(one)[0] == 0
+    assert _verify(two) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
+    _no_tokenizer(monkeypatch)
+    summary, *again = _materialized(two)
+    assert (summary.tokenization.cache_misses, summary.damaged_entries) == (0, 0)
+    assert again == [keys, tokens, offsets]
+
+
+# --- --no-share ---------------------------------------------------------------------------------
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under ``folder``: (inode, mtime in ns, bytes), by relative path."""
+    return {
+        str(path.relative_to(folder)): (path.stat().st_ino, path.stat().st_mtime_ns, path.read_bytes())
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_a_no_share_pass_takes_nothing_from_another_store_and_writes_nothing_there(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlmstore.sources import read
+
+    one, two = docs
+    _, keys, tokens, offsets = _materialized(one)
+    before = _files(store_dir(FIRST))
+    opened: list[str] = []
+    real = read.open_regular
+
+    def counting(path: Any, **kwargs: Any) -> Any:
+        opened.append(os.path.basename(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(read, "open_regular", counting)
+    summary, rows = tokenize_document(str(two), no_share=True)
+    assert rows is not None
+    event = summary.tokenization
+    assert (event.cache_hits, event.cache_misses, event.cache_shared) == (0, FILES + 1, 0)
+    assert sorted(opened) == [f"mod{number:02d}.py" for number in range(FILES)]  # no stat record borrowed
+    assert summary.dedup is not None and summary.dedup.signatures_computed == FILES + 1  # none borrowed
+    assert _rows(SECOND, "SELECT COUNT(*) FROM entry_origins") == [(0,)]
+    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    assert not os.path.samefile(theirs, mine) and mine.stat().st_nlink == theirs.stat().st_nlink == 1
+    assert [list(rows.row_keys), rows.values.tolist(), rows.offsets.tolist()] == [keys, tokens, offsets]
+    assert _files(store_dir(FIRST)) == before  # the other store: not a byte, name or time changed
+    assert _verify(two)[0] == 0 and _verify(one)[0] == 0

@@ -227,7 +227,13 @@ def signing(store: Store, corpus: Corpus) -> signatures.Signing:
 
 
 def analyse(
-    store: Store, corpus: Corpus, *, run_id: int, mode: str, signed: signatures.Signing | None = None
+    store: Store,
+    corpus: Corpus,
+    *,
+    run_id: int,
+    mode: str,
+    signed: signatures.Signing | None = None,
+    share: bool = True,
 ) -> DedupReport:
     """Find the duplicate clusters of ``corpus``'s text rows and record them for ``run_id``.
 
@@ -237,7 +243,9 @@ def analyse(
     yet); new signatures are kept. A corpus with the same rows as a
     recorded run reuses that run's clusters and signs nothing; so does one
     with the same rows as a run of another store of the home (a second
-    document over the same tree).
+    document over the same tree). Without ``share`` (``--no-share``,
+    ``training.cache.share: false``) no other store is read: what is not
+    kept here is signed and clustered here, as the pass tokenized it here.
     """
     start = time.perf_counter()
     items = text_rows(corpus)
@@ -246,7 +254,7 @@ def analyse(
         prior = _run_with(conn, digest)
         members = _members(conn, prior) if prior is not None else None
         known = signatures.cached(conn, [item.row.row_key for item in items]) if members is None else {}
-    if members is None and len(known) < len(items):
+    if members is None and len(known) < len(items) and share:
         members = _recorded_elsewhere(store.path, digest)
     computed = 0
     if members is None:
@@ -256,7 +264,7 @@ def analyse(
         missing = [item for item in items if item.row.row_key not in known and item.row.row_key not in made]
         taken = (
             signatures.from_other_stores(store.path, [item.row.row_key for item in missing])
-            if missing
+            if missing and share
             else {}
         )
         made.update(

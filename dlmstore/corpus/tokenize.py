@@ -495,7 +495,9 @@ def tokenize_document(
             if stats is not None:
                 stats.save(store)
                 snapshots.keep(store, corpus, result, run_id=run_id, sequence_len=settings.sequence_len)
-            found = duplicates.analyse(store, corpus, run_id=run_id, mode=settings.dedup, signed=signer)
+            found = duplicates.analyse(
+                store, corpus, run_id=run_id, mode=settings.dedup, signed=signer, share=share
+            )
     summary = _summary(
         result, run_id=run_id, dlm_id=document.dlm_id, path=document.path, tokenizer_sha256=fingerprint,
         sequence_len=settings.sequence_len, warnings=[*source_warnings, *result.warnings],

@@ -301,7 +301,7 @@ def tokenize(
     if rows is None or preferences is None:  # a materializing pass always returns both
         raise RuntimeError("the tokenize pass returned no token arrays")
     with paused():
-        dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup, signed=signer)
+        dedup = analyse(store, corpus, run_id=run_id, mode=settings.dedup, signed=signer, share=share)
         rows = kept_rows(rows, dedup.dropped())
         contamination = holdout.find(store, corpus, dedup, run_id=run_id, seed=setup.seed)
     return Tokenized(
