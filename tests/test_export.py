@@ -88,9 +88,9 @@ def test_an_ollama_export_writes_the_merged_folder_the_ggufs_a_modelfile_and_a_m
     assert manifest["adapter"]["version"] == 1 and manifest["tools"]["llama_cpp"] == "0.3.36"
     modelfile = (folder / "Modelfile").read_text()
     assert "\nFROM ./model.Q8_0.gguf\n" in modelfile
-    assert '\nPARAMETER stop "<|im_end|>"\nPARAMETER stop "<|im_start|>"\n' in modelfile
+    assert "\nPARAMETER stop <|im_end|>\nPARAMETER stop <|im_start|>\n" in modelfile
     assert "\nPARAMETER temperature 0.3\nPARAMETER top_p 0.9\nPARAMETER num_ctx 64\n" in modelfile
-    assert modelfile.endswith('\nSYSTEM "You answer briefly."\n')
+    assert modelfile.endswith("\nSYSTEM You answer briefly.\n")
     row = _db().execute("SELECT adapter_version, target, quant, path, files FROM exports").fetchall()
     assert [(r[0], r[1], r[2], r[3]) for r in row] == [(1, "ollama", "Q8_0", str(folder))]
     assert json.loads(row[0][4]) == manifest["files"]
@@ -510,11 +510,59 @@ def test_a_damaged_adapter_is_refused_before_anything_is_written(runner: CliRunn
     weights.write_bytes(bytes(data))
     result = runner.invoke(cli, ["export", str(doc)])
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        f"error: adapter v0001: {weights} is damaged (its sha256 is not the one recorded when it was trained)",
-        "hint: train again (dlm train) or export another version with --adapter",
-    ]
+    assert result.stderr.splitlines() == _damaged(weights, "export another version with --adapter")
     assert not (store_dir(VALID_ID) / "exports").exists()
+
+
+def _damaged(weights: Path, other: str | None) -> list[str]:
+    """The two lines every command that loads an adapter prints for damaged ``weights`` of v0001."""
+    from dlmstore.store.digests import file_sha256
+
+    recorded = _db().execute("SELECT sha256 FROM adapters WHERE version = 1").fetchone()[0]
+    return [
+        f"error: adapter v0001: {weights} is damaged (its sha256 is {file_sha256(weights)}, not the {recorded} "
+        "recorded when it was trained)",
+        f"hint: train again (dlm train) or {other}"
+        if other
+        else "hint: train again (dlm train) to write a new adapter version",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "other"),
+    [
+        (["prompt", "{doc}", "hi"], None),
+        (["prompt", "{doc}", "hi", "--backend", "transformers"], None),
+        (["eval", "{doc}"], "evaluate another version with --adapter"),
+        (["eval", "{doc}", "--base", "--against", "v1"], "evaluate another version with --adapter"),
+        (["export", "{doc}", "--target", "hf"], "export another version with --adapter"),
+    ],
+)
+def test_every_command_that_loads_an_adapter_refuses_damaged_weights_the_same_way(
+    runner: CliRunner, doc: Path, command: list[str], other: str | None
+) -> None:
+    weights = store_dir(VALID_ID) / "adapter" / "versions" / "v0001" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x40  # a weight's bits, not the header: it would still load
+    weights.write_bytes(bytes(data))
+    result = runner.invoke(cli, [part.format(doc=doc) for part in command])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == _damaged(weights, other)
+
+
+def test_a_preference_run_refuses_to_start_from_a_damaged_sft_adapter(doc: Path) -> None:
+    from dlmstore.document.parser import parse_document
+    from dlmstore.errors import StoreError
+    from dlmstore.store.database import open_store
+    from dlmstore.train.phases import starting_adapter
+
+    weights = store_dir(VALID_ID) / "adapter" / "versions" / "v0001" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])  # truncated
+    with open_store(VALID_ID, create=False) as store, pytest.raises(StoreError) as caught:
+        starting_adapter(store, parse_document(str(doc)))
+    assert [caught.value.message, caught.value.hint] == [
+        line.split(": ", 1)[1] for line in _damaged(weights, None)[:1]
+    ] + ["train SFT again first: `dlm train DOC --phase sft`"]
 
 
 def test_an_adapter_version_that_does_not_exist_is_refused_with_the_ones_that_do(

@@ -56,15 +56,14 @@ from dlmstore.export.folder import (
     sweep,
 )
 from dlmstore.export.model_gguf import write_model_gguf
+from dlmstore.export.modelfile import ModelfileSettings, modelfile_text
 from dlmstore.export.quantize import DEFAULT_QUANT, QUANTS, quantize, smoke
 from dlmstore.export.record import record_export
 from dlmstore.export.runtime import require_llama_cpp
 from dlmstore.export.targets import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
-    ModelfileSettings,
     chat_framing,
-    modelfile_text,
     server_command,
     server_script,
     stop_strings,
@@ -74,9 +73,10 @@ from dlmstore.progress import Task
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
-from dlmstore.train.adapters import WEIGHTS, AdapterVersion, is_write_failure, write_failure_reason
+from dlmstore.train.adapters import AdapterVersion, checked_folder, is_write_failure, write_failure_reason
 
 TARGETS = ("ollama", "llama-server", "hf")
+_DAMAGED_HINT = "train again (dlm train) or export another version with --adapter"
 DEFAULT_TARGET = "ollama"
 #: Where an export goes by default, inside the store.
 EXPORTS_DIR = "exports"
@@ -172,8 +172,7 @@ def export_document(
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
     with open_store(document.dlm_id, create=False) as store:
         version = _adapter(store, path, adapter)
-        adapter_dir = store.path / version.path
-        _check_weights(adapter_dir, version)
+        adapter_dir = checked_folder(store, version, hint=_DAMAGED_HINT)
         if target != "hf":
             require_llama_cpp("dlm export")
         default = store.path / EXPORTS_DIR / f"v{version.version:04d}-{chosen or 'hf'}"
@@ -181,6 +180,9 @@ def export_document(
         # The base the adapter was trained on, which the document may have changed since.
         ref = resolve_base(version.base_model, relative_to=document.directory)
         params = None if target == "hf" else _gguf_params(ref, adapter_dir)
+        modelfile = None
+        if target == "ollama" and params is not None and chosen is not None:
+            modelfile = _modelfile(document, version, adapter_dir, chosen, params)
         notes = [
             f"removed {path}: the staging folder of an export that was killed before it finished"
             for path in sweep(claim, store.path / EXPORTS_DIR)
@@ -189,7 +191,16 @@ def export_document(
         try:
             with staging:
                 written = _write(
-                    staging.path, ref, adapter_dir, version, document, chosen, target, params, notes
+                    staging.path,
+                    ref,
+                    adapter_dir,
+                    version,
+                    document,
+                    chosen,
+                    target,
+                    params,
+                    modelfile,
+                    notes,
                 )
                 files = hash_files(staging.path)
                 tools = _tools(target)
@@ -264,23 +275,6 @@ def _adapter(store: Store, path: str, wanted: int | None) -> AdapterVersion:
     raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
 
 
-def _check_weights(folder: Path, version: AdapterVersion) -> None:
-    weights = folder / WEIGHTS
-    try:
-        actual = file_sha256(weights)
-    except OSError as exc:
-        raise StoreError(
-            f"adapter v{version.version:04d}: cannot read {weights}: {exc.strerror or exc}",
-            hint="train again (dlm train) or export another version with --adapter",
-        ) from None
-    if actual != version.sha256:
-        raise StoreError(
-            f"adapter v{version.version:04d}: {weights} is damaged (its sha256 is not the one recorded when "
-            "it was trained)",
-            hint="train again (dlm train) or export another version with --adapter",
-        )
-
-
 def _write(
     root: Path,
     ref: BaseModelRef,
@@ -290,11 +284,13 @@ def _write(
     quant: str | None,
     target: str,
     params: Hyperparameters | None,
+    modelfile: str | None,
     notes: list[str],
 ) -> dict[str, str]:
     """Write every file of the export into ``root``; returns the names of the main ones by role.
 
-    ``params`` is None for ``--target hf`` (no GGUF).
+    ``params`` is None for ``--target hf`` (no GGUF); ``modelfile`` is the
+    Modelfile's text for ``--target ollama``, written before anything loads.
     """
     from dlmstore.bases import _quiet_transformers, load_model
     from dlmstore.export.merge import merge_adapter, save_model
@@ -303,8 +299,6 @@ def _write(
     hf = root / HF_DIR
     base_dir = root / ".base-hf"
     model = load_model(ref)
-    tokenizer = _tokenizer(adapter_dir)
-    framing = chat_framing(tokenizer, where=str(adapter_dir)) if target == "ollama" else None
     unsupported = None if params is None else adapter_unsupported(adapter_dir)
     with _quiet_transformers():
         if params is not None and unsupported is None:
@@ -329,34 +323,58 @@ def _write(
         written["adapter"] = "adapter.gguf"
     else:
         notes.append(f"no adapter.gguf: {unsupported}; the merged model.{quant}.gguf carries the adapter")
-    num_ctx = min(document.frontmatter.training.sequence_len, params.context_length)
-    header = [
-        f"Written by dlm export: document {document.dlm_id}, adapter v{version.version:04d} ({version.sha256}),",
-        f"base model {version.base_model}, quantisation {quant}.",
-    ]
-    if framing is not None:
-        export_block = document.frontmatter.export
-        text = modelfile_text(
-            framing,
-            ModelfileSettings(
-                gguf=written["model"],
-                header=[*header, "Create the model: ollama create NAME -f Modelfile"],
-                stops=stop_strings(framing, eos=tokenizer.eos_token, special=tokenizer.all_special_tokens),
-                temperature=export_block.default_temperature or DEFAULT_TEMPERATURE,
-                top_p=export_block.default_top_p or DEFAULT_TOP_P,
-                num_ctx=num_ctx,
-                system=document.frontmatter.system_prompt,
-            ),
-        )
-        write_bytes_atomic(root / "Modelfile", text.encode("utf-8"))
+    num_ctx = _num_ctx(document, params)
+    if modelfile is not None:
+        write_bytes_atomic(root / "Modelfile", modelfile.encode("utf-8"))
         written["modelfile"] = "Modelfile"
     elif target == "llama-server":
         script = root / "llama-server.sh"
+        header = _header(document, version, quant)
         write_bytes_atomic(script, server_script(written["model"], num_ctx=num_ctx, header=header).encode())
         script.chmod(0o755)
         written["script"] = "llama-server.sh"
         written["num_ctx"] = str(num_ctx)
     return written
+
+
+def _num_ctx(document: Any, params: Hyperparameters) -> int:
+    """The context window: the training sequence length, capped at the model's."""
+    return min(int(document.frontmatter.training.sequence_len), params.context_length)
+
+
+def _header(document: Any, version: AdapterVersion, quant: str) -> list[str]:
+    return [
+        f"Written by dlm export: document {document.dlm_id}, adapter v{version.version:04d} ({version.sha256}),",
+        f"base model {version.base_model}, quantisation {quant}.",
+    ]
+
+
+def _modelfile(
+    document: Any, version: AdapterVersion, adapter_dir: Path, quant: str, params: Hyperparameters
+) -> str:
+    """The Modelfile's text, made (and every value checked) before the base model loads.
+
+    Raises:
+        ExportError: the chat template cannot be translated, or a value
+            (the system prompt first) cannot be carried by a Modelfile.
+    """
+    system = document.frontmatter.system_prompt
+    tokenizer = _tokenizer(adapter_dir)
+    framing = chat_framing(tokenizer, where=str(adapter_dir), system=system)
+    export_block = document.frontmatter.export
+    return modelfile_text(
+        framing.go_template(),
+        ModelfileSettings(
+            gguf=f"model.{quant}.gguf",
+            header=[*_header(document, version, quant), "Create the model: ollama create NAME -f Modelfile"],
+            stops=stop_strings(framing, eos=tokenizer.eos_token, special=tokenizer.all_special_tokens),
+            temperature=export_block.default_temperature or DEFAULT_TEMPERATURE,
+            top_p=export_block.default_top_p or DEFAULT_TOP_P,
+            num_ctx=_num_ctx(document, params),
+            system=system,
+        ),
+        where=str(document.path),
+    )
 
 
 def _gguf_params(ref: BaseModelRef, adapter_dir: Path) -> Hyperparameters:

@@ -19,7 +19,11 @@ Stops are the end-of-sequence token and every special token of the
 framing; temperature and top_p come from the document's ``export:`` block,
 else DLM's defaults (0.7, 0.9); ``num_ctx`` is the training sequence length,
 capped at the model's context; ``SYSTEM`` is the document's
-``system_prompt``, JSON-escaped, which Modelfile strings accept.
+``system_prompt``, verbatim. The framing is checked with that system prompt
+too: a template that changes it (trims it, say) is refused, and an empty
+one (``system_prompt: ""``, which training renders as an empty system
+block) becomes the template's default. How each value is written so that
+Ollama reads it back byte for byte is :mod:`.modelfile`'s business.
 
 **llama-server** is llama-cpp-python's OpenAI-compatible server
 (``python -m llama_cpp.server``) on the merged GGUF; it renders the chat
@@ -32,11 +36,10 @@ the same bytes.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlmstore.errors import ExportError
@@ -122,12 +125,18 @@ def _messages(system: str | None, turns: Sequence[tuple[str, str]]) -> list[Mess
     return out + [{"role": role, "content": content} for role, content in turns]
 
 
-def chat_framing(tokenizer: Any, *, where: str) -> ChatFraming:
+def chat_framing(tokenizer: Any, *, where: str, system: str | None = None) -> ChatFraming:
     """Translate the chat template of ``tokenizer`` (transformers') into a :class:`ChatFraming`.
+
+    ``system`` is the system prompt the Modelfile will carry: every checked
+    conversation is also rendered with it, as training rendered it. An
+    empty one becomes the framing's default system block (Ollama's
+    ``.System`` cannot be an empty message), so the framing returned renders
+    it without a ``SYSTEM`` line.
 
     Raises:
         ExportError: the tokenizer has no chat template, or its template is
-            not one a role-by-role framing reproduces.
+            not one a role-by-role framing reproduces (with ``system`` too).
     """
     if not getattr(tokenizer, "chat_template", None):
         raise ExportError(
@@ -144,12 +153,22 @@ def chat_framing(tokenizer: Any, *, where: str) -> ChatFraming:
         framing = _derive(render)
     except (ValueError, IndexError) as exc:
         raise _untranslatable(where, str(exc)) from None
-    for system, turns in CHECKED_CONVERSATIONS:
-        if framing.render(system, turns) != render(system, turns, True):
+    for checked, turns in CHECKED_CONVERSATIONS:
+        if framing.render(checked, turns) != render(checked, turns, True):
             raise _untranslatable(where, f"a conversation of {len(turns)} messages renders differently")
+    if system == "":
+        framing = replace(framing, default_system=framing.system_prefix + framing.system_suffix)
+    if system is not None:
+        for _, turns in CHECKED_CONVERSATIONS:
+            if framing.render(system or None, turns) != render(system, turns, True):
+                raise ExportError(
+                    f"{where}: the chat template renders system_prompt differently from how an Ollama "
+                    "TEMPLATE passes it on (it changes the text, or its default when it is empty)",
+                    hint="export for llama-server (--target llama-server), which renders the model's own template",
+                )
     for piece in framing.pieces():
-        if "{{" in piece or '"""' in piece:
-            raise _untranslatable(where, "its text holds '{{' or '\"\"\"', which a Modelfile TEMPLATE cannot")
+        if "{{" in piece:
+            raise _untranslatable(where, "its text holds '{{', which a Go template would read as an action")
     return framing
 
 
@@ -212,44 +231,6 @@ def stop_strings(framing: ChatFraming, *, eos: str | None, special: Sequence[str
     found = sorted((text.index(token), token) for token in set(special) if token and token in text)
     stops = [eos] if eos else []
     return stops + [token for _, token in found if token not in stops]
-
-
-@dataclass(frozen=True)
-class ModelfileSettings:
-    """What a Modelfile says besides its template.
-
-    Attributes:
-        gguf: the model file, relative to the Modelfile.
-        header: comment lines (without ``#``) saying what was exported.
-        stops: the stop strings.
-        temperature: sampling temperature.
-        top_p: nucleus sampling.
-        num_ctx: the context window.
-        system: the system prompt, or None.
-    """
-
-    gguf: str
-    header: list[str]
-    stops: list[str]
-    temperature: float
-    top_p: float
-    num_ctx: int
-    system: str | None
-
-
-def modelfile_text(framing: ChatFraming, settings: ModelfileSettings) -> str:
-    """The Modelfile ``ollama create NAME -f Modelfile`` reads."""
-    lines = [f"# {line}" for line in settings.header]
-    lines += ["", f"FROM ./{settings.gguf}", "", f'TEMPLATE """{framing.go_template()}"""', ""]
-    lines += [f"PARAMETER stop {json.dumps(stop, ensure_ascii=False)}" for stop in settings.stops]
-    lines += [
-        f"PARAMETER temperature {settings.temperature:g}",
-        f"PARAMETER top_p {settings.top_p:g}",
-        f"PARAMETER num_ctx {settings.num_ctx}",
-    ]
-    if settings.system is not None and settings.system.strip():
-        lines += ["", f"SYSTEM {json.dumps(settings.system.strip(), ensure_ascii=False)}"]
-    return "\n".join(lines) + "\n"
 
 
 def server_command(gguf: str, *, num_ctx: int) -> list[str]:
