@@ -53,6 +53,11 @@ def eval_command(
     """
     if adapter is not None and base:
         raise click.UsageError("--adapter and --base cannot be combined; pass one of them")
+    if adapter is not None and adapter == against:
+        raise click.UsageError(
+            f"--adapter and --against both name v{adapter:04d}; compare it with another version, "
+            "or leave --against out to compare it with the base"
+        )
     from dlmstore.train.threads import configure
 
     configure()  # threads and how they wait, before torch is imported, as dlm train sets them

@@ -691,6 +691,27 @@ def test_adapter_and_base_together_or_a_bad_version_are_usage_errors(eval_doc: P
     assert bad.exit_code == 2 and "'latest' is not an adapter version" in bad.stderr
 
 
+def test_comparing_an_adapter_with_itself_is_refused_before_anything_runs(eval_doc: Path) -> None:
+    _train(eval_doc)
+    named = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "v1", "--against", "v0001"])
+    assert named.exit_code == 2
+    assert named.stderr.splitlines()[-1] == (
+        "Error: --adapter and --against both name v0001; compare it with another version, "
+        "or leave --against out to compare it with the base"
+    )
+    newest = CliRunner().invoke(cli, ["eval", str(eval_doc), "--against", "v1"])
+    assert newest.exit_code == 1
+    assert newest.stderr.splitlines() == [
+        f"error: {eval_doc}: --against v0001 is the newest adapter, the one evaluated, so there is nothing to "
+        "compare it with",
+        "hint: compare it with another version (--adapter vN --against vM), or leave --against out to compare "
+        "it with the base",
+    ]
+    with _db() as db:  # refused before a run started: nothing recorded, no half-written evaluation
+        assert db.execute("SELECT count(*) FROM runs WHERE command = 'eval'").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM evaluations WHERE phase = 'eval'").fetchone()[0] == 0
+
+
 def test_a_damaged_adapter_is_refused_before_it_is_evaluated(eval_doc: Path) -> None:
     summary = _train(eval_doc)
     weights = Path(summary["adapter_path"]) / "adapter_model.safetensors"
@@ -702,9 +723,9 @@ def test_a_damaged_adapter_is_refused_before_it_is_evaluated(eval_doc: Path) -> 
     from dlmstore.store.digests import file_sha256
 
     assert result.stderr.splitlines() == [
-        f"error: adapter v0001 is damaged: {weights} does not match the sha256 recorded when it was registered "
-        f"({summary['adapter_sha256']}, now {file_sha256(weights)})",
-        "hint: train the document again to write a new adapter version",
+        f"error: adapter v0001: {weights} is damaged (its sha256 is {file_sha256(weights)}, not the "
+        f"{summary['adapter_sha256']} recorded when it was trained)",
+        "hint: train again (dlm train) or evaluate another version with --adapter",
     ]
     with _db() as db:  # refused before the run started: nothing recorded
         assert db.execute("SELECT count(*) FROM runs WHERE command = 'eval'").fetchone()[0] == 0

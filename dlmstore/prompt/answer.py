@@ -65,7 +65,8 @@ def answer_question(
 
     Raises:
         DocumentError: the document is invalid.
-        StoreError: the document has no store or no adapter yet.
+        StoreError: the document has no store or no adapter yet, or the adapter's
+            weights no longer match the sha256 recorded when it was trained.
         ExportError: (llama.cpp) no export yet, a damaged GGUF, llama-cpp-python missing.
         BaseModelError: the base model cannot be loaded.
     """
@@ -89,11 +90,11 @@ def _transformers(
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.errors import StoreError
     from dlmstore.store.database import open_store
-    from dlmstore.train.adapters import latest
+    from dlmstore.train.adapters import checked_folder, latest
 
     with open_store(document.dlm_id, create=False) as store:
         adapter = latest(store)
-        folder = store.path / adapter.path if adapter else None
+        folder = checked_folder(store, adapter) if adapter else None
     if adapter is None or folder is None:
         raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
     import warnings

@@ -399,6 +399,38 @@ def find_version(store: Store, version: int) -> AdapterVersion | None:
     return AdapterVersion(**row) if row else None
 
 
+#: What to do about a damaged adapter, unless the command says more (export and eval: ``--adapter``).
+DAMAGED_HINT = "train again (dlm train) to write a new adapter version"
+
+
+def checked_folder(store: Store, adapter: AdapterVersion, *, hint: str = DAMAGED_HINT) -> Path:
+    """The folder of ``adapter``, once its weights are found to match the sha256 recorded when it was trained.
+
+    Every command that loads a stored adapter asks here first (``dlm eval``,
+    ``dlm export``, ``dlm prompt``, the preference phase of
+    ``dlm train --phase preference``), so a damaged adapter is refused the
+    same way everywhere and never answers, is judged, exported or trained on.
+
+    Raises:
+        StoreError: the weights cannot be read, or their bytes changed.
+    """
+    folder = store.path / adapter.path
+    weights = folder / WEIGHTS
+    try:
+        found = file_sha256(weights)
+    except OSError as exc:
+        raise StoreError(
+            f"adapter v{adapter.version:04d}: cannot read {weights}: {exc.strerror or exc}", hint=hint
+        ) from None
+    if found != adapter.sha256:
+        raise StoreError(
+            f"adapter v{adapter.version:04d}: {weights} is damaged (its sha256 is {found}, not the "
+            f"{adapter.sha256} recorded when it was trained)",
+            hint=hint,
+        )
+    return folder
+
+
 def sweep_debris(store: Store, *, run_id: int) -> list[str]:
     """Remove what train runs that are no longer running left behind; return the paths removed.
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from dlmstore.train.adapters import AdapterVersion
 
 
+_DAMAGED_HINT = "train again (dlm train) or evaluate another version with --adapter"
 _NOTHING_TRAINED = "run `dlm train {path}` first, or `dlm eval {path} --base` to evaluate the base model"
 
 
@@ -57,8 +58,9 @@ def evaluate_document(
 
     Raises:
         DocumentError: the document is invalid.
-        StoreError: no adapter trained yet, no such version, or an adapter's
-            weights do not match the sha256 recorded for them.
+        StoreError: no adapter trained yet, no such version, ``against`` is
+            the adapter evaluated, or an adapter's weights do not match the
+            sha256 recorded for them.
         BaseModelError: the base model cannot be loaded.
         TrainingError: a token dataset cannot be read, or the settings ask
             for what this machine cannot run.
@@ -128,7 +130,7 @@ def _subjects(
 ) -> list[AdapterVersion | None]:
     """What to evaluate, first the one asked for: adapter versions, None for the base."""
     from dlmstore.errors import StoreError
-    from dlmstore.train.adapters import find_version, latest
+    from dlmstore.train.adapters import checked_folder, find_version, latest
 
     def version(number: int, option: str) -> AdapterVersion:
         found = find_version(store, number)
@@ -143,7 +145,8 @@ def _subjects(
                 f"{path}: {option} v{number:04d}: no such adapter version ({known})",
                 hint=f"`dlm metrics {path}` lists the runs and the adapters they wrote",
             )
-        return _check(store, found)
+        checked_folder(store, found, hint=_DAMAGED_HINT)
+        return found
 
     first: AdapterVersion | None
     if base:
@@ -156,7 +159,16 @@ def _subjects(
             raise StoreError(
                 f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path)
             )
-        _check(store, first)
+        checked_folder(store, first, hint=_DAMAGED_HINT)
+    if first is not None and against == first.version:
+        which = (
+            "is the adapter evaluated" if adapter is not None else "is the newest adapter, the one evaluated"
+        )
+        raise StoreError(
+            f"{path}: --against v{against:04d} {which}, so there is nothing to compare it with",
+            hint="compare it with another version (--adapter vN --against vM), or leave --against out "
+            "to compare it with the base",
+        )
     second = version(against, "--against") if against is not None else None
     if against is None and first is not None:
         return [first, None]
@@ -239,30 +251,3 @@ def _load_adapter(store: Store, model: Any, adapter: AdapterVersion) -> Any:
         model.load_adapter(str(folder), adapter_name=_name(adapter))
         return model
     return PeftModel.from_pretrained(model, str(folder), adapter_name=_name(adapter))
-
-
-def _check(store: Store, adapter: AdapterVersion) -> AdapterVersion:
-    """``adapter``, once its weights are found to match the sha256 recorded when it was registered.
-
-    Raises:
-        StoreError: they cannot be read, or do not match.
-    """
-    from dlmstore.errors import StoreError
-    from dlmstore.store.digests import file_sha256
-    from dlmstore.train.adapters import WEIGHTS
-
-    weights = store.path / adapter.path / WEIGHTS
-    try:
-        found = file_sha256(weights)
-    except OSError as exc:
-        raise StoreError(
-            f"adapter v{adapter.version:04d}: cannot read {weights}: {exc.strerror or exc}",
-            hint="train the document again to write a new adapter version",
-        ) from None
-    if found != adapter.sha256:
-        raise StoreError(
-            f"adapter v{adapter.version:04d} is damaged: {weights} does not match the sha256 recorded when it "
-            f"was registered ({adapter.sha256}, now {found})",
-            hint="train the document again to write a new adapter version",
-        )
-    return adapter

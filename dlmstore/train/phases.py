@@ -132,8 +132,9 @@ def starting_adapter(store: Any, document: Any) -> Any:
 
     Raises:
         TrainingError: the store has no SFT adapter, or it was trained on another base.
+        StoreError: its weights no longer match the sha256 recorded when it was trained.
     """
-    from dlmstore.train.adapters import latest
+    from dlmstore.train.adapters import checked_folder, latest
 
     parent = latest(store, phase="sft")
     if parent is None:
@@ -147,4 +148,5 @@ def starting_adapter(store: Any, document: Any) -> Any:
             f"{parent.base_model!r}, the document now names {document.base_model!r}",
             hint="train SFT on the new base first: `dlm train DOC --phase sft`",
         )
+    checked_folder(store, parent, hint="train SFT again first: `dlm train DOC --phase sft`")
     return parent
