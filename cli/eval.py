@@ -61,6 +61,9 @@ def eval_command(
     from dlmstore.train.threads import configure
 
     configure()  # threads and how they wait, before torch is imported, as dlm train sets them
+    from dlmstore.torch_loader import require_torch
+
+    require_torch("dlm eval runs the base model and the adapter in torch")
     from dlmstore.train.evaluate import evaluate_document
 
     from .progress import progress_shown

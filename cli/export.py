@@ -62,6 +62,9 @@ def export_command(
     llama-server, llama-server.sh. Every file is listed with its sha256 in
     dlm-export.json and in store.db, and the lock pins the llama.cpp used.
     """
+    from dlmstore.torch_loader import require_torch
+
+    require_torch("dlm export merges the adapter into the base model in torch")
     from dlmstore.export.exporter import export_document
 
     from .progress import progress_shown

@@ -24,6 +24,10 @@ def prompt_command(path: str, question: str, max_new_tokens: int, backend: str, 
     from dlmstore.train.threads import configure
 
     configure()  # threads and how they wait, before torch is imported, as dlm train and dlm eval set them
+    if backend == "transformers":
+        from dlmstore.torch_loader import require_torch
+
+        require_torch("dlm prompt --backend transformers runs the base model and the adapter in torch")
     from dlmstore.prompt.answer import answer_question
 
     from .progress import progress_shown

@@ -89,7 +89,10 @@ def train_command(
     """
     if resume and fresh:
         raise click.UsageError("--resume and --fresh cannot be combined; pass one of them")
+    from dlmstore.torch_loader import require_torch
+
     if nproc > 1:
+        require_torch("dlm train --nproc starts its ranks with torch's launcher")
         from dlmstore.train.launch import launch
 
         arguments = _rank_arguments(
@@ -99,6 +102,7 @@ def train_command(
     from dlmstore.train.threads import configure
 
     configure()  # threads and how they wait, before torch is imported (its pool reads them once)
+    require_torch("dlm train trains the adapter in torch")
     from dlmstore.train.distributed import current_world
     from dlmstore.train.trainer import train_document
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -59,6 +60,7 @@ from dlmstore.progress import Task
 from dlmstore.store.atomic import StagingDir
 from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import file_kind
+from dlmstore.torch_loader import require_torch
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -291,13 +293,37 @@ def _check_local_folder(ref: BaseModelRef) -> None:
 
 
 def load_tokenizer(ref: BaseModelRef) -> Any:
-    """Load the tokenizer of ``ref`` (imports transformers), at its pinned revision if any."""
+    """Load the tokenizer of ``ref`` (imports transformers), at its pinned revision if any.
+
+    A local folder whose ``tokenizer_config.json`` names transformers' plain
+    ``TokenizersBackend`` (what a built-in's conversion writes, and what
+    ``save_pretrained`` of it writes) is loaded by that class directly:
+    ``AutoTokenizer`` picks the same class, but imports transformers'
+    configuration classes to do so, and they import torch, which a tokenizer
+    never needs (see :mod:`dlmstore.torch_loader`).
+    """
     source = tokenizer_source(ref)
     with _quiet_transformers() as transformers:
         try:
+            if _plain_backend(source):
+                return transformers.TokenizersBackend.from_pretrained(source)
             return transformers.AutoTokenizer.from_pretrained(source, **_revision(ref))
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "tokenizer", exc) from None
+
+
+def _plain_backend(source: str) -> bool:
+    """Whether ``source`` is a local folder whose tokenizer is transformers' plain ``TokenizersBackend``."""
+    try:
+        config = json.loads((Path(source) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # a hub id, or a folder AutoTokenizer reports on
+    return (
+        isinstance(config, dict)
+        and config.get("tokenizer_class") == "TokenizersBackend"
+        and (Path(source) / "tokenizer.json").is_file()
+        and not (Path(source) / "config.json").exists()  # a model's config may choose another class
+    )
 
 
 def load_model(ref: BaseModelRef, **kwargs: Any) -> Any:
@@ -464,10 +490,13 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
         staging = StagingDir(target.parent, prefix=f".{part}-")
     except OSError as exc:
         raise _unwritable(ref, target, exc) from None
+    require_torch(
+        f"converting base model {ref.name!r} from GGUF reads it with transformers, which imports torch"
+    )
     # The model's tensors are counted as they convert; the tokenizer's work is not countable.
     task = Task(f"converting {ref.name} {part} from GGUF", unit="tensors" if part == "model" else "")
     try:
-        with _quiet_transformers(tensors=task) as transformers:
+        with _quiet_transformers(tensors=task if part == "model" else None) as transformers:
             if part == "tokenizer":
                 tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 tokenizer.save_pretrained(staging.path)
@@ -500,8 +529,11 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
 def _quiet_transformers(*, tensors: Task | None = None) -> Iterator[Any]:
     """Import transformers with its progress bars and info logging off.
 
-    The GGUF converter's own tqdm bar is replaced by a stand-in that counts
-    the tensors it converts into ``tensors`` (the conversion's progress).
+    With ``tensors``, the GGUF converter's own tqdm bar is replaced by a
+    stand-in that counts the tensors it converts into ``tensors`` (the
+    conversion's progress). Only then is that module imported: it imports
+    torch, which a tokenizer (loaded or converted from GGUF) never needs, and
+    nothing that does not run a model loads torch's native libraries.
     """
     import transformers
 
@@ -518,7 +550,9 @@ def _quiet_transformers(*, tensors: Task | None = None) -> Iterator[Any]:
     hub_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     # The GGUF converter draws its own tqdm bar, outside transformers' switch.
-    gguf_utils: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    gguf_utils: Any = (
+        importlib.import_module("transformers.modeling_gguf_pytorch_utils") if tensors is not None else None
+    )
     bar = getattr(gguf_utils, "tqdm", None)
     if bar is not None:
         gguf_utils.tqdm = functools.partial(_counted, task=tensors)

@@ -207,3 +207,28 @@ def byte_level_tokenizer(template: str = "<s> $A </s>") -> Any:
 def reference(tokenizer: Any, text: str, add_special_tokens: bool = True) -> list[int]:
     """What the uncached tokenizer returns for ``text``: the answer a cache must match."""
     return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+
+# --- the dlm command tree -------------------------------------------------------------------
+
+
+def leaf_commands() -> dict[tuple[str, ...], Any]:
+    """Every command of ``dlm`` that runs, by its path (``("cache", "show")``): a group only if it runs alone."""
+    import click
+
+    from dlmstore.cli.main import cli
+
+    found: dict[tuple[str, ...], Any] = {}
+
+    def walk(group: click.Group, path: tuple[str, ...], ctx: click.Context) -> None:
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if isinstance(command, click.Group):
+                if command.invoke_without_command:  # `dlm stores` lists, `dlm stores gc` collects
+                    found[(*path, name)] = command
+                walk(command, (*path, name), click.Context(command, parent=ctx, info_name=name))
+            elif command is not None:
+                found[(*path, name)] = command
+
+    walk(cli, (), click.Context(cli, info_name="dlm"))
+    return found

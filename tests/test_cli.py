@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +16,7 @@ from dlmstore.cli.main import cli
 from dlmstore.document.parser import parse_document
 from dlmstore.ulid import is_valid_ulid
 
-from .helpers import VALID_ID, write_doc
+from .helpers import VALID_ID, leaf_commands, write_doc
 
 
 @pytest.fixture
@@ -53,6 +55,173 @@ def test_show_imports_neither_torch_nor_transformers(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip() == "[]"
+
+
+#: The commands that run a model, and so load torch (dlmstore/torch_loader.py); no other may.
+RUNS_A_MODEL = {("train",), ("eval",), ("prompt",), ("export",)}
+
+#: How each other command is run by the torch probe, in this order (one store, built up as it goes),
+#: and the exit it ends with: ``lock`` has no lock to show before a training run.
+WITHOUT_TORCH: dict[tuple[str, ...], tuple[list[str], int]] = {
+    ("init",): (["init", "new.dlm"], 0),
+    ("show",): (["show", "doc.dlm"], 0),
+    ("tokenize",): (["tokenize", "doc.dlm"], 0),
+    ("cache", "show"): (["cache", "show", "doc.dlm"], 0),
+    ("cache", "verify"): (["cache", "verify", "doc.dlm"], 0),
+    ("cache", "prune"): (["cache", "prune", "doc.dlm"], 0),
+    ("metrics",): (["metrics", "doc.dlm"], 0),
+    ("report",): (["report", "doc.dlm", "-o", "report.html"], 0),
+    ("lock", "show"): (["lock", "show", "doc.dlm"], 1),
+    ("lock", "diff"): (["lock", "diff", "doc.dlm"], 1),
+    ("migrate",): (["migrate", "doc.dlm"], 0),
+    ("cache", "clear"): (["cache", "clear", "doc.dlm", "--force"], 0),
+    ("stores",): (["stores"], 0),
+    ("stores", "gc"): (["stores", "gc"], 0),
+    ("data", "build", "pretrain"): (["data", "build", "pretrain", "--from", "texts", "--out", "pretrain"], 0),
+    ("data", "build", "sft"): (["data", "build", "sft", "--from", "chats.jsonl", "--out", "sft"], 0),
+    ("data", "build-all"): (["data", "build-all", "--cache-dir", "built", "--only", "roam", "--local", "roam=texts"], 0),
+    ("data", "show"): (["data", "show", "pretrain"], 0),
+    ("data", "validate"): (["data", "validate", "pretrain"], 0),
+}  # fmt: skip
+
+#: Runs each command in a child forked from a process that imported only the CLI, and records
+#: its exit and whether torch was imported or its native library mapped into the child.
+TORCH_PROBE = """
+import json, os, sys
+from dlmstore.cli.main import cli
+for number, args in enumerate(json.loads(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            cli(args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        else:
+            code = 0
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            native = "libtorch" in maps.read()
+        with open(f"probe-{number}.json", "w") as out:
+            json.dump({"exit": code, "torch": "torch" in sys.modules, "libtorch": native}, out)
+        sys.stdout.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_probe(
+    tokenizer: Any, session_bases: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """Each command of WITHOUT_TORCH run once in a fresh process: its exit, torch imported, libtorch mapped."""
+    folder = tmp_path_factory.mktemp("torch-probe")
+    home = folder / "home"
+    home.mkdir()
+    (home / "bases").symlink_to(session_bases, target_is_directory=True)  # converted by `tokenizer`
+    (folder / "notes").mkdir()
+    (folder / "notes" / "a.md").write_text("Notes to train on.\n", encoding="utf-8")
+    write_doc(
+        folder / "doc.dlm",
+        body="Prose.\n\n::instruction::\n### Q\nWhat?\n### A\nThis.\n",
+        frontmatter="training:\n  sources:\n    - path: notes\n",
+    )
+    (folder / "texts").mkdir()
+    for index in range(4):
+        (folder / "texts" / f"t{index}.txt").write_text(f"Document {index} of the pretrain set.\n")
+    chat = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+    (folder / "chats.jsonl").write_text(json.dumps(chat) + "\n", encoding="utf-8")
+    order = [args for args, _ in WITHOUT_TORCH.values()]
+    env = {**os.environ, "DLM_HOME": str(home), "DLM_QUIET": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", TORCH_PROBE, json.dumps(order)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    return {
+        " ".join(path): (json.loads((folder / f"probe-{number}.json").read_text()), run.stderr)
+        for number, path in enumerate(WITHOUT_TORCH)
+    }
+
+
+def test_the_torch_probe_runs_every_command_that_does_not_run_a_model() -> None:
+    assert set(WITHOUT_TORCH) == set(leaf_commands()) - RUNS_A_MODEL
+
+
+@pytest.mark.parametrize("path", list(WITHOUT_TORCH), ids=" ".join)
+def test_no_command_that_does_not_run_a_model_loads_torch(
+    path: tuple[str, ...], torch_probe: dict[str, Any]
+) -> None:
+    result, stderr = torch_probe[" ".join(path)]
+    assert result == {"exit": WITHOUT_TORCH[path][1], "torch": False, "libtorch": False}, stderr
+
+
+#: Runs `dlm ARGS...` in a working directory made ``depth`` folders of 200 bytes below ``start``,
+#: one relative mkdir and chdir at a time (no path string can name it: it is longer than PATH_MAX);
+#: depth -1 runs it in a folder removed after the chdir.
+IN_A_DEEP_DIRECTORY = """
+import os, sys
+from dlmstore.cli.main import cli
+os.chdir(sys.argv[1])
+depth = int(sys.argv[2])
+if depth < 0:
+    os.mkdir("gone"); os.chdir("gone"); os.rmdir("../gone")
+for _ in range(depth):
+    os.mkdir("d" * 200); os.chdir("d" * 200)
+cli(sys.argv[3:])
+"""
+
+#: 23 folders of 200 bytes: 4,623 bytes below any start, beyond PATH_MAX (4,096) wherever it is.
+DEPTH = 23
+
+
+def _in_deep_directory(start: Path, depth: int, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", IN_A_DEEP_DIRECTORY, str(start), str(depth), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "DLM_QUIET": "1"})
+
+
+def test_tokenize_works_from_a_working_directory_longer_than_path_max(tmp_path: Path, tokenizer: Any) -> None:
+    doc = write_doc(tmp_path / "doc.dlm", body="Prose from far below.\n")
+    run = _in_deep_directory(tmp_path, DEPTH, "tokenize", str(doc), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["tokenization"]["cache_misses"] == 1
+
+
+def test_train_from_a_working_directory_longer_than_path_max_says_why_torch_cannot_load(
+    tmp_path: Path,
+) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    run = _in_deep_directory(tmp_path, DEPTH, "train", str(doc))
+    length = len(os.fsencode(tmp_path)) + DEPTH * 201
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (
+        "error: dlm train trains the adapter in torch, and torch's native library (libtorch_cpu.so, through "
+        f"Intel oneMKL) cannot load with a working directory of {length:,} bytes, beyond PATH_MAX (4,096)\n"
+        "hint: cd to a shorter directory that exists and run the command again\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "needs"),
+    [
+        (["eval"], "dlm eval runs the base model and the adapter in torch"),
+        (["prompt", "Q?"], "dlm prompt --backend transformers runs the base model and the adapter in torch"),
+        (["export"], "dlm export merges the adapter into the base model in torch"),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else "",
+)
+def test_a_command_that_runs_a_model_in_a_removed_working_directory_says_why_torch_cannot_load(
+    tmp_path: Path, command: list[str], needs: str
+) -> None:
+    doc = write_doc(tmp_path / "doc.dlm")
+    run = _in_deep_directory(tmp_path, -1, command[0], str(doc), *command[1:])
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (
+        f"error: {needs}, and torch's native library (libtorch_cpu.so, through Intel oneMKL) cannot load with "
+        "the working directory gone or unreadable (No such file or directory)\n"
+        "hint: cd to a shorter directory that exists and run the command again\n"
+    )
 
 
 def test_init_writes_a_valid_document_with_a_fresh_id_and_creates_its_store(

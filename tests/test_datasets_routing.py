@@ -8,7 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlmstore.datasets.build.routing import DRAW_CHUNK, PretrainRouter, draw_splits, position_draws
+from dlmstore.datasets.build.output import UniformDraws
+from dlmstore.datasets.build.routing import (
+    DRAW_CHUNK,
+    PretrainRouter,
+    chunk_seed,
+    draw_splits,
+    position_draws,
+    seeded_permutation,
+)
 
 
 def test_a_positions_draw_does_not_depend_on_where_the_run_starts() -> None:
@@ -100,3 +108,31 @@ def test_routing_runs_of_any_size_agrees_with_reading_one_document_at_a_time(
 def test_draw_splits_sends_about_val_frac_to_val() -> None:
     to_val = draw_splits(1, 0, 20_000, 0.1)
     assert 0.09 < to_val.mean() < 0.11
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32 - 1), chunk=st.integers(0, 2**20))
+def test_the_draws_are_torch_rand_of_the_chunks_generator_bit_for_bit(seed: int, chunk: int) -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(chunk_seed(seed, chunk))
+    expected = torch.rand(DRAW_CHUNK, generator=generator, dtype=torch.float64).numpy()
+    assert np.array_equal(position_draws(seed, chunk * DRAW_CHUNK, DRAW_CHUNK), expected)
+
+
+@settings(max_examples=25)
+@given(n=st.integers(0, 3000), seed=st.integers(-(2**63), 2**63 - 1))
+def test_the_seeded_permutation_is_torch_randperm_of_the_seed(n: int, seed: int) -> None:
+    import torch
+
+    expected = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    assert seeded_permutation(n, seed) == expected
+
+
+def test_the_shuffle_draws_are_one_torch_generator_drawn_in_chunks() -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(11)
+    expected = torch.cat([torch.rand(DRAW_CHUNK, generator=generator, dtype=torch.float64) for _ in range(2)])
+    draws = UniformDraws(11)
+    assert [draws.next() for _ in range(2 * DRAW_CHUNK)] == expected.tolist()

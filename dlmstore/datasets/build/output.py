@@ -1,7 +1,8 @@
 """What the builders share: results, progress, seeded draws, the output directory.
 
 Randomness goes through a seeded ``torch.Generator`` only (the spec forbids
-``random`` and numpy's RNG). The train/val draw is per position
+``random`` and numpy's own streams), drawn without loading torch
+(:class:`.routing.TorchGenerator`: the same MT19937 outputs, bit for bit). The train/val draw is per position
 (:mod:`.routing`); :class:`UniformDraws`, one seeded stream drawn in fixed
 chunks of :data:`DRAW_CHUNK` values, drives the shuffle buffer, which
 reads the input in order on one process whatever the engine.
@@ -117,20 +118,18 @@ ProgressFn = Callable[[BuildProgress], None]
 
 
 class UniformDraws:
-    """Uniform floats in [0, 1) from a seeded torch generator, one at a time."""
+    """Uniform floats in [0, 1) from a seeded torch generator, one at a time (drawn without torch)."""
 
     def __init__(self, seed: int) -> None:
-        import torch
+        from dlmstore.datasets.build.routing import TorchGenerator
 
-        self._torch = torch
-        self._generator = torch.Generator().manual_seed(seed)
+        self._generator = TorchGenerator(seed)
         self._buffer: list[float] = []
         self._position = 0
 
     def next(self) -> float:
         if self._position == len(self._buffer):
-            chunk = self._torch.rand(DRAW_CHUNK, generator=self._generator, dtype=self._torch.float64)
-            self._buffer = chunk.tolist()
+            self._buffer = self._generator.rand(DRAW_CHUNK).tolist()
             self._position = 0
         value = self._buffer[self._position]
         self._position += 1

@@ -471,11 +471,11 @@ def _local_folder(
     force: bool,
 ) -> BuildResult:
     """A folder of text files, split by file list: a seeded permutation, the first files to val."""
-    import torch
+    from dlmstore.datasets.build.routing import seeded_permutation
 
     assert path is not None
     files = data_files(path)
-    order = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed)).tolist()
+    order = seeded_permutation(len(files), seed)  # torch.randperm's order, without loading torch
     n_val = round(len(files) * o.roam_val_frac) if len(files) > 1 else 0
     val_set = set(order[:n_val])
     val_files = [f for i, f in enumerate(files) if i in val_set]

@@ -54,12 +54,50 @@ def chunk_seed(seed: int, chunk: int) -> int:
     return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
 
 
+class TorchGenerator:
+    """``torch.Generator().manual_seed(seed)`` on the CPU, drawn from without loading torch.
+
+    A build tokenizes and never runs a model, so it does not load torch
+    (dlmstore/torch_loader.py), yet its draws stay the ones meta.json's
+    ``draw_rule`` names, torch's, bit for bit (``tests/test_datasets_routing.py``
+    checks each against torch). torch's CPU generator is MT19937 seeded with
+    the low 32 bits of the seed: the state NumPy's legacy ``RandomState``
+    starts from for that integer, a stream NumPy keeps stable (NEP 19), so
+    a full-range uint32 draw of it is the generator's raw output.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._state = np.random.RandomState(seed & 0xFFFFFFFF)
+
+    def words(self, count: int) -> np.ndarray[Any, Any]:
+        """The next ``count`` 32-bit outputs (``generator->random()``)."""
+        return self._state.randint(0, 2**32, size=count, dtype=np.uint32)
+
+    def rand(self, count: int) -> np.ndarray[Any, Any]:
+        """``torch.rand(count, dtype=torch.float64, generator=...)``: two outputs per value, the
+        first the high word, the low 53 bits of the 64 over 2**53 (``at::uniform_real_distribution``)."""
+        words = self.words(2 * count)
+        bits = (words[0::2].astype(np.uint64) << np.uint64(32)) | words[1::2].astype(np.uint64)
+        return (bits & np.uint64((1 << 53) - 1)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def seeded_permutation(n: int, seed: int) -> list[int]:
+    """``torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()``, without torch.
+
+    torch's CPU randperm below 2**32 / 20 elements: a Fisher-Yates pass from
+    the front, position ``i`` swapped with ``i + word % (n - i)``.
+    """
+    order = list(range(n))
+    for i, word in enumerate(TorchGenerator(seed).words(max(n - 1, 0)).tolist()):
+        z = i + word % (n - i)
+        order[i], order[z] = order[z], order[i]
+    return order
+
+
 @functools.lru_cache(maxsize=8)
 def _chunk(seed: int, chunk: int) -> np.ndarray[Any, Any]:
-    import torch
-
-    generator = torch.Generator().manual_seed(chunk_seed(seed, chunk))
-    values = torch.rand(DRAW_CHUNK, generator=generator, dtype=torch.float64).numpy()
+    """``torch.rand(4096, dtype=float64, generator=G(seed, chunk))`` (:class:`TorchGenerator`)."""
+    values = TorchGenerator(chunk_seed(seed, chunk)).rand(DRAW_CHUNK)
     values.setflags(write=False)
     return values
 
