@@ -87,6 +87,23 @@ def test_overwrite_false_creates_a_file_that_does_not_exist_yet(work: Path) -> N
     assert _names(work) == ["doc.dlm"]
 
 
+@pytest.mark.parametrize("refused", [errno.EPERM, errno.EOPNOTSUPP], ids=["EPERM", "EOPNOTSUPP"])
+def test_overwrite_false_works_where_the_filesystem_makes_no_hard_links(
+    work: Path, monkeypatch: pytest.MonkeyPatch, refused: int
+) -> None:
+    def no_links(*_: object, **__: object) -> None:  # FAT says EPERM, some network shares EOPNOTSUPP
+        raise OSError(refused, os.strerror(refused))
+
+    monkeypatch.setattr(os, "link", no_links)
+    target = work / "doc.dlm"
+    write_bytes_atomic(target, b"new", overwrite=False)
+    assert target.read_bytes() == b"new" and _mode(target) == 0o644
+    with pytest.raises(FileExistsError), atomic_file(target, "w", overwrite=False) as f:
+        f.write("theirs")
+    assert target.read_bytes() == b"new"
+    assert _names(work) == ["doc.dlm"]
+
+
 def test_text_mode_writes_utf8_whatever_the_locale(work: Path) -> None:
     target = work / "dlm.lock"
     with atomic_file(target, "w") as f:

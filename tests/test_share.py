@@ -7,7 +7,10 @@ copied, and registered in its own manifest. Every fault the module names
 is provoked: another filesystem, a damaged entry, a damaged or other-revision
 store.db, a pack that goes between the lookup and the link, a symlinked
 pack, two passes taking the same keys, and each store cleared or deleted
-under the other.
+under the other. Then what the other commands do to a store another one
+shares tokens with (prune, clear and ``stores gc`` of either), a store on
+a real second filesystem and a home whose filesystem makes no hard links
+(in a child process), ``--no-share``, and four processes at once.
 """
 
 from __future__ import annotations
@@ -471,3 +474,155 @@ def test_a_no_share_pass_takes_nothing_from_another_store_and_writes_nothing_the
     assert [list(rows.row_keys), rows.values.tolist(), rows.offsets.tolist()] == [keys, tokens, offsets]
     assert _files(store_dir(FIRST)) == before  # the other store: not a byte, name or time changed
     assert _verify(two)[0] == 0 and _verify(one)[0] == 0
+
+
+# --- a home where hard links fail -----------------------------------------------------------------
+
+#: Run in a child process: ``MODE STORE DOC...``. ``mount`` mounts a tmpfs on the folder STORE first
+#: (the child runs in its own user and mount namespace): STORE is then another filesystem than its
+#: siblings, and a link across it fails with EXDEV as on any two mounts. ``exdev`` makes ``os.link``
+#: fail with EXDEV for a link across STORE's boundary instead (where no namespace can be made), and
+#: ``nolinks`` every link with EPERM, as on a filesystem that has none (FAT, some network shares).
+#: Each DOC is then ``dlm init``-ed when it does not exist, tokenized twice (the second pass reads and
+#: checks every entry), verified, and what happened is printed as JSON.
+_CHILD = r"""
+import errno, json, os, sqlite3, subprocess, sys
+from pathlib import Path
+
+mode, store, *docs = sys.argv[1:]
+if mode == "mount":
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", store], check=True)
+else:
+    real_link = os.link
+
+    def link(source, target, **options):
+        inside = [Path(os.path.abspath(p)).is_relative_to(store) for p in (source, target)]
+        if mode == "nolinks" or inside[0] != inside[1]:
+            raise OSError(errno.EXDEV if mode == "exdev" else errno.EPERM, "no hard link here")
+        return real_link(source, target, **options)
+
+    os.link = link
+
+from click.testing import CliRunner
+from dlmstore.cli.main import cli
+from dlmstore.corpus.tokenize import tokenize_document
+from dlmstore.home import store_dir
+
+out = {"devices": len({os.stat(store).st_dev, os.stat(Path(store).parent).st_dev})}
+for doc in docs:
+    if not os.path.exists(doc):
+        init = CliRunner().invoke(cli, ["init", doc])
+        again = CliRunner().invoke(cli, ["init", doc])
+        out[doc] = {"init": [init.exit_code, again.exit_code, again.output]}
+        continue
+    first, _ = tokenize_document(doc, materialize=False)
+    second, rows = tokenize_document(doc)
+    verify = CliRunner().invoke(cli, ["cache", "verify", doc])
+    conn = sqlite3.connect(store_dir(first.dlm_id) / "store.db")
+    how = sorted({how for (how,) in conn.execute("SELECT how FROM entry_origins")})
+    conn.close()
+    out[doc] = {
+        "first": [first.tokenization.cache_misses, first.tokenization.cache_shared],
+        "second": [second.tokenization.cache_hits, second.tokenization.cache_misses, second.damaged_entries],
+        "how": how,
+        "verify": [verify.exit_code, verify.output],
+        "tokens": [list(rows.row_keys), rows.values.tolist(), rows.offsets.tolist()],
+    }
+print(json.dumps(out))
+"""
+
+
+def _can_mount(folder: Path) -> bool:
+    """Whether this machine lets a process mount a tmpfs in a namespace of its own."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    probe = [unshare, "--user", "--map-root-user", "--mount", "mount", "-t", "tmpfs", "tmpfs", str(folder)]
+    return subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+
+
+def _child(mode: str, store: Path, *docs: Path) -> dict[str, Any]:
+    command = [sys.executable, "-c", _CHILD, mode, str(store), *map(str, docs)]
+    if mode == "mount":
+        command = ["unshare", "--user", "--map-root-user", "--mount", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.slow
+def test_a_store_on_another_filesystem_than_its_sibling_takes_a_copy_and_verifies(
+    docs: tuple[Path, Path],
+) -> None:
+    one, two = docs
+    _, *tokens = _materialized(one)
+    mine = store_dir(SECOND)
+    mine.mkdir(parents=True)
+    mode = "mount" if _can_mount(mine) else "exdev"
+    done = _child(mode, mine, two)
+    assert done["devices"] == (2 if mode == "mount" else 1)  # a real second filesystem where one can be had
+    took = done[str(two)]
+    assert took["first"] == [0, FILES + 1] and took["how"] == ["copy"]  # every row taken, by copy
+    assert took["second"] == [FILES + 1, 0, 0]
+    assert took["verify"] == [0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n"]
+    assert took["tokens"] == tokens
+    assert _verify(one)[0] == 0
+
+
+@pytest.mark.slow
+def test_a_home_on_a_filesystem_without_hard_links_creates_stores_shares_by_copy_and_verifies(
+    docs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from dlmstore.home import dlm_home
+
+    one, two = docs
+    third = tmp_path / "three.dlm"
+    done = _child("nolinks", dlm_home(), one, two, third)  # every store created without a link
+    made, took = done[str(one)], done[str(two)]
+    assert made["first"] == [FILES + 1, 0] and took["first"] == [0, FILES + 1] and took["how"] == ["copy"]
+    for each in (made, took):
+        assert each["second"] == [FILES + 1, 0, 0]
+        assert each["verify"] == [0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n"]
+    assert took["tokens"] == made["tokens"]
+    init, again, said = done[str(third)]["init"]
+    assert (init, again) == (0, 1) and "already exists; dlm init never overwrites a document" in said
+    event = _materialized(third)[0].tokenization  # the document dlm init wrote reads and tokenizes
+    assert event.cache_misses == event.total_rows > 0
+
+
+# --- passes at once -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_four_tokenize_processes_of_documents_sharing_their_sources_at_once_agree_with_the_tokenizer(
+    tmp_path: Path,
+) -> None:
+    _tree(tmp_path)
+    ids = [FIRST, SECOND, "01KPQ1FFEDGPPSMWRAS18SAZSW", "01KPQ1FFEDGPPSMWRAS18SAZSX"]
+    documents = [_doc(tmp_path / f"doc{number}.dlm", dlm_id) for number, dlm_id in enumerate(ids)]
+    for number, doc in enumerate(documents):  # each has a body of its own beside the shared tree
+        doc.write_text(
+            doc.read_text().replace("Notes.\n", f"Notes of document {number}.\n"), encoding="utf-8"
+        )
+    dlm = str(Path(sys.executable).with_name("dlm"))
+    runs = [
+        subprocess.Popen([dlm, "tokenize", str(doc)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for doc in documents
+    ]
+    for run in runs:
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+    for doc, dlm_id in zip(documents, ids, strict=True):
+        code, said = _verify(doc)
+        assert (
+            code == 0
+            and said.startswith("checked 13 entries in ")
+            and said.endswith(": 0 problems, 0 remaining\n")
+        )
+        summary, *tokens = _materialized(doc)
+        assert (summary.tokenization.cache_misses, summary.damaged_entries) == (0, 0)
+        _, fresh = tokenize_document(str(doc), no_cache=True)  # what the tokenizer makes of it, alone
+        assert fresh is not None
+        assert tokens == [list(fresh.row_keys), fresh.values.tolist(), fresh.offsets.tolist()]
+        assert _rows(dlm_id, "SELECT COUNT(*), COUNT(DISTINCT row_key) FROM cache_entries") == [(13, 13)]

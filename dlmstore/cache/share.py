@@ -62,7 +62,6 @@ NOTHING``) and a pack that registered nothing is removed again.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -79,7 +78,7 @@ from dlmstore.cache.entries import unlink_packs
 from dlmstore.cache.packs import PACK_DIR, PACK_SUFFIX, PackReader, as_array, write_pack
 from dlmstore.clock import utc_now
 from dlmstore.sources.statcache import StatCache
-from dlmstore.store.atomic import fsync_dir
+from dlmstore.store.atomic import LINK_REFUSED, fsync_dir
 from dlmstore.store.connection import DB_NAME
 from dlmstore.store.database import Store
 from dlmstore.store.revisions import HEAD_REVISION
@@ -100,17 +99,6 @@ SIBLING_TIMEOUT_S = 1.0
 
 #: The pack names dlm writes; any other path in another store's manifest is not followed.
 _PACK_PATH = re.compile(rf"{PACK_DIR}/pack-[0-9A-HJKMNP-TV-Z]{{26}}\{PACK_SUFFIX}")
-
-#: Errors of ``link`` after which the wanted ranges are copied instead.
-_NO_LINK = {
-    errno.EXDEV,
-    errno.EPERM,
-    errno.EMLINK,
-    errno.EOPNOTSUPP,
-    errno.ENOTSUP,
-    errno.EACCES,
-    errno.EROFS,
-}
 
 
 @dataclass(frozen=True)
@@ -335,7 +323,7 @@ class _Taker:
             try:
                 os.link(source, self.store.path / mine, follow_symlinks=False)
             except OSError as exc:
-                if exc.errno not in _NO_LINK:
+                if exc.errno not in LINK_REFUSED:  # after these the wanted ranges are copied instead
                     raise
                 _log.debug("sharing: cannot link %s/%s (%s): copying", dlm_id, relpath, exc.strerror)
             else:

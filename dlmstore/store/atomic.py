@@ -65,7 +65,8 @@ class AtomicFile:
         mode: ``"wb"`` (bytes) or ``"w"`` (text, UTF-8).
         overwrite: when false, :meth:`commit` raises ``FileExistsError`` if
             ``path`` exists (checked atomically with a hard link, not a
-            racy ``exists()``).
+            racy ``exists()``; with an ``O_EXCL`` claim where the
+            filesystem makes no hard links).
         buffering: passed to ``open`` (streaming writers use large buffers).
         permissions: the published file's permission bits (``mkstemp``
             makes the temp file private; dlm's own files are 0644).
@@ -114,8 +115,7 @@ class AtomicFile:
             if self.overwrite:
                 os.replace(self.tmp, self.path)
             else:
-                os.link(self.tmp, self.path)  # fails with FileExistsError instead of clobbering
-                os.unlink(self.tmp)
+                _publish_new(self.tmp, self.path)
         except BaseException:
             self.abort()
             raise
@@ -126,6 +126,39 @@ class AtomicFile:
         if not self.file.closed:
             self.file.close()
         self.tmp.unlink(missing_ok=True)
+
+
+#: ``link`` errors that mean the filesystem makes no hard link here (none at all, as FAT and some
+#: network filesystems; not across mounts; not one more to this inode), not that the write failed.
+LINK_REFUSED = frozenset(
+    {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EACCES, errno.EROFS}
+)
+
+
+def _publish_new(tmp: Path, path: Path) -> None:
+    """Give the finished ``tmp`` the name ``path``, which must not exist yet (``FileExistsError``).
+
+    A hard link claims the name and publishes the whole file in one step.
+    On a filesystem that makes no hard links (FAT, some network shares),
+    the name is claimed with ``O_EXCL`` instead and the file renamed onto
+    the claim: another writer still gets ``FileExistsError``, and a reader
+    may see an empty file for that moment, never a partial one.
+    """
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in LINK_REFUSED:
+            raise
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            path.unlink(missing_ok=True)  # the claim, still empty
+            raise
+        return
+    os.unlink(tmp)
 
 
 @overload
