@@ -37,7 +37,14 @@ EXPORT = Scenario(
     name="export",
     model="tiny",
     shown={"work": "/home/me/garden", "home": "/home/me/.local/share/dlm"},
-    files={"notes.dlm": NOTES_DLM, "models/README.txt": "my models\n"},
+    files={
+        "notes.dlm": NOTES_DLM,
+        # the same document (its id, so its store) with a system prompt Ollama's parser would change
+        "pair.dlm": NOTES_DLM.replace(
+            "You answer questions about the garden briefly.", "Pair gardening with \U0001f469\u200d\U0001f33e"
+        ),
+        "models/README.txt": "my models\n",
+    },
     steps=(
         quiet("ollama", "-q", "train", "notes.dlm"),
         Step(
@@ -54,6 +61,19 @@ EXPORT = Scenario(
         ),  # fmt: skip
         Step(
             "refused", ("dlm export notes.dlm -o models",), ("export", "notes.dlm", "-o", "models"), status=1
+        ),
+        Step("uncarried", ("dlm export pair.dlm",), ("export", "pair.dlm"), status=1),
+        shell(
+            "damaged",
+            f"printf x | dd of=$DLM_HOME/store/{NOTES_ID}/adapter/versions/v0001/adapter_model.safetensors \\\n"
+            "  bs=1 seek=5000 conv=notrunc status=none     # one byte of the adapter changes",
+        ),
+        Step(
+            "damaged",
+            ('dlm prompt notes.dlm "When are the beds watered?"',),
+            ("prompt", "notes.dlm", "When are the beds watered?"),
+            status=1,
+            joined=True,
         ),
     ),
 )
