@@ -341,3 +341,24 @@ def test_exporting_a_system_prompt_ollama_cannot_carry_is_one_error_before_anyth
         cli, ["export", str(doc), "-o", str(tmp_path / "srv"), "--target", "llama-server"]
     )
     assert served.exit_code == 0, served.output  # the runtime that renders the model's own template takes it
+
+
+def test_a_line_break_in_a_path_stays_a_comment_of_llama_server_sh(tmp_path: Path) -> None:
+    import subprocess
+
+    from dlmstore.export.targets import server_script
+
+    marker = tmp_path / "ran"
+    header = [f"base model /models/x\ntouch {marker}", "adapter\r\u2028v0001 \udcff"]
+    script = tmp_path / "llama-server.sh"
+    script.write_bytes(
+        server_script("model.gguf", num_ctx=64, header=header).encode("utf-8", "surrogateescape")
+    )
+    lines = script.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    assert lines[1] == f"# base model /models/x\\ntouch {marker}" and lines[2].startswith("# adapter\\r")
+    subprocess.run(["sh", "-n", str(script)], check=True)  # it parses; and the header runs nothing:
+    subprocess.run(
+        ["sh", "-c", f"sed -n '1,3p' {script} > {tmp_path / 'head.sh'}; sh {tmp_path / 'head.sh'}"],
+        check=True,
+    )
+    assert not marker.exists()

@@ -330,7 +330,8 @@ def _write(
     elif target == "llama-server":
         script = root / "llama-server.sh"
         header = _header(document, version, quant)
-        write_bytes_atomic(script, server_script(written["model"], num_ctx=num_ctx, header=header).encode())
+        text = server_script(written["model"], num_ctx=num_ctx, header=header)
+        write_bytes_atomic(script, text.encode("utf-8", "surrogateescape"))
         script.chmod(0o755)
         written["script"] = "llama-server.sh"
         written["num_ctx"] = str(num_ctx)

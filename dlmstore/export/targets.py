@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlmstore.errors import ExportError
+from dlmstore.export.modelfile import comment
 
 #: DLM's sampling defaults for a Modelfile, when the document's ``export:`` block sets none.
 DEFAULT_TEMPERATURE = 0.7
@@ -242,9 +243,12 @@ def server_command(gguf: str, *, num_ctx: int) -> list[str]:
 
 
 def server_script(gguf: str, *, num_ctx: int, header: list[str]) -> str:
-    """``llama-server.sh``: the server command, run from the export's folder (extra arguments pass through)."""
+    """``llama-server.sh``: the server command, run from the export's folder (extra arguments pass through).
+
+    Encode it with ``surrogateescape``: a Python whose path is not UTF-8 is named by its bytes.
+    """
     command = " ".join(shlex.quote(part) for part in server_command(gguf, num_ctx=num_ctx))
-    lines = ["#!/bin/sh", *(f"# {line}" for line in header)]
+    lines = ["#!/bin/sh", *(comment(line) for line in header)]  # a line break in a path stays a comment
     lines += [
         f"# llama.cpp's own server binary takes the same file: llama-server -m {gguf} --ctx-size {num_ctx} "
         f"--host {SERVER_HOST} --port {SERVER_PORT} --jinja",
