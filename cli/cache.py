@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import DURATION
+from .params import DURATION, LocalPath
 from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def _document_id(path: str) -> str:
 
 
 @cache_group.command("show")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @json_option("dlmstore.cache.admin:CacheSummary", help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Entries, size and last-run hit rate of the cache (read-only)."""
@@ -55,7 +55,7 @@ def show_command(path: str, as_json: bool) -> None:
 
 
 @cache_group.command("prune")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--older-than",
     type=DURATION,
@@ -96,7 +96,7 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
 
 
 @cache_group.command("clear")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
 @json_option("dlmstore.cache.admin:ClearResult")
 def clear_command(path: str, force: bool, as_json: bool) -> None:
@@ -144,7 +144,7 @@ def clear_command(path: str, force: bool, as_json: bool) -> None:
 
 
 @cache_group.command("verify")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=LocalPath())
 @click.option("--repair", is_flag=True, help="Fix what is found: drop broken entries, remove debris.")
 @json_option("dlmstore.cache.admin:VerifyResult")
 def verify_command(path: str, repair: bool, as_json: bool) -> None:

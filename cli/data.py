@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .params import SIZE
+from .params import SIZE, LocalPath, LocalPathText
 from .render import emit_json, human_bytes, json_option, plural
 
 _engine_options = [
@@ -68,7 +68,7 @@ def data_group() -> None:
 @click.option(
     "--cache-dir",
     required=True,
-    type=click.Path(file_okay=False),
+    type=LocalPath(file_okay=False),
     help="Where the cache and its store.db go.",
 )
 @click.option("--seed", default=42, show_default=True, help="Seed of every split and shuffle.")
@@ -77,6 +77,7 @@ def data_group() -> None:
     "--local",
     "local",
     multiple=True,
+    type=LocalPathText(),
     metavar="NAME=PATH",
     help="Read source NAME from local files (repeatable).",
 )
@@ -186,12 +187,12 @@ def build_group() -> None:
 
 _common = [
     click.option(
-        "--from", "source", required=True, type=click.Path(exists=True), help="Input file or folder."
+        "--from", "source", required=True, type=LocalPath(exists=True), help="Input file or folder."
     ),
     click.option(
         "--out",
         required=True,
-        type=click.Path(file_okay=False),
+        type=LocalPath(file_okay=False),
         help="Dataset directory to write: new, empty, or a dataset dlm wrote (else --force).",
     ),
     click.option(
@@ -215,7 +216,7 @@ _common = [
         "--store",
         "store_dir",
         default=None,
-        type=click.Path(file_okay=False),
+        type=LocalPath(file_okay=False),
         help="Register in this directory's store.db (default: the --out directory).",
     ),
     json_option("dlmstore.datasets.build.recipes:DatasetBuild"),
@@ -326,7 +327,7 @@ def _render_build(done: Any, as_json: bool) -> None:
 
 
 @data_group.command("validate")
-@click.argument("path", type=click.Path(file_okay=False))
+@click.argument("path", type=LocalPath(file_okay=False))
 @click.option("--base", default=None, help="Also check the dataset was built by this base model's tokenizer.")
 @click.option(
     "--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only)."
@@ -380,7 +381,7 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
 
 
 @data_group.command("show")
-@click.argument("path", type=click.Path(file_okay=False))
+@click.argument("path", type=LocalPath(file_okay=False))
 @json_option("dlmstore.datasets.show:DataShow", help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
     """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only)."""

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, json_option, plural
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class Version(click.ParamType[int]):
 
 
 @click.command("eval")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option("--adapter", type=Version(), help="The adapter version to evaluate (default: the newest).")
 @click.option("--base", is_flag=True, help="Evaluate the base model instead of an adapter.")
 @click.option("--against", type=Version(), help="The adapter version to compare with (default: the base).")

@@ -6,11 +6,12 @@ import shlex
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, human_bytes, json_option, note, warn
 
 
 @click.command("export")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--adapter",
     "adapter",
@@ -35,7 +36,7 @@ from .render import emit_json, human_bytes, json_option, note, warn
 @click.option(
     "-o",
     "--out",
-    type=click.Path(file_okay=False),
+    type=LocalPath(file_okay=False),
     help="The export folder: new, empty or an export dlm wrote; default: <store>/exports/vNNNN-<QUANT>.",
 )
 @click.option(

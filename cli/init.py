@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, json_option
 
 
 @click.command("init")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--base-model",
     default="smollm2-135m",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .params import RUN_ID
+from .params import RUN_ID, LocalPath
 from .render import emit_json, json_option
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def lock_group() -> None:
 
 
 @lock_group.command("show")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @json_option("dlmstore.lock.model:Lock", help="Print the lock as JSON (the contents of dlm.lock).")
 def show_command(path: str, as_json: bool) -> None:
     """Print the document's dlm.lock: the lock its last training run wrote."""
@@ -115,7 +115,7 @@ def _rows(name: str, value: Any, indent: str) -> list[tuple[str, Any]]:
 
 
 @lock_group.command("diff")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--against",
     "against",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import DURATION, RUN_ID
+from .params import DURATION, RUN_ID, LocalPath
 from .render import emit_json, human_bytes, json_option, note, plural
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @click.command("metrics")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option("--run-id", type=RUN_ID, help="Only this run, with its logged steps of every phase.")
 @click.option("--since", type=DURATION, help="Only runs started within this long (7d, 12h, ...).")
 @click.option(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, json_option
 
 
 @click.command("migrate")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the diff; change nothing.")
 @click.option("--no-backup", is_flag=True, help="Do not keep the original as PATH.bak.")
 @json_option("dlmstore.document.migrate:MigrationResult")

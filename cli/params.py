@@ -72,3 +72,39 @@ RUN_ID = click.IntRange(1, SQLITE_MAX_INT)
 #: A random seed, within training.seed's bounds (``dlmstore.document.frontmatter.MAX_SEED``,
 #: not imported: that would load pydantic for ``dlm --help``).
 SEED = click.IntRange(0, 2**32 - 1)
+
+#: ``scheme://...``: s3://, gs://, az://, http(s)://, hf://, file:// and any other.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _url_refusal(value: str) -> str:
+    return f"{value!r} is a URL; object storage is not supported yet, so give a local path"
+
+
+class LocalPath(click.Path):
+    """A ``click.Path`` that refuses a URL by name instead of taking it as a relative path.
+
+    Until object storage exists, ``s3://bucket/prefix`` given where a path goes
+    would otherwise become a folder named ``s3:`` in the working directory.
+    Every path-taking option and argument of ``dlm`` is of this type
+    (``tests/test_cli_urls.py`` walks the command tree).
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and _URL.match(value):
+            self.fail(_url_refusal(value), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class LocalPathText(click.ParamType[str, Any]):
+    """Text that holds a local path (``DIR[:WEIGHT]``, ``NAME=PATH``): refused when it or what follows
+    its first ``=`` is a URL."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        for path in (text, text.partition("=")[2]):
+            if _URL.match(path):
+                self.fail(_url_refusal(path), param, ctx)
+        return text

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, json_option
 
 
 @click.command("prompt")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.argument("question")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=128, show_default=True)
 @click.option(

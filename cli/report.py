@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, human_bytes, is_quiet, json_option, printable
 
 
 @click.command("report")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "-o",
     "--output",
     default="report.html",
     show_default=True,
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=LocalPath(dir_okay=False, allow_dash=True),
     help="Write the page here (- for stdout). A symlink is followed and a file replaced keeps its "
     "mode; the document itself is refused.",
 )

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @click.command("show")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @json_option("dlmstore.corpus.show:DocumentSummary", help="Print the summary as JSON.")
 @click.option(
     "--rows",

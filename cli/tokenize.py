@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from .params import LocalPath
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 
 @click.command("tokenize")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option("--no-cache", is_flag=True, help="Tokenize everything; neither read nor write cache entries.")
 @click.option(
     "--no-share",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .lock import lock_mode_options
-from .params import SEED
+from .params import SEED, LocalPath, LocalPathText
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @click.command("train")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--phase",
     type=click.Choice(["all", "sft", "preference"]),
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     "--dataset",
     "datasets",
     multiple=True,
+    type=LocalPathText(),
     metavar="DIR[:WEIGHT]",
     help="Also train on this token dataset (`dlm data build`), mixed by WEIGHT (default 1; the document's "
     "rows weigh 1). Repeatable; adds to training.datasets.",

@@ -1,0 +1,162 @@
+"""A URL where a path goes is refused by name: object storage is not supported yet.
+
+Every path-taking option and argument of every command is found by walking
+the click command tree, so a new one cannot be forgotten: a path is a
+``LocalPath`` (``cli/params.py``), and text that holds a path
+(``--dataset DIR[:WEIGHT]``, ``--local NAME=PATH``) a ``LocalPathText``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+from dlmstore.cli.params import LocalPath, LocalPathText
+
+from .helpers import leaf_commands
+
+URLS = ["s3://bucket/prefix", "gs://bucket/ds", "az://container/ds", "https://example.com/doc.dlm",
+        "hf://datasets/org/name", "file:///tmp/x"]  # fmt: skip
+
+
+def _path_params() -> list[tuple[tuple[str, ...], click.Parameter]]:
+    return [
+        (path, param)
+        for path, command in sorted(leaf_commands().items())
+        for param in command.params
+        if isinstance(param.type, (click.Path, LocalPathText))
+    ]
+
+
+def _id(case: tuple[tuple[str, ...], click.Parameter]) -> str:
+    path, param = case
+    return (
+        " ".join(path)
+        + " "
+        + (param.opts[0] if isinstance(param, click.Option) else param.human_readable_name)
+    )
+
+
+PATH_PARAMS = _path_params()
+
+
+def _cwd(tmp_path: Path, monkeypatch: Any) -> Path:
+    """An empty working directory (the test's home is beside it, in ``tmp_path``)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+def test_every_path_of_every_command_is_a_local_path() -> None:
+    plain = [_id(case) for case in PATH_PARAMS if not isinstance(case[1].type, (LocalPath, LocalPathText))]
+    assert plain == []
+
+
+def test_every_text_option_that_names_a_path_refuses_urls() -> None:
+    texts = [
+        _id((path, param))
+        for path, command in leaf_commands().items()
+        for param in command.params
+        if isinstance(param, click.Option)
+        and any(word in (param.metavar or "") for word in ("PATH", "DIR", "FILE"))
+        and not isinstance(param.type, (click.Path, LocalPathText))
+    ]
+    assert texts == []
+
+
+def _invocation(
+    path: tuple[str, ...], command: click.Command, tested: click.Parameter, url: str
+) -> list[str]:
+    """``dlm PATH...`` with ``url`` for ``tested`` given first (click converts in command-line order)
+    and a stand-in for every other required parameter."""
+    options: list[str] = []
+    arguments: list[str] = []
+    for param in command.params:
+        value = url if param is tested else "x"
+        if param is not tested and not param.required:
+            continue
+        if isinstance(param, click.Argument):
+            arguments.append(value)
+        else:
+            assert isinstance(param, click.Option)
+            pair = [param.opts[0], value]
+            options[:0] = pair if param is tested else []
+            options += [] if param is tested else pair
+    if isinstance(tested, click.Argument):
+        return [*path, *arguments, *options]
+    return [*path, *options, *arguments]
+
+
+@pytest.mark.parametrize("url", URLS[:1] + URLS[3:4])
+@pytest.mark.parametrize("case", PATH_PARAMS, ids=_id)
+def test_a_url_is_refused_by_name_and_nothing_is_created(
+    case: tuple[tuple[str, ...], click.Parameter], url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, param = case
+    command = leaf_commands()[path]
+    work = _cwd(tmp_path, monkeypatch)
+    result = CliRunner().invoke(cli, _invocation(path, command, param, url))
+    name = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines()[-1] == (
+        f"Error: Invalid value for '{_named(param, name)}': "
+        f"{url!r} is a URL; object storage is not supported yet, so give a local path"
+    )
+    assert list(work.iterdir()) == []
+
+
+def _named(param: click.Parameter, name: str) -> str:
+    """How click names a parameter in its error: every spelling of an option, an argument's metavar."""
+    if isinstance(param, click.Option):
+        return "' / '".join(param.opts + param.secondary_opts)
+    return name
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_each_kind_of_url_is_refused_where_data_build_writes(
+    url: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    work = _cwd(tmp_path, monkeypatch)
+    (work / "texts").mkdir()
+    result = CliRunner().invoke(cli, ["data", "build", "pretrain", "--from", "texts", "--out", url])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        f"Error: Invalid value for '--out': {url!r} is a URL; object storage is not supported yet, so give a local path"
+    )
+    assert [p.name for p in work.iterdir()] == ["texts"]
+
+
+def test_a_dataset_url_given_to_train_is_refused_by_name(tmp_path: Path, monkeypatch: Any) -> None:
+    _cwd(tmp_path, monkeypatch)
+    result = CliRunner().invoke(cli, ["train", "--dataset", "s3://b/ds:2", "doc.dlm"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for '--dataset': 's3://b/ds:2' is a URL; object storage is not supported yet, "
+        "so give a local path"
+    )
+
+
+def test_a_local_path_with_a_colon_is_still_a_path(tmp_path: Path, monkeypatch: Any) -> None:
+    work = _cwd(tmp_path, monkeypatch)
+    result = CliRunner().invoke(cli, ["init", "notes:v2.dlm"])
+    assert result.exit_code == 0, result.output
+    assert (work / "notes:v2.dlm").is_file()
+
+
+def test_a_url_after_the_name_of_a_local_source_is_refused_by_name(tmp_path: Path, monkeypatch: Any) -> None:
+    work = _cwd(tmp_path, monkeypatch)
+    result = CliRunner().invoke(
+        cli, ["data", "build-all", "--local", "roam=gs://b/notes", "--cache-dir", "c"]
+    )
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for '--local': 'gs://b/notes' is a URL; object storage is not supported yet, "
+        "so give a local path"
+    )
+    assert list(work.iterdir()) == []
