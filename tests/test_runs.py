@@ -43,6 +43,28 @@ def test_an_interrupted_run_is_marked_failed_and_the_interrupt_propagates() -> N
         assert run is not None and (run.status, run.error) == ("failed", "interrupted")
 
 
+def test_a_sigterm_that_lands_just_after_the_running_row_committed_still_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen by the signal tests: a SIGTERM inside the high-water mark's write, before recorded_run's
+    # try, left a cold tokenize's run `running` after the command had ended with exit 143.
+    import signal
+
+    from dlmstore.errors import Terminated
+    from dlmstore.store import highwater
+
+    def terminated(store: object) -> None:
+        raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(highwater, "record", terminated)
+    with open_store(VALID_ID) as store:
+        with pytest.raises(Terminated):
+            with recorded_run(store, command="tokenize", dlm_path=DOC, dlm_sha256="ab"):
+                pytest.fail("the block ran")
+        (run,) = list_runs(store)
+        assert (run.status, run.error) == ("failed", "terminated by SIGTERM")
+
+
 def test_run_ids_are_never_reused_even_after_the_newest_row_is_deleted() -> None:
     with open_store(VALID_ID) as store:
         first = start_run(store, command="train", dlm_path=DOC, dlm_sha256="ab")

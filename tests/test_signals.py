@@ -1,5 +1,7 @@
 """Signals: `dlm train --nproc` stops its ranks with it, a killed rank is one error line, a dead run is
-failed by the next command that writes, and a Ray build ends on SIGTERM like on Ctrl-C, leaving no Ray behind.
+failed by the next command that writes, a Ray build ends on SIGTERM like on Ctrl-C, leaving no Ray behind,
+and `dlm export` (its quantiser running), a cold `dlm tokenize` and `dlm eval` stopped either way leave
+nothing running and a store that verifies clean, and run again to the bytes of an uninterrupted run.
 
 The process tests start real processes (the launcher and its ranks on the
 tiny model, a local Ray) and signal them once they are at work; each waits
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -29,7 +32,7 @@ from dlmstore.home import store_dir
 from dlmstore.train.distributed import LAUNCHER_ENV, LAUNCHER_GONE, RANK_0_STOPPED, RankReport
 from dlmstore.train.launch import _Rank, _verdict
 
-from .helpers import VALID_ID, write_doc
+from .helpers import VALID_ID, export_doc, write_doc
 
 #: What a test waits for at most before it calls the process stuck (a hang guard, not a measurement).
 PATIENCE_S = 300
@@ -354,3 +357,135 @@ def test_a_ray_driver_killed_with_sigkill_leaves_no_ray_agent_behind(tmp_path: P
     driver.wait()
     assert _ended([reaper])  # it kills what is left as soon as the driver is gone, then ends
     assert all(not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE for agent in agents)
+
+
+# --- export, tokenize and eval, stopped and run again -------------------------------------------
+
+
+def _at_work(command: subprocess.Popen[str], ready: Any, what: str) -> list[psutil.Process]:
+    """Wait until ``ready(children)`` holds for ``command``'s process tree; returns the tree then."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        assert command.poll() is None, command.communicate()
+        assert time.monotonic() < deadline, f"{what} did not start"
+        try:
+            children = psutil.Process(command.pid).children(recursive=True)
+            if ready(children):
+                return children
+        except psutil.NoSuchProcess:  # a child ended while it was looked at
+            pass
+        time.sleep(0.01)
+
+
+def _verifies_clean(doc: Path) -> None:
+    result = CliRunner().invoke(cli, ["cache", "verify", str(doc), "--json"])
+    assert (result.exit_code, json.loads(result.stdout)["problems"]) == (0, []), result.output
+
+
+def _run_json(*args: str) -> Any:
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _quantizing(children: list[psutil.Process]) -> bool:
+    return any("dlmstore.export.quantize" in child.cmdline() for child in children)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "status", "line"), STOPPED)
+def test_sigterm_or_ctrl_c_while_export_quantises_is_one_error_line_and_the_rerun_writes_the_same_files(
+    tmp_path: Path, tiny_base: Path, trained_store: Path, sig: signal.Signals, status: int, line: str
+) -> None:
+    shutil.copytree(trained_store, store_dir(VALID_ID))
+    doc = export_doc(tmp_path, tiny_base)
+    reference = _run_json("export", str(doc), "-o", str(tmp_path / "uninterrupted"))
+    command = _started("export", str(doc))
+    tree = _at_work(command, _quantizing, "llama.cpp's quantiser")
+    assert _stopped_by(command, sig) == (status, [line])
+    assert _ended(tree)  # the quantiser went with it
+    exports = store_dir(VALID_ID) / "exports"
+    assert not exports.exists() or list(exports.iterdir()) == []  # no staging folder, no half export
+    _verifies_clean(doc)
+    again = _run_json("export", str(doc))
+    assert again["notes"] == []  # nothing left to sweep
+    assert again["files"] == reference["files"]
+
+
+def _recorded(sql: str) -> bool:
+    """Whether ``sql`` finds a row in the store (false while store.db is not there or not migrated)."""
+    try:
+        return bool(_query(sql))
+    except sqlite3.OperationalError:
+        return False
+
+
+def _entries() -> list[tuple[Any, ...]]:
+    """Every cache entry of the store: its row, tokenizer and sequence length, and its tokens' checksum."""
+    return _query("SELECT row_key, checksum, bytes FROM cache_entries ORDER BY row_key, checksum")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "status", "line"), STOPPED)
+def test_sigterm_or_ctrl_c_during_a_cold_tokenize_of_5000_files_is_one_error_line_and_the_rerun_caches_the_same_tokens(
+    tmp_path: Path, tiny_base: Path, dlm_home: Path, sig: signal.Signals, status: int, line: str
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(5000):
+        (notes / f"n{i:04d}.md").write_text(f"Note {i}: tokens are cached per row.\n")
+    doc = write_doc(
+        tmp_path / "doc.dlm",
+        "Prose.\n",
+        f"base_model: {tiny_base}\ntraining:\n  sources:\n    - path: notes\n",
+    )
+    reference_home = tmp_path / "reference-home"
+    reference_home.mkdir()
+    (reference_home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
+    result = CliRunner().invoke(cli, ["tokenize", str(doc)], env={"DLM_HOME": str(reference_home)})
+    assert result.exit_code == 0, result.output
+    reference = sqlite3.connect(reference_home / "store" / VALID_ID / "store.db")
+    expected = reference.execute(
+        "SELECT row_key, checksum, bytes FROM cache_entries ORDER BY row_key, checksum"
+    )
+    expected_entries = expected.fetchall()
+    reference.close()
+    command = _started("tokenize", str(doc))
+    tree = _at_work(command, lambda _: _recorded("SELECT 1 FROM runs WHERE status = 'running'"), "tokenize")
+    assert _stopped_by(command, sig) == (status, [line])
+    assert _ended(tree)
+    assert _query("SELECT command, status, error FROM runs") == [
+        ("tokenize", "failed", line.removeprefix("error: "))
+    ]
+    _verifies_clean(doc)
+    _run_json("tokenize", str(doc))
+    assert _entries() == expected_entries
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "status", "line"), STOPPED)
+def test_sigterm_or_ctrl_c_during_eval_is_one_error_line_and_the_rerun_scores_the_same(
+    tmp_path: Path, tiny_base: Path, trained_store: Path, sig: signal.Signals, status: int, line: str
+) -> None:
+    shutil.copytree(trained_store, store_dir(VALID_ID))
+    doc = export_doc(tmp_path, tiny_base)
+    reference = _run_json("eval", str(doc))
+    command = _started("eval", str(doc))
+    running = (
+        "SELECT 1 FROM runs AS r JOIN tokenization_events AS t ON t.run_id = r.id "
+        "WHERE r.command = 'eval' AND r.status = 'running'"
+    )  # its rows tokenized: the models load and evaluate next
+    tree = _at_work(command, lambda _: _recorded(running), "eval")
+    assert _stopped_by(command, sig) == (status, [line])
+    assert _ended(tree)
+    assert _query("SELECT status, error FROM runs WHERE command = 'eval' ORDER BY id") == [
+        ("completed", None), ("failed", line.removeprefix("error: ")),
+    ]  # fmt: skip
+    _verifies_clean(doc)
+    again = _run_json("eval", str(doc))
+    assert _scores(again) == _scores(reference)
+
+
+def _scores(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What ``dlm eval --json`` found of each model, without the time it took."""
+    return [{key: value for key, value in model.items() if key != "seconds"} for model in report["models"]]

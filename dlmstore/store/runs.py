@@ -77,17 +77,31 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, wo
     """
     if command not in RUN_COMMANDS:
         raise ValueError(f"unknown run command {command!r}")
-    with store.write() as conn:
-        _fail_dead(conn)
-        now = utc_now()
-        cursor = conn.execute(
-            "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid, "
-            "world_size) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
-            (command, now, path_text(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
-        )
-        run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
-        _note_document_path(conn, dlm_path, now=now, run_id=run_id)
-    highwater.record(store)
+    run_id: int | None = None
+    try:
+        with store.write() as conn:
+            _fail_dead(conn)
+            now = utc_now()
+            cursor = conn.execute(
+                "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid, "
+                "world_size) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                (command, now, path_text(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
+            )
+            run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
+            _note_document_path(conn, dlm_path, now=now, run_id=run_id)
+        highwater.record(store)
+    except BaseException as exc:
+        # A SIGTERM or Ctrl-C that lands after the row committed (in the high-water mark's
+        # write) would leave it running for the next writer to find dead: it is failed here,
+        # as recorded_run fails one stopped a moment later. A row rolled back is not there to update.
+        if run_id is not None:
+            with store.write() as conn:
+                conn.execute(
+                    "UPDATE runs SET status = 'failed', finished_at = ?, error = ? "
+                    "WHERE id = ? AND pid = ? AND status = 'running'",
+                    (utc_now(), failure_reason(exc), run_id, os.getpid()),
+                )
+        raise
     return run_id
 
 
@@ -207,13 +221,18 @@ def recorded_run(
     try:
         yield run_id
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            reason = str(exc) or "interrupted"
-        else:
-            reason = str(exc) or type(exc).__name__
-        finish_run(store, run_id, status="failed", error=reason.splitlines()[0] if reason else None)
+        finish_run(store, run_id, status="failed", error=failure_reason(exc))
         raise
     finish_run(store, run_id, status="completed")
+
+
+def failure_reason(exc: BaseException) -> str | None:
+    """What a failed run records of ``exc``: its first line (``interrupted`` for a bare Ctrl-C)."""
+    if isinstance(exc, KeyboardInterrupt):
+        reason = str(exc) or "interrupted"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return reason.splitlines()[0] if reason else None
 
 
 def get_run(store: Store, run_id: int) -> Run | None:
