@@ -204,12 +204,12 @@ def _fail(reports: list[tuple[str, str | None]], code: int, *, signum: int | Non
     if report_fd() is not None:
         RankReport(errors=() if signum else tuple(reports), signal=signum).send()
     else:
-        from .render import printable
+        from .render import printable_line
 
         for message, hint in reports:
-            click.echo(f"error: {printable(message)}", err=True)
+            click.echo(f"error: {printable_line(message)}", err=True)
             if hint:
-                click.echo(f"hint: {printable(hint)}", err=True)
+                click.echo(f"hint: {printable_line(hint)}", err=True)
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):  # a rank of several
         exit_rank(code)
     sys.exit(code)

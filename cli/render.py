@@ -36,7 +36,7 @@ def json_option(result: str, help: str = "Print the result as JSON.") -> Callabl
     return click.option("--json", "as_json", cls=JsonOption, result=result, is_flag=True, help=help)
 
 
-__all__ = ["emit_json", "human_bytes", "is_quiet", "note", "plural", "printable", "warn"]
+__all__ = ["emit_json", "human_bytes", "is_quiet", "note", "plural", "printable", "printable_line", "warn"]
 
 
 def emit_json(value: Any) -> None:
@@ -79,6 +79,15 @@ def file_names_pass_through_stdout() -> None:
 def printable(text: str) -> str:
     """``text`` with control characters and line separators escaped (``\\x1b``, ``\\u2028``)."""
     return text.translate(_UNPRINTABLE)
+
+
+def printable_line(text: str) -> str:
+    """:func:`printable`, with a line break shown ``\\n`` too: ``text`` stays one line (``ls -b`` writes it so).
+
+    For what must be one line whatever it quotes: an ``error:`` or ``hint:``
+    line naming a file whose name holds a line break.
+    """
+    return printable(text).replace("\n", "\\n")
 
 
 def warn(message: str) -> None:

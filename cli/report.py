@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .params import LocalPath
-from .render import emit_json, human_bytes, is_quiet, json_option, printable
+from .render import emit_json, human_bytes, is_quiet, json_option, printable_line
 
 
 @click.command("report")
@@ -58,4 +58,4 @@ def report_command(path: str, output: str, train_runs: int, as_json: bool) -> No
         return
     size = write_page(report, Path(output), inputs=(path, store.db_path))
     if not is_quiet():  # what was written is a note, not data: stdout stays empty, -q drops it
-        click.echo(f"wrote {printable(output)} ({human_bytes(size)})", err=True)
+        click.echo(f"wrote {printable_line(output)} ({human_bytes(size)})", err=True)

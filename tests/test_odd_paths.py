@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,9 @@ from hypothesis import strategies as st
 
 from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
-from dlmstore.store.path_text import path_text, text_paths
+from dlmstore.store.path_text import path_text, text_paths, utf8_alias
 
-from .helpers import VALID_ID, write_doc
+from .helpers import VALID_ID, export_doc, write_doc
 
 #: ``bad\xff.dlm``: the byte 0xff is never part of UTF-8.
 BAD_NAME = os.fsdecode(b"bad\xff.dlm")
@@ -156,3 +158,161 @@ def test_a_utf8_path_is_recorded_as_itself() -> None:
     assert text_paths("/docs/naïve.dlm") == ("/docs/naïve.dlm",)
     assert path_text(b"/docs/bad\xff\xfe.dlm") == "/docs/bad\\xff\\xfe.dlm"
     assert text_paths("/docs/bad\\xff.dlm") == (os.fsdecode(b"/docs/bad\xff.dlm"), "/docs/bad\\xff.dlm")
+
+
+# --- export, eval, prompt and report with odd names everywhere ------------------------------------
+# The document's folder and name, the home (DLM_HOME) and the -o folder each hold the odd name.
+
+#: Odd names, and how an error line shows them: a space, a line break, a byte that is not UTF-8.
+ODD_NAMES = {
+    "space": ("a b", "a b"),
+    "newline": ("a\nb", "a\\nb"),
+    "not-utf8": (os.fsdecode(b"a\xffb"), "a\\xffb"),
+}
+
+
+@pytest.fixture(params=sorted(ODD_NAMES))
+def odd(request: pytest.FixtureRequest) -> str:
+    return ODD_NAMES[request.param][0]
+
+
+def shown(path: Path) -> str:
+    """``path`` as an ``error:`` line shows it."""
+    text = str(path)
+    for name, escaped in ODD_NAMES.values():
+        text = text.replace(name, escaped)
+    return text
+
+
+@pytest.fixture
+def odd_doc(
+    tmp_path: Path, odd: str, tiny_base: Path, trained_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """``trained_store``'s document as ``docs <odd>/<odd>.dlm``, its store in the home ``home <odd>``."""
+    home = tmp_path / f"home {odd}"
+    shutil.copytree(trained_store, home / "store" / VALID_ID)
+    monkeypatch.setenv("DLM_HOME", str(home))
+    folder = tmp_path / f"docs {odd}"
+    folder.mkdir()
+    return export_doc(folder, tiny_base).rename(folder / f"{odd}.dlm")
+
+
+def _db() -> sqlite3.Connection:
+    return sqlite3.connect(store_dir(VALID_ID) / "store.db")
+
+
+@pytest.mark.slow
+def test_an_export_into_a_folder_with_an_odd_name_is_written_recorded_and_answers(
+    odd_doc: Path, odd: str, tmp_path: Path
+) -> None:
+    out = tmp_path / f"out {odd}"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["export", str(odd_doc), "--quant", "F16", "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed["folder"] == str(out)
+    manifest = json.loads((out / "dlm-export.json").read_bytes().decode("utf-8"))
+    assert manifest["files"] == {
+        f["path"]: {"sha256": f["sha256"], "bytes": f["bytes"]} for f in printed["files"]
+    }
+    assert (out / "Modelfile").read_bytes().endswith(b"\nSYSTEM You answer briefly.\n")
+    with _db() as db:
+        assert db.execute("SELECT path FROM exports").fetchall() == [(path_text(out),)]
+    answer = runner.invoke(cli, ["prompt", str(odd_doc), "hi", "--backend", "llama.cpp", "--json"])
+    assert answer.exit_code == 0, answer.output
+    assert json.loads(answer.stdout)["model_file"] == str(out / "model.F16.gguf")
+    # Again into the same folder, for llama-server, as text: the folder is named by its bytes.
+    again = runner.invoke(
+        cli, ["export", str(odd_doc), "--quant", "F16", "--target", "llama-server", "-o", str(out)]
+    )
+    assert again.exit_code == 0, again.output
+    assert b"\nfolder: " + os.fsencode(out) + b"\n" in again.stdout_bytes
+    assert sorted(p.name for p in out.iterdir()) == [  # the Modelfile of the first export removed
+        "adapter.gguf", "base.F16.gguf", "dlm-export.json", "hf", "llama-server.sh", "model.F16.gguf",
+    ]  # fmt: skip
+    assert (
+        (out / "llama-server.sh")
+        .read_bytes()
+        .endswith(b' --model model.F16.gguf --n_ctx 64 --host 127.0.0.1 --port 8000 "$@"\n')
+    )
+    with _db() as db:
+        assert db.execute("SELECT target, path FROM exports ORDER BY id").fetchall() == [
+            ("ollama", path_text(out)),
+            ("llama-server", path_text(out)),
+        ]
+
+
+@pytest.mark.slow
+def test_eval_prompt_and_report_work_on_a_document_and_home_with_odd_names(
+    odd_doc: Path, odd: str, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    evaluated = runner.invoke(cli, ["eval", str(odd_doc), "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert [m["model"] for m in json.loads(evaluated.stdout)["models"]] == ["v0001", "base"]
+    with _db() as db:
+        assert db.execute("SELECT command, status, dlm_path FROM runs WHERE command = 'eval'").fetchall() == [
+            ("eval", "completed", path_text(odd_doc))
+        ]
+    answer = runner.invoke(cli, ["prompt", str(odd_doc), "What writes adapters?", "--json"])
+    assert answer.exit_code == 0, answer.output
+    assert json.loads(answer.stdout)["adapter_version"] == 1
+    page = tmp_path / f"{odd}.html"
+    report = runner.invoke(cli, ["report", str(odd_doc), "-o", str(page)])
+    assert report.exit_code == 0, report.output
+    assert report.stderr.count("\n") == 1 and report.stderr.startswith(f"wrote {shown(page)} (")
+    html = page.read_bytes().decode("utf-8")  # valid UTF-8 whatever the paths
+    assert escape(path_text(odd_doc)) in html and escape(path_text(store_dir(VALID_ID))) in html
+    data = runner.invoke(cli, ["report", str(odd_doc), "--json"])
+    assert data.exit_code == 0, data.output
+    assert json.loads(data.stdout)["store_path"] == path_text(store_dir(VALID_ID))
+    assert json.loads(data.stdout)["document_path"] == path_text(odd_doc)
+
+
+def test_an_error_naming_a_document_and_a_folder_with_odd_names_is_one_line_each(
+    odd_doc: Path, odd: str, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["prompt", str(odd_doc), "hi", "--backend", "llama.cpp"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: {shown(odd_doc)}: no GGUF export yet, so llama.cpp has nothing to answer with",
+        f"hint: run `dlm export {shown(odd_doc)}` first",
+    ]
+    theirs = tmp_path / f"theirs {odd}"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    refused = runner.invoke(cli, ["export", str(odd_doc), "-o", str(theirs)])
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines()[0] == (
+        f"error: {shown(theirs)} is not a folder dlm export wrote (it holds files and no dlm-export.json), "
+        "so nothing is written into it"
+    )
+    assert len(refused.stderr.splitlines()) == 2 and sorted(os.listdir(theirs)) == ["notes.txt"]
+
+
+def test_a_failed_run_records_a_path_that_is_not_utf8_as_store_db_records_paths(bad_doc: Path) -> None:
+    from dlmstore.errors import StoreError
+    from dlmstore.store.database import open_store
+    from dlmstore.store.runs import recorded_run
+
+    with open_store(VALID_ID, create=True) as store, pytest.raises(StoreError):
+        with recorded_run(store, command="eval", dlm_path=bad_doc, dlm_sha256="0" * 64):
+            raise StoreError(f"cannot read {bad_doc}")
+    with _db() as db:
+        assert db.execute("SELECT status, error FROM runs").fetchall() == [
+            ("failed", f"cannot read {path_text(bad_doc)}")
+        ]
+
+
+def test_a_path_that_is_not_utf8_is_handed_to_libraries_under_a_utf8_alias(tmp_path: Path) -> None:
+    folder = tmp_path / os.fsdecode(b"out\xff")
+    folder.mkdir()
+    with utf8_alias(folder) as alias:
+        os.fsencode(alias).decode("utf-8")  # UTF-8, as safetensors and llama.cpp take a path
+        assert alias.name == "out\\xff" and alias.resolve() == folder.resolve()
+        (alias / "model.safetensors").write_bytes(b"weights")
+    assert not alias.exists() and not alias.parent.exists()
+    assert (folder / "model.safetensors").read_bytes() == b"weights"
+    with utf8_alias(tmp_path / "plain") as same:
+        assert same == tmp_path / "plain"

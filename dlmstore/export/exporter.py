@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -73,6 +74,7 @@ from dlmstore.progress import Task
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.path_text import utf8_alias
 from dlmstore.train.adapters import AdapterVersion, checked_folder, is_write_failure, write_failure_reason
 
 TARGETS = ("ollama", "llama-server", "hf")
@@ -170,9 +172,10 @@ def export_document(
     chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
     if chosen is not None and chosen not in QUANTS:
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
-    with open_store(document.dlm_id, create=False) as store:
+    with open_store(document.dlm_id, create=False) as store, ExitStack() as aliases:
         version = _adapter(store, path, adapter)
-        adapter_dir = checked_folder(store, version, hint=_DAMAGED_HINT)
+        # Loaded by safetensors, tokenizers and peft, which open only UTF-8 paths.
+        adapter_dir = aliases.enter_context(utf8_alias(checked_folder(store, version, hint=_DAMAGED_HINT)))
         if target != "hf":
             require_llama_cpp("dlm export")
         default = store.path / EXPORTS_DIR / f"v{version.version:04d}-{chosen or 'hf'}"
@@ -189,9 +192,9 @@ def export_document(
         ]
         staging = stage(claim)
         try:
-            with staging:
+            with staging, utf8_alias(staging.path) as root:
                 written = _write(
-                    staging.path,
+                    root,
                     ref,
                     adapter_dir,
                     version,

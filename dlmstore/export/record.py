@@ -2,7 +2,7 @@
 
 :func:`record_export` runs after the folder is published: one write
 transaction inserts the ``exports`` row (the adapter version, target,
-quantisation, folder, every file's sha256, the tools' versions, the
+quantisation, folder (as ``store.path_text`` writes a path), every file's sha256, the tools' versions, the
 seconds it took) and, when the store has a ``dlm.lock``, records the lock
 again with ``pinned_versions.llama_cpp`` set to the llama-cpp-python that
 wrote the GGUF files. A different version from the one the lock pinned is
@@ -32,6 +32,7 @@ from dlmstore.lock.policy import compare
 from dlmstore.lock.records import lock_transaction
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.path_text import path_text, text_paths
 
 _COLUMNS = (
     "id, adapter_version, target, quant, path, files, manifest_sha256, tool_versions, seconds, created_at"
@@ -73,7 +74,7 @@ def record_export(
         LockError: ``dlm.lock`` is damaged (``dlm train --update-lock`` replaces it).
     """
     row = (
-        adapter_version, target, quant, str(folder),
+        adapter_version, target, quant, path_text(folder),
         json.dumps({f.path: {"sha256": f.sha256, "bytes": f.bytes} for f in files}, sort_keys=True),
         manifest_sha256, json.dumps(tools, sort_keys=True), round(seconds, 3), utc_now(),
     )  # fmt: skip
@@ -120,7 +121,9 @@ def checked_file(export: ExportRecord, name: str) -> Path:
     Raises:
         ExportError: the file is missing, or its bytes changed.
     """
-    path = Path(export.path) / name
+    # The folder as path_text recorded it: the first path it stands for that is a folder.
+    folder = next((Path(p) for p in text_paths(export.path) if Path(p).is_dir()), Path(export.path))
+    path = folder / name
     recorded = export.files.get(name, {}).get("sha256")
     try:
         actual = file_sha256(path)

@@ -26,11 +26,13 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import ExitStack
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from dlmstore.errors import ExportError
+from dlmstore.store.path_text import utf8_alias
 
 #: The distribution that brings llama.cpp, and the version dlmstore is tested with.
 DISTRIBUTION = "llama-cpp-python"
@@ -121,12 +123,14 @@ def load_model(path: Path, *, n_ctx: int = 2048, logits_all: bool = False, lora:
     import llama_cpp
 
     kwargs: dict[str, Any] = {"n_ctx": n_ctx, "verbose": False, "logits_all": logits_all, "seed": 0}
-    if lora is not None:
-        kwargs["lora_path"] = str(lora)
-    try:
-        return llama_cpp.Llama(model_path=str(path), **kwargs)
-    except (ValueError, RuntimeError) as exc:
-        raise ExportError(f"llama.cpp cannot load {path}: {exc}") from None
+    # llama-cpp-python encodes a path as strict UTF-8; the files are read while the Llama is made.
+    with ExitStack() as aliases:
+        if lora is not None:
+            kwargs["lora_path"] = str(aliases.enter_context(utf8_alias(lora)))
+        try:
+            return llama_cpp.Llama(model_path=str(aliases.enter_context(utf8_alias(path))), **kwargs)
+        except (ValueError, RuntimeError) as exc:
+            raise ExportError(f"llama.cpp cannot load {path}: {exc}") from None
 
 
 def chat_tokens(llm: Any, messages: list[dict[str, str]]) -> list[int]:

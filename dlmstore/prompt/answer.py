@@ -90,6 +90,7 @@ def _transformers(
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.errors import StoreError
     from dlmstore.store.database import open_store
+    from dlmstore.store.path_text import utf8_alias
     from dlmstore.train.adapters import checked_folder, latest
 
     with open_store(document.dlm_id, create=False) as store:
@@ -106,7 +107,8 @@ def _transformers(
 
     ref = resolve_base(document.base_model, relative_to=document.directory)
     tokenizer = load_tokenizer(ref)
-    model: Any = PeftModel.from_pretrained(load_model(ref), str(folder))  # generate() is untyped
+    with utf8_alias(folder) as loadable:  # safetensors opens only UTF-8 paths
+        model: Any = PeftModel.from_pretrained(load_model(ref), str(loadable))  # generate() is untyped
     model.eval()
     inputs = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True

@@ -49,6 +49,7 @@ from dlmstore.report.evaluation import ProbeTable, ValPoint, newest_probes, val_
 from dlmstore.store.contamination import Contamination, recorded
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import ExportSummary, duration_seconds, list_exports
+from dlmstore.store.path_text import path_text
 
 #: How many train runs get their curves drawn unless told otherwise (newest first).
 DEFAULT_TRAIN_RUNS = 20
@@ -330,7 +331,7 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
         probes = newest_probes(conn)
     return StoreReport(
         dlm_id=store.dlm_id,
-        store_path=str(store.path),
+        store_path=path_text(store.path),  # as document_path: UTF-8 text for the page and the JSON
         document_path=newest_path,
         generated_at=utc_now(),
         run_count=run_count,

@@ -17,12 +17,23 @@ such an escape itself (a file literally named ``bad\\xff.dlm``, backslash
 and all). :func:`text_paths` therefore gives every path a recorded text
 can stand for, and code that asks "does the document still exist" must
 ask it of each (it exists if any does).
+
+The libraries that read and write models take a path only as UTF-8 text:
+safetensors refuses one ("Path ... is not valid UTF-8"), tokenizers and
+llama-cpp-python raise ``UnicodeEncodeError`` on it. :func:`utf8_alias`
+hands them such a path under a name that is UTF-8: a symlink to it in a
+temporary folder, removed when the block ends (what was written through
+it stays where the path is).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 #: ``\xNN`` for a byte 0x80-0xff: only those can be bytes that were not UTF-8.
 _ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")
@@ -55,3 +66,21 @@ def text_paths(text: str) -> tuple[str, ...]:
         return (text,)
     raw = _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
     return (raw, text) if raw != text else (text,)
+
+
+@contextmanager
+def utf8_alias(path: Path) -> Iterator[Path]:
+    """``path`` under a name that is UTF-8, for the block: itself when it is, else a symlink to it.
+
+    The symlink is ``path``'s name, as :func:`path_text` writes it, in a new
+    temporary folder (``dlm-utf8-*``); a folder's files are read and written
+    through it as through ``path``. The folder and the symlink are removed
+    when the block ends, never what the symlink leads to.
+    """
+    if path_text(path) == os.fspath(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="dlm-utf8-") as scratch:
+        alias = Path(scratch) / path_text(path.name)
+        alias.symlink_to(path.absolute())
+        yield alias

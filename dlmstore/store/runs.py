@@ -232,7 +232,8 @@ def failure_reason(exc: BaseException) -> str | None:
         reason = str(exc) or "interrupted"
     else:
         reason = str(exc) or type(exc).__name__
-    return reason.splitlines()[0] if reason else None
+    # A path in it that is not UTF-8 is written as store.db records paths (path_text), or SQLite refuses it.
+    return path_text(reason.splitlines()[0]) if reason else None
 
 
 def get_run(store: Store, run_id: int) -> Run | None:

@@ -246,8 +246,10 @@ def _load_adapter(store: Store, model: Any, adapter: AdapterVersion) -> Any:
     """``model`` with ``adapter`` loaded on it (named ``v0003``)."""
     from peft import PeftModel
 
-    folder = store.path / adapter.path
-    if isinstance(model, PeftModel):
-        model.load_adapter(str(folder), adapter_name=_name(adapter))
-        return model
-    return PeftModel.from_pretrained(model, str(folder), adapter_name=_name(adapter))
+    from dlmstore.store.path_text import utf8_alias
+
+    with utf8_alias(store.path / adapter.path) as folder:  # safetensors opens only UTF-8 paths
+        if isinstance(model, PeftModel):
+            model.load_adapter(str(folder), adapter_name=_name(adapter))
+            return model
+        return PeftModel.from_pretrained(model, str(folder), adapter_name=_name(adapter))
