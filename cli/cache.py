@@ -148,7 +148,7 @@ def clear_command(path: str, force: bool, as_json: bool) -> None:
 @click.option("--repair", is_flag=True, help="Fix what is found: drop broken entries, remove debris.")
 @json_option("dlmstore.cache.admin:VerifyResult")
 def verify_command(path: str, repair: bool, as_json: bool) -> None:
-    """Check store.db, each entry's token bytes and each file against the rows.
+    """Check store.db, each entry's token bytes, each file and each replay history row's content.
 
     PATH is a document, or a dataset directory holding its own store.db
     (`dlm data build-all` and `dlm data build` make those).
@@ -159,7 +159,7 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
     their age, unless another dlm process has the store open: then those
     younger than an hour are left alone, in case that process is writing them.
     """
-    from dlmstore.cache.admin import verify
+    from dlmstore.replay.verify import verify
 
     with _open_to_verify(path) as store:
         result = verify(store, repair=repair)

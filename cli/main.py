@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "prompt": (
         "prompt", "prompt_command", "Answer QUESTION with the base model plus the document's latest adapter (greedy).",
     ),
+    "replay": ("replay", "replay_group", "Show and prune the replay history: the rows completed runs trained on."),
     "report": ("report", "report_command", "Write an HTML report of the store of the document at PATH."),
     "show": ("show", "show_command", "Summarise the .dlm document at PATH (read-only)."),
     "stores": ("stores", "stores_group", "List every store under the dlm home (read-only)."),

@@ -69,6 +69,8 @@ WITHOUT_TORCH: dict[tuple[str, ...], tuple[list[str], int]] = {
     ("cache", "show"): (["cache", "show", "doc.dlm"], 0),
     ("cache", "verify"): (["cache", "verify", "doc.dlm"], 0),
     ("cache", "prune"): (["cache", "prune", "doc.dlm"], 0),
+    ("replay", "show"): (["replay", "show", "doc.dlm"], 0),
+    ("replay", "prune"): (["replay", "prune", "doc.dlm", "--superseded"], 0),
     ("metrics",): (["metrics", "doc.dlm"], 0),
     ("report",): (["report", "doc.dlm", "-o", "report.html"], 0),
     ("lock", "show"): (["lock", "show", "doc.dlm"], 1),

@@ -80,6 +80,7 @@ def test_the_training_defaults_are_dlms():
             "sources",
             "sources_policy",
             "cache",
+            "replay",
             "datasets",
             "checkpoint_steps",
             "dedup",

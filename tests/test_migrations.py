@@ -147,6 +147,16 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO val_contamination (run_id, row_key, path, train_row_key, train_path, kind, similarity, "
         "kept_out) VALUES (3, 'sha256:s', 'b.py', 'sha256:r', 'a.py', 'exact', 1.0, 0)",
     ],
+    # Run 3 opened generation 1 and trained one source file's row, whose content history keeps.
+    "0016": [
+        "INSERT INTO history_generations (generation, rows_sha256, rows, first_run_id, created_at) "
+        "VALUES (1, 'sha256:g', 1, 3, '2026-01-16T00:00:00.000Z')",
+        "INSERT INTO history_runs (run_id, generation) VALUES (3, 1)",
+        "INSERT INTO history_rows (row_key, kind, supersede_key, origin, probe, retention, first_run_id, "
+        "last_run_id, first_generation, last_generation, bytes, content_sha256) VALUES ('sha256:r', 'text', "
+        "'source:sha256', 'src/a.py', 0, 1, 3, 3, 1, 1, 40, 'sha256:c')",
+        "INSERT INTO history_content (history_id, content) VALUES (1, X'789c')",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -207,6 +217,12 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT s.seed, s.contaminated_rows, c.path, c.train_path, c.kind FROM val_splits s "
         "JOIN val_contamination c ON c.run_id = s.run_id JOIN dedup_members m ON m.row_key = c.row_key",
         [(42, 1, "b.py", "a.py", "exact")],
+    ),
+    "0016": (
+        "SELECT g.generation, r.run_id, h.origin, h.retention, length(c.content) FROM history_generations g "
+        "JOIN history_runs r ON r.generation = g.generation JOIN history_rows h ON h.first_run_id = r.run_id "
+        "JOIN history_content c ON c.history_id = h.id",
+        [(1, 3, "src/a.py", 1, 2)],
     ),
 }
 

@@ -350,7 +350,7 @@ class Problem:
     Attributes:
         kind: What is wrong: ``damaged_database``, ``lost_history``, ``unreadable_mark``,
             ``missing_pack``, ``short_pack``, ``bad_entry``, ``wrong_totals``, ``orphan_file``,
-            ``temp_file`` or ``staging_dir``.
+            ``temp_file``, ``staging_dir`` or ``damaged_history_row``.
         path: The file (or entry) concerned, relative to the store.
         detail: What was found, in words.
         repaired: Whether ``--repair`` fixed it.
@@ -374,6 +374,7 @@ PROBLEM_KINDS = (
     "orphan_file",  # a pack file no row registers
     "temp_file",  # a temp file of an atomic write that never finished
     "staging_dir",  # a staging folder of a base conversion or an export that never finished
+    "damaged_history_row",  # a replay history row's content is damaged (dlmstore.replay.verify adds it)
 )
 
 

@@ -141,6 +141,60 @@ class CacheSettings(_Strict):
     )
 
 
+class ReplaySettings(_Strict):
+    """``training.replay``: the history of trained rows, and how the replay draw sizes and weighs them."""
+
+    enabled: bool = Field(
+        default=True,
+        description="dlmstore extension (DLM keeps a replay corpus with fixed settings): record each "
+        "completed run's rows in the store's replay history (`dlm replay show`). Training does not "
+        "replay them yet.",
+    )
+    min_rows: int = Field(
+        default=32,
+        ge=0,
+        le=1_000_000,
+        strict=True,
+        description="dlmstore extension: the fewest rows a draw takes (all candidates when fewer); DLM's 32.",
+    )
+    factor: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        strict=True,
+        description="dlmstore extension: a draw takes this many rows per row new in the run; DLM's 2.",
+    )
+    preference_min: int = Field(
+        default=8,
+        ge=0,
+        le=1_000_000,
+        strict=True,
+        description="dlmstore extension: the fewest preference triples a draw takes; DLM's 8.",
+    )
+    weight_floor: FiniteFloat = Field(
+        default=0.01,
+        gt=0.0,
+        le=1.0,
+        strict=True,
+        description="dlmstore extension: the least weight of a row, however old; DLM's 0.01.",
+    )
+    retention_fraction: FiniteFloat = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        strict=True,
+        description="dlmstore extension: the share of rows held in the retention slice, chosen once "
+        "as a row enters history and never drawn; DLM's 5%.",
+    )
+    max_bytes: int = Field(
+        default=GIB,
+        gt=0,
+        strict=True,
+        description="dlmstore extension: the size cap of the history's content, uncompressed, in bytes; "
+        "rows the document no longer holds are evicted past it, oldest generation first.",
+    )
+
+
 class PreferenceHyperparams(_Strict):
     """``training.preference.hyperparams``: DPO/ORPO knobs."""
 
@@ -333,6 +387,10 @@ class TrainingSettings(_Strict):
     gate: GateSettings = Field(default_factory=GateSettings, description="Learned gate over named adapters.")
     cache: CacheSettings = Field(
         default_factory=CacheSettings, description="Settings of the tokenized-section cache."
+    )
+    replay: ReplaySettings = Field(
+        default_factory=ReplaySettings,
+        description="dlmstore extension: the replay history of trained rows (docs/training.md).",
     )
     audio: AudioSettings = Field(default_factory=AudioSettings, description="Audio-pipeline knobs.")
     adapters: dict[str, AdapterSettings] | None = Field(

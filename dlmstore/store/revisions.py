@@ -33,6 +33,7 @@ REVISIONS = (
     "0013",
     "0014",
     "0015",
+    "0016",
 )
 HEAD_REVISION = REVISIONS[-1]
 

@@ -905,3 +905,89 @@ val_contamination = Table(
     CheckConstraint("kind IN ('exact', 'near')", name="val_contamination_kind"),
     comment="Validation rows that duplicate training rows, per train run (dlmstore.corpus.holdout).",
 )
+
+history_generations = Table(
+    "history_generations",
+    metadata,
+    Column(
+        "generation",
+        Integer,
+        primary_key=True,
+        comment="1, 2, ...: a version of the document as trained (a run that trains another row set opens the next).",
+    ),
+    Column(
+        "rows_sha256",
+        Text,
+        nullable=False,
+        comment="sha256: of the sorted row keys its runs trained (what decides whether a run joins it).",
+    ),
+    Column("rows", Integer, nullable=False, comment="How many rows its runs trained."),
+    Column("first_run_id", Integer, nullable=False, comment="The run that opened it."),
+    Column("created_at", Text, nullable=False, comment="When that run published."),
+    comment="The versions of the document as trained: what the replay draw weighs recency by (dlmstore.replay).",
+)
+
+history_runs = Table(
+    "history_runs",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="A completed train run.",
+    ),
+    Column("generation", Integer, nullable=False, comment="The generation it trained (history_generations)."),
+    comment="Which generation each completed train run belongs to.",
+)
+
+history_rows = Table(
+    "history_rows",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("row_key", Text, nullable=False, comment="The row's key (sha256:..., dlmstore.document.rows)."),
+    Column("kind", Text, nullable=False, comment="text, messages or preference."),
+    Column(
+        "supersede_key",
+        Text,
+        comment="What an edit of the row replaces: question:, prompt: or source: and a sha256 of the first "
+        "user message, the preference prompt or the training.sources file path; NULL for body prose.",
+    ),
+    Column("origin", Text, nullable=False, comment="body, or the training.sources file (directive/relpath)."),
+    Column("probe", Integer, nullable=False, comment="1 when the row is a ### Q !probe pair."),
+    Column(
+        "retention",
+        Integer,
+        nullable=False,
+        comment="1 when the row is in the frozen retention slice (decided once, when it entered; never drawn).",
+    ),
+    Column("first_run_id", Integer, nullable=False, comment="The first completed run that trained it."),
+    Column("last_run_id", Integer, nullable=False, comment="The latest completed run that trained it."),
+    Column("first_generation", Integer, nullable=False, comment="The generation of its first run."),
+    Column("last_generation", Integer, nullable=False, comment="The generation of its latest run."),
+    Column("bytes", Integer, nullable=False, comment="Size of its canonical JSON content, uncompressed."),
+    Column("content_sha256", Text, nullable=False, comment="sha256: of that content, uncompressed."),
+    UniqueConstraint("row_key", name="history_rows_row_key"),
+    CheckConstraint("kind IN ('text', 'messages', 'preference')", name="history_rows_kind"),
+    Index("history_rows_supersede_key", "supersede_key"),
+    comment="Every row a completed train run trained on: the replay history (dlmstore.replay.history).",
+)
+
+history_content = Table(
+    "history_content",
+    metadata,
+    Column(
+        "history_id",
+        Integer,
+        ForeignKey("history_rows.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="The history row.",
+    ),
+    Column(
+        "content",
+        LargeBinary,
+        nullable=False,
+        comment='zlib (level 6) of the canonical JSON {"kind": ..., "data": ...} of the row.',
+    ),
+    comment="The content of each history row, compressed, apart so scans of history_rows stay small.",
+)

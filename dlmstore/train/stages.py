@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlmstore.bases import BaseModelRef
     from dlmstore.cache.preferences import TokenizedPreferences
+    from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.dedup import DedupReport
     from dlmstore.corpus.pass_result import PassResult, TokenizedRows
     from dlmstore.document.frontmatter import TrainingSettings
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from dlmstore.eval.probes import Probe
     from dlmstore.eval.results import PhaseEval
     from dlmstore.lock.run import PendingLock
+    from dlmstore.replay.history import Pending
     from dlmstore.store.contamination import Contamination
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
@@ -128,6 +130,7 @@ class Tokenized:
     seconds: float
     dedup: DedupReport | None = None  # the duplicate clusters of its text rows (dlmstore.corpus.dedup)
     contamination: Contamination | None = None  # held-out rows that duplicate training rows (corpus.holdout)
+    corpus: Corpus | None = None  # the rows' document and sources: what the replay history records
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,7 @@ def tokenize(
         seconds=time.perf_counter() - t0,
         dedup=dedup,
         contamination=contamination,
+        corpus=corpus,
     )
 
 
@@ -483,17 +487,25 @@ def train_phases(
 
 
 def publish(
-    store: Store, trained: Trained, lock: PendingLock, setup: Setup, prepared: Prepared, options: Options
+    store: Store,
+    trained: Trained,
+    lock: PendingLock,
+    setup: Setup,
+    prepared: Prepared,
+    options: Options,
+    tokenized: Tokenized | None = None,
 ) -> tuple[list[AdapterVersion], list[str]]:
     """Publish the staged adapters and register them with the run's lock, as one unit; remove the
     checkpoints nothing can resume from any more. Returns the adapters and a warning per interrupted
     run whose checkpoints are kept (``--fresh`` removes them).
 
     The folders are renamed to their versions, then one transaction inserts
-    their rows and the lock record and writes ``dlm.lock`` before it
+    their rows and the lock record, records the rows the run trained in the
+    replay history (``tokenized``'s corpus, when ``training.replay.enabled``;
+    :mod:`dlmstore.replay.history`) and writes ``dlm.lock`` before it
     commits. On any failure the published folders are removed again, so the
-    run registers all its adapters and its lock, or nothing. The save time
-    is added to the last fit's.
+    run registers all its adapters, its lock and its history, or nothing.
+    The save time is added to the last fit's.
     """
     from dlmstore.lock import commit_lock
     from dlmstore.train.adapters import commit_versions
@@ -501,25 +513,52 @@ def publish(
 
     preference = setup.settings.preference if prepared.phases.preference else None
     t0 = time.perf_counter()
+    history = _history(store, setup, prepared, tokenized)
     adapters = commit_versions(
         store,
         trained.staged,
-        lambda: _recording(commit_lock(store, lock, preference=preference), prepared, trained),
+        lambda: _recording(commit_lock(store, lock, preference=preference), prepared, trained, history),
     )
     kept = remove_finished(store, run_id=prepared.run_id, fresh=options.fresh)
     trained.fits[-1].save_seconds += time.perf_counter() - t0
     return adapters, kept
 
 
+def _history(store: Store, setup: Setup, prepared: Prepared, tokenized: Tokenized | None) -> Pending | None:
+    """What the replay history will record of the run: the rows it trained, their content read and
+    compressed where history lacks it (before the publish transaction, so it stays short)."""
+    from dlmstore.eval.probes import marked_keys
+    from dlmstore.replay.history import describe, pending
+
+    if tokenized is None or tokenized.corpus is None or not setup.settings.replay.enabled:
+        return None
+    described = describe(tokenized.corpus, marked_keys(setup.document.sections))
+    keys: set[str] = set()
+    if prepared.phases.sft:
+        keys.update(prepared.rows.row_keys)
+    if prepared.phases.preference:
+        keys.update(prepared.preferences.row_keys)
+    trained = [item for item in described if item.row_key in keys]
+    return pending(store, trained, [item.row_key for item in described], setup.settings.replay)
+
+
 @contextmanager
 def _recording(
-    transaction: AbstractContextManager[sqlite3.Connection], prepared: Prepared, trained: Trained
+    transaction: AbstractContextManager[sqlite3.Connection],
+    prepared: Prepared,
+    trained: Trained,
+    history: Pending | None = None,
 ) -> Iterator[sqlite3.Connection]:
-    """``transaction``, recording each phase's evaluations once its adapters are registered in it."""
+    """``transaction``, recording each phase's evaluations once its adapters are registered in it,
+    and the run's rows in the replay history."""
     from dlmstore.eval.results import record_evaluation, with_version
 
     with transaction as conn:
         yield conn
+        if history is not None:
+            from dlmstore.replay.history import record_run
+
+            record_run(conn, prepared.run_id, history)
         versions = dict(
             conn.execute(
                 "SELECT phase, version FROM adapters WHERE run_id = ?", (prepared.run_id,)

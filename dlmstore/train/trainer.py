@@ -168,7 +168,7 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
             trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options)
             write_rank_samples(store.path, run_id, world, trained.accounting)
             uses = record_usage(store, run_id, prepared.inputs, gather_accounting(world, trained.accounting))
-            adapters, kept = stages.publish(store, trained, begun.lock, setup, prepared, options)
+            adapters, kept = stages.publish(store, trained, begun.lock, setup, prepared, options, tokenized)
     summary = _summarize(setup, begun, tokenized, prepared, trained, adapters, uses, world, kept)
     share(world, summary)
     return summary

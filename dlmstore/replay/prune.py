@@ -1,0 +1,160 @@
+"""``dlm replay prune DOC``: remove rows from the replay history, chosen by one selector.
+
+* ``row``: the one row with that key (one ``error:`` line when history has none);
+* ``older_than``: rows whose latest run finished longer ago than that
+  (the same durations as ``dlm cache prune --older-than``);
+* ``superseded``: rows an edit replaced (``dlmstore.replay.candidates``);
+* ``everything``: every row (the generations and runs stay: they say what
+  was trained, and the next run's generation keeps counting from them).
+
+Rows and their content go in one transaction. A ``dlm train`` publishes
+history in its last transaction, so pruning while one holds the store could
+remove what that run is about to count on: prune takes the store lock
+exclusively (``dlmstore.store.flock``) and refuses, in one line, when
+another dlm process has the store open.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlmstore.errors import DlmError, StoreError
+
+if TYPE_CHECKING:
+    from dlmstore.document.parser import Document
+    from dlmstore.store.database import Store
+
+
+@dataclass(frozen=True)
+class PrunedRow:
+    """A history row prune removed (or, with --dry-run, would remove).
+
+    Attributes:
+        row_key: Its key.
+        kind: text, messages or preference.
+        origin: body, or the training.sources file it came from.
+        last_generation: The latest generation that trained it.
+        bytes: Its content, uncompressed.
+    """
+
+    row_key: str
+    kind: str
+    origin: str
+    last_generation: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """The JSON shape of ``dlm replay prune --json``.
+
+    Attributes:
+        selector: row, older_than, superseded or all.
+        dry_run: Nothing was removed (--dry-run).
+        rows_removed: Rows removed (or that would be).
+        bytes_removed: Their content, uncompressed.
+        rows: Each of them, by row key.
+    """
+
+    selector: str
+    dry_run: bool
+    rows_removed: int
+    bytes_removed: int
+    rows: list[PrunedRow] = field(default_factory=list)
+
+
+SELECTORS = ("row", "older_than", "superseded", "all")
+
+
+def prune(
+    path: str | Path,
+    *,
+    row: str | None = None,
+    older_than: timedelta | None = None,
+    superseded: bool = False,
+    everything: bool = False,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Remove the history rows one selector chooses from the store of the document at ``path``.
+
+    Raises:
+        ValueError: not exactly one selector (the CLI makes that a usage error).
+        DlmError: ``row`` is not in history; another dlm process has the store open.
+        StoreError: the document has no store.
+    """
+    from dlmstore.clock import iso_before
+    from dlmstore.document.parser import parse_document
+    from dlmstore.home import store_dir
+    from dlmstore.store.connection import DB_NAME
+    from dlmstore.store.database import open_store
+
+    chosen = [
+        name
+        for name, value in zip(
+            SELECTORS, (row is not None, older_than is not None, superseded, everything), strict=True
+        )
+        if value
+    ]
+    if len(chosen) != 1:
+        raise ValueError(f"exactly one selector of {SELECTORS} is needed, not {chosen}")
+    selector = chosen[0]
+    document = parse_document(path)
+    if not (store_dir(document.dlm_id) / DB_NAME).is_file():
+        raise StoreError(
+            f"{path} has no store yet, so no replay history",
+            hint=f"history is recorded by `dlm train {path}`",
+        )
+    with open_store(document.dlm_id, create=False) as store:
+        if store.flock.usable and not store.flock.try_exclusive():
+            raise DlmError(
+                "another dlm process has this store open (a dlm train records history as it finishes); "
+                "nothing was pruned",
+                hint="run dlm replay prune again when it is done",
+            )
+        where: str = "1"  # all
+        params: tuple[object, ...] = ()
+        if row is not None:
+            where, params = "h.row_key = ?", (row,)
+        elif older_than is not None:
+            where = "h.last_run_id IN (SELECT id FROM runs WHERE finished_at < ?)"
+            params = (iso_before(older_than),)
+        elif selector == "superseded":
+            where, params = _superseded(store, document)
+        with store.write() as conn:
+            found = conn.execute(
+                "SELECT h.id, h.row_key, h.kind, h.origin, h.last_generation, h.bytes FROM history_rows AS h "
+                f"WHERE {where} ORDER BY h.row_key",
+                params,
+            ).fetchall()
+            if selector == "row" and not found:
+                raise DlmError(
+                    f"no row {row} in the replay history of {path}",
+                    hint=f"`dlm replay show {path}` lists the candidates and superseded rows",
+                )
+            if not dry_run and found:
+                conn.execute(
+                    "DELETE FROM history_rows WHERE id IN (SELECT value FROM json_each(?))",
+                    (json.dumps([r[0] for r in found]),),
+                )
+    rows = [PrunedRow(r[1], r[2], r[3], r[4], r[5]) for r in found]
+    return PruneResult(selector, dry_run, len(rows), sum(r.bytes for r in rows), rows)
+
+
+def _superseded(store: Store, document: Document) -> tuple[str, tuple[object, ...]]:
+    """The WHERE clause that chooses the superseded rows of ``document``'s history."""
+    from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.eval.probes import marked_keys
+    from dlmstore.replay.history import describe
+    from dlmstore.sources.statcache import StatCache
+
+    rows = describe(load_corpus(document, stat_cache=StatCache.load(store)), marked_keys(document.sections))
+    keys = json.dumps([item.row_key for item in rows])
+    supersede = json.dumps(sorted({item.supersede_key for item in rows if item.supersede_key is not None}))
+    return (
+        "h.supersede_key IN (SELECT value FROM json_each(?)) AND h.row_key NOT IN (SELECT value FROM json_each(?))",
+        (supersede, keys),
+    )
