@@ -63,18 +63,20 @@ def candidates(conn: sqlite3.Connection, current: Current) -> list[Candidate]:
     """The candidates, in ``row_key`` order."""
     query = (
         "SELECT h.row_key, h.kind, h.origin, h.probe, h.last_generation FROM history_rows AS h "
-        f"WHERE h.retention = 0 AND {_ABSENT} ORDER BY h.row_key"
+        f"WHERE h.retention = 0 AND {_ABSENT}"
     )
-    return [Candidate(r[0], r[1], r[2], bool(r[3]), r[4]) for r in conn.execute(query, _params(current))]
+    found = [Candidate(r[0], r[1], r[2], bool(r[3]), r[4]) for r in conn.execute(query, _params(current))]
+    found.sort(key=lambda c: c.row_key)  # in Python: SQLite's ORDER BY walks the key index, 3x slower
+    return found
 
 
 def candidate_pairs(conn: sqlite3.Connection, current: Current, *, preference: bool) -> list[tuple[str, int]]:
-    """``(row_key, last_generation)`` of the SFT (or preference) candidates, in ``row_key`` order:
-    what :func:`dlmstore.replay.draw.draw` takes."""
+    """``(row_key, last_generation)`` of the SFT (or preference) candidates, in no order (the draw
+    sorts them): what :func:`dlmstore.replay.draw.draw` takes."""
     kinds = "h.kind = 'preference'" if preference else "h.kind <> 'preference'"
     query = (
         f"SELECT h.row_key, h.last_generation FROM history_rows AS h "
-        f"WHERE h.retention = 0 AND {kinds} AND {_ABSENT} ORDER BY h.row_key"
+        f"WHERE h.retention = 0 AND {kinds} AND {_ABSENT}"
     )
     return [(r[0], r[1]) for r in conn.execute(query, _params(current))]
 

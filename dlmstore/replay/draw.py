@@ -52,10 +52,9 @@ def weight(last_generation: int, generation: int, floor: float) -> float:
 
 @dataclass(frozen=True)
 class Drawn:
-    """The draw: the keys taken, in ``row_key`` order, and every candidate's weight by key."""
+    """The draw: the keys taken, in ``row_key`` order."""
 
     row_keys: tuple[str, ...]
-    weights: dict[str, float]
 
 
 def draw(candidates: Sequence[tuple[str, int]], k: int, *, generation: int, seed: int, floor: float) -> Drawn:
@@ -65,17 +64,29 @@ def draw(candidates: Sequence[tuple[str, int]], k: int, *, generation: int, seed
     (the candidates are sorted by key first), and the same arguments always
     take the same rows.
     """
+    import numpy as np
+
     ordered = sorted(candidates)
-    weights = {key: weight(last, generation, floor) for key, last in ordered}
     if k >= len(ordered):
-        return Drawn(tuple(key for key, _ in ordered), weights)
+        return Drawn(tuple(key for key, _ in ordered))
     if k <= 0:
-        return Drawn((), weights)
+        return Drawn(())
     rng = random.Random(f"{seed}:{generation}")
     uniform = rng.random
     log = math.log
-    # 1 - random() is in (0, 1]: ln never sees 0. Ties (measure zero) go to the smaller key.
-    keyed = [(log(1.0 - uniform()) / weights[key], index) for index, (key, _) in enumerate(ordered)]
-    keyed.sort(key=lambda item: (-item[0], item[1]))
-    taken = sorted(ordered[index][0] for _, index in keyed[:k])
-    return Drawn(tuple(taken), weights)
+    by_generation: dict[int, float] = {}
+    weights = np.fromiter(
+        (
+            by_generation.get(last) or by_generation.setdefault(last, weight(last, generation, floor))
+            for _, last in ordered
+        ),
+        dtype=np.float64,
+        count=len(ordered),
+    )
+    # 1 - random() is in (0, 1]: ln never sees 0. math.log per number, then IEEE division (exact
+    # on every machine): no vectorised log, whose last bit may differ between CPUs.
+    logs = np.fromiter((log(1.0 - uniform()) for _ in ordered), dtype=np.float64, count=len(ordered))
+    scores = logs / weights
+    # The k largest scores; ties (measure zero) go to the smaller key (the earlier position).
+    top = np.lexsort((np.arange(len(ordered)), -scores))[:k]
+    return Drawn(tuple(sorted(ordered[int(index)][0] for index in top)))
