@@ -121,8 +121,8 @@ def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
     KeyboardInterrupt: the same cleanup runs, and the command ends with one ``error:`` line.
 
     A second SIGTERM during that cleanup is ignored (SIGKILL still ends the
-    process). Both are raised only outside a finalizer (:func:`_in_finalizer`);
-    one that comes inside is sent again a moment later. Only the main thread
+    process). Both are raised only where the exception cannot be lost (:func:`_would_be_lost`);
+    one that comes inside a finalizer or an import is sent again a moment later. Only the main thread
     can set a handler; elsewhere nothing changes.
     """
     import signal
@@ -135,14 +135,14 @@ def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
         from dlmstore.errors import Terminated
         from dlmstore.train.distributed import LAUNCHER_GONE, launcher_gone
 
-        if _in_finalizer(frame):
+        if _would_be_lost(frame):
             _send_again(signum)
             return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated(signum, LAUNCHER_GONE if launcher_gone() else None)
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
-        if _in_finalizer(frame):
+        if _would_be_lost(frame):
             _send_again(signum)
             return
         raise KeyboardInterrupt
@@ -162,17 +162,24 @@ def _sigterm_raises() -> contextlib.AbstractContextManager[None]:
     return handled()
 
 
-#: How long after a signal that came inside a finalizer it is sent again.
+#: How long after a signal that came inside a finalizer or an import it is sent again.
 RESEND_S = 0.02
+#: The modules whose frames run an import (frozen or not, under these names).
+_IMPORT_MACHINERY = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})
 
 
-def _in_finalizer(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a finalizer (a ``__del__``, a ``weakref.finalize`` callback).
+def _would_be_lost(frame: FrameType | None) -> bool:
+    """Whether an exception raised in ``frame`` may never reach the command: a finalizer or an import runs it.
 
-    An exception raised there never reaches the command: Python prints
-    ``Exception ignored in ...`` and goes on. A SIGTERM that landed in a
-    regex object's ``__del__`` during a Ray build was lost so (the build
-    ran to its end and exited 0).
+    Raised in a finalizer (a ``__del__``, a ``weakref.finalize`` callback), it
+    is printed as ``Exception ignored in ...`` and the code goes on: a
+    SIGTERM that landed in a regex object's ``__del__`` during a Ray build
+    was lost so (the build ran to its end and exited 0). Raised while a
+    module is being imported, it may meet that module's own bare
+    ``except:``: every Cython module with memoryviews registers them with
+    ``collections.abc`` inside ``try: ... except: pass``, and a SIGTERM that
+    landed there, in ``numpy.random``'s first import halfway through a Ray
+    build, was lost the same way.
     """
     while frame is not None:
         code = frame.f_code
@@ -180,12 +187,14 @@ def _in_finalizer(frame: FrameType | None) -> bool:
             code.co_name == "__call__" and code.co_filename.endswith("weakref.py")
         ):
             return True
+        if frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+            return True
         frame = frame.f_back
     return False
 
 
 def _send_again(signum: int) -> None:
-    """``signum`` to this process again in :data:`RESEND_S`, once the finalizer it came in has returned."""
+    """``signum`` to this process again in :data:`RESEND_S`, once the finalizer or import it came in is over."""
     import threading
 
     timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))

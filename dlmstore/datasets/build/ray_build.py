@@ -336,12 +336,14 @@ def _in_order(
             pending.popleft()
             yield info, _get(ray, ref)
     finally:
-        # Tasks no longer wanted (a budget was met, or the build failed) are
-        # cancelled and waited for, so none is still writing a spill file when
-        # the build directory is removed.
+        # Tasks no longer wanted (a budget was met, the build failed or was
+        # stopped) are waited for, so none is still writing a spill file when
+        # the build directory is removed, and a stopped build keeps their blocks
+        # for its rerun. Each is one block. They are not cancelled: ray.cancel
+        # racing a task's own completion aborts the driver in Ray's core
+        # ("Check failed: it != submissible_tasks_.end()", exit status 1 and a
+        # stack dump instead of the one line of a Ctrl-C; ray-project/ray#54846).
         refs = [ref for _, ref in pending]
-        for ref in refs:
-            ray.cancel(ref)
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=300)
 
