@@ -33,6 +33,12 @@ under an exclusive lock (``<home>/bases/<name>/.convert.lock``): a second
 process waits and then finds the folder done, and a staging folder whose
 lock nobody holds is a leftover of a killed conversion, removed by the next
 conversion or by ``dlm cache verify --repair`` (:func:`stale_conversions`).
+
+transformers hands a local folder's path to safetensors and tokenizers,
+which open only UTF-8 paths; a folder whose path is not UTF-8 (a home or a
+document folder named with a byte that is not) is loaded, and a conversion
+written, through a UTF-8 alias of it (``store.path_text.utf8_alias``), and
+what was loaded is given back the real path as its ``name_or_path``.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from dlmstore.home import bases_dir
 from dlmstore.progress import Task
 from dlmstore.store.atomic import StagingDir
 from dlmstore.store.flock import FileLock
+from dlmstore.store.path_text import utf8_alias
 from dlmstore.store.regular_files import file_kind
 from dlmstore.torch_loader import require_torch
 
@@ -303,13 +310,26 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
     never needs (see :mod:`dlmstore.torch_loader`).
     """
     source = tokenizer_source(ref)
-    with _quiet_transformers() as transformers:
+    with _quiet_transformers() as transformers, _loadable(ref, source) as path:
         try:
             if _plain_backend(source):
-                return transformers.TokenizersBackend.from_pretrained(source)
-            return transformers.AutoTokenizer.from_pretrained(source, **_revision(ref))
+                tokenizer = transformers.TokenizersBackend.from_pretrained(path)
+            else:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(path, **_revision(ref))
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "tokenizer", exc) from None
+    tokenizer.name_or_path = source  # what fingerprint_tokenizer hashes: the folder, not the alias
+    return tokenizer
+
+
+@contextmanager
+def _loadable(ref: BaseModelRef, source: str) -> Iterator[str]:
+    """``source`` as transformers may load it: a local folder (built-in or local) under a UTF-8 alias."""
+    if ref.kind not in ("builtin", "local"):
+        yield source  # a hub id
+        return
+    with utf8_alias(Path(source)) as path:
+        yield str(path)
 
 
 def _plain_backend(source: str) -> bool:
@@ -329,11 +349,14 @@ def _plain_backend(source: str) -> bool:
 def load_model(ref: BaseModelRef, **kwargs: Any) -> Any:
     """Load the causal LM of ``ref`` (imports torch and transformers), at its pinned revision if any."""
     source = model_source(ref)
-    with _quiet_transformers() as transformers, Task(f"loading {ref.name}"):
+    with _quiet_transformers() as transformers, Task(f"loading {ref.name}"), _loadable(ref, source) as path:
         try:
-            return transformers.AutoModelForCausalLM.from_pretrained(source, **_revision(ref), **kwargs)
+            model = transformers.AutoModelForCausalLM.from_pretrained(path, **_revision(ref), **kwargs)
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "model", exc) from None
+    # What peft records as the adapter's base_model_name_or_path: the folder, not the alias.
+    model.name_or_path = model.config.name_or_path = source
+    return model
 
 
 def _revision(ref: BaseModelRef) -> dict[str, str]:
@@ -496,10 +519,13 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
     # The model's tensors are counted as they convert; the tokenizer's work is not countable.
     task = Task(f"converting {ref.name} {part} from GGUF", unit="tensors" if part == "model" else "")
     try:
-        with _quiet_transformers(tensors=task if part == "model" else None) as transformers:
+        with (
+            _quiet_transformers(tensors=task if part == "model" else None) as transformers,
+            utf8_alias(staging.path) as written,  # a home whose path is not UTF-8
+        ):
             if part == "tokenizer":
                 tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                tokenizer.save_pretrained(staging.path)
+                tokenizer.save_pretrained(written)
             else:
                 model = transformers.AutoModelForCausalLM.from_pretrained(
                     str(gguf.parent), gguf_file=gguf.name
@@ -509,7 +535,7 @@ def _convert(ref: BaseModelRef, part: str, target: Path) -> Path:
                 model.hf_quantizer = None
                 if hasattr(model.config, "quantization_config"):
                     del model.config.quantization_config
-                model.save_pretrained(staging.path)
+                model.save_pretrained(written)
         # "keep": another process that converted the same base first won the race.
         staging.publish(target, existing="keep")
         task.finish()

@@ -8,6 +8,8 @@ so no test module imports another one.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +127,19 @@ class WordTokenizer:
 
 
 WORD_SHA = "sha256:" + "0" * 64
+
+
+@contextmanager
+def ctrl_c_after(step: int) -> Iterator[None]:
+    """Raise KeyboardInterrupt, as Ctrl-C would, when the SFT phase reports ``step`` done."""
+    from dlmstore.progress import ProgressUpdate, reporting
+
+    def sink(update: ProgressUpdate) -> None:
+        if update.task == "training sft" and update.done == step and not update.finished:
+            raise KeyboardInterrupt
+
+    with reporting(sink):
+        yield
 
 
 def words(*ids: int) -> str:

@@ -30,7 +30,7 @@ from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
 from dlmstore.store.path_text import path_text, text_paths, utf8_alias
 
-from .helpers import VALID_ID, export_doc, write_doc
+from .helpers import VALID_ID, ctrl_c_after, export_doc, file_hashes, write_doc
 
 #: ``bad\xff.dlm``: the byte 0xff is never part of UTF-8.
 BAD_NAME = os.fsdecode(b"bad\xff.dlm")
@@ -316,3 +316,125 @@ def test_a_path_that_is_not_utf8_is_handed_to_libraries_under_a_utf8_alias(tmp_p
     assert (folder / "model.safetensors").read_bytes() == b"weights"
     with utf8_alias(tmp_path / "plain") as same:
         assert same == tmp_path / "plain"
+
+
+# --- dlm train with odd names: the home, the document's folder and the base beside the document ----
+
+#: Both phases on the tiny base copied beside the document (``./base``), a checkpoint every 2 steps.
+TRAIN_FRONT = (
+    "base_model: ./base\ntraining:\n  sequence_len: 64\n  max_steps: 4\n  checkpoint_steps: 2\n  seed: 7\n"
+)
+TRAIN_BODY = (
+    "::instruction::\n### Q\nWhat is dlm?\n### A\nA store.\n\n"
+    "::preference::\n### Prompt\nWhat is dlm?\n### Chosen\nA store.\n### Rejected\nA cat.\n"
+)
+
+
+def train_doc(folder: Path, name: str, tiny_base: Path) -> Path:
+    """``folder/name`` training on a copy of ``tiny_base`` in ``folder/base`` (so the base's path holds the folder's)."""
+    folder.mkdir()
+    shutil.copytree(tiny_base, folder / "base")
+    return write_doc(folder / name, body=TRAIN_BODY, frontmatter=TRAIN_FRONT)
+
+
+def trained_versions(home: Path) -> dict[str, tuple[dict[str, str], dict[str, object], str]]:
+    """Each adapter version in ``home``: the sha256 of its files, adapter_config.json, and the base it names.
+
+    The files and the config leave out the base's folder, which the config
+    and peft's model card (README.md) name and which differs by home.
+    """
+    versions: dict[str, tuple[dict[str, str], dict[str, object], str]] = {}
+    for folder in sorted((home / "store" / VALID_ID / "adapter" / "versions").glob("v*")):
+        files = file_hashes(folder)
+        del files["README.md"], files["adapter_config.json"]
+        config = json.loads((folder / "adapter_config.json").read_bytes())
+        versions[folder.name] = (files, config, config.pop("base_model_name_or_path"))
+    return versions
+
+
+@pytest.fixture(scope="module")
+def plain_versions(
+    tiny_base: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[dict[str, str], dict[str, object], str]]:
+    """The versions ``dlm train`` of the training document writes in a home and folder of plain names."""
+    import torch
+
+    home = tmp_path_factory.mktemp("plain-home")
+    doc = train_doc(tmp_path_factory.mktemp("plain") / "docs", "doc.dlm", tiny_base)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as one_torch_thread trains the odd ones: the same bytes
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DLM_HOME", str(home))
+            result = CliRunner().invoke(cli, ["train", str(doc)])
+    finally:
+        torch.set_num_threads(threads)
+    assert result.exit_code == 0, result.output
+    return trained_versions(home)
+
+
+@pytest.fixture
+def odd_train_doc(tmp_path: Path, odd: str, tiny_base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The training document as ``docs <odd>/<odd>.dlm`` (its base ``docs <odd>/base``), in the home ``home <odd>``."""
+    monkeypatch.setenv("DLM_HOME", str(tmp_path / f"home {odd}"))
+    return train_doc(tmp_path / f"docs {odd}", f"{odd}.dlm", tiny_base)
+
+
+@pytest.mark.slow
+def test_train_in_a_home_and_folder_with_odd_names_writes_the_adapters_of_a_plain_home(
+    odd_train_doc: Path,
+    plain_versions: dict[str, tuple[dict[str, str], dict[str, object], str]],
+    one_torch_thread: None,
+) -> None:
+    result = CliRunner().invoke(cli, ["train", str(odd_train_doc), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [p["phase"] for p in json.loads(result.stdout)["phases"]] == ["sft", "preference"]
+    trained = trained_versions(store_dir(VALID_ID).parent.parent)
+    assert sorted(trained) == ["v0001", "v0002"]
+    assert {v: (files, config) for v, (files, config, _) in trained.items()} == {
+        v: (files, config) for v, (files, config, _) in plain_versions.items()
+    }
+    assert {base for _, _, base in trained.values()} == {str(odd_train_doc.parent / "base")}
+    with _db() as db:
+        assert db.execute("SELECT command, status, dlm_path FROM runs").fetchall() == [
+            ("train", "completed", path_text(odd_train_doc))
+        ]
+    verified = CliRunner().invoke(cli, ["cache", "verify", str(odd_train_doc)])
+    assert verified.exit_code == 0, verified.output
+
+
+@pytest.mark.slow
+def test_train_stopped_after_a_checkpoint_in_a_home_with_an_odd_name_resumes_to_the_adapters_of_a_plain_home(
+    odd_train_doc: Path,
+    plain_versions: dict[str, tuple[dict[str, str], dict[str, object], str]],
+    one_torch_thread: None,
+) -> None:
+    from dlmstore.train.trainer import train_document
+
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(3):  # the checkpoint of step 2 is written
+        train_document(str(odd_train_doc))
+    with _db() as db:
+        ((path, base),) = db.execute("SELECT path, base_model FROM checkpoints").fetchall()
+    assert path == "checkpoints/run1/checkpoint-2"
+    assert base.startswith(path_text(odd_train_doc.parent / "base") + "@")  # as store.db records a path
+    resumed = CliRunner().invoke(cli, ["train", str(odd_train_doc), "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.stdout)
+    assert (summary["resumed_from"], summary["resumed_at_step"]) == (1, 2)
+    trained = trained_versions(store_dir(VALID_ID).parent.parent)
+    assert {v: (files, config) for v, (files, config, _) in trained.items()} == {
+        v: (files, config) for v, (files, config, _) in plain_versions.items()
+    }
+
+
+@pytest.mark.slow
+def test_a_built_in_base_is_converted_into_and_loaded_from_a_home_whose_name_is_not_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / os.fsdecode(b"home\xff")  # no bases/ of the session's: this home converts its own
+    monkeypatch.setenv("DLM_HOME", str(home))
+    doc = write_doc(tmp_path / "doc.dlm", frontmatter="base_model: smollm2-135m\n")
+    for _ in range(2):  # converted, then loaded from the converted folder
+        result = CliRunner().invoke(cli, ["tokenize", str(doc), "--json"])
+        assert result.exit_code == 0, result.output
+    assert (home / "bases" / "smollm2-135m" / "tokenizer" / "tokenizer.json").is_file()

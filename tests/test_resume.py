@@ -12,8 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,9 @@ from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.errors import TrainingError
-from dlmstore.progress import ProgressUpdate, reporting
 from dlmstore.train.checkpoints import Checkpoint, CheckpointIdentity, check_identity
 from dlmstore.train.trainer import train_document
-from tests.helpers import write_doc
+from tests.helpers import ctrl_c_after, write_doc
 from tests.test_train_datasets import build_pretrain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -55,18 +53,6 @@ def uninterrupted(tmp_path: Path, doc: Path, monkeypatch: pytest.MonkeyPatch) ->
         return train_document(str(doc)).adapter_sha256
     finally:
         monkeypatch.setenv("DLM_HOME", home)
-
-
-@contextmanager
-def ctrl_c_after(step: int) -> Iterator[None]:
-    """Raise KeyboardInterrupt, as Ctrl-C would, when the SFT phase reports ``step`` done."""
-
-    def sink(update: ProgressUpdate) -> None:
-        if update.task == "training sft" and update.done == step and not update.finished:
-            raise KeyboardInterrupt
-
-    with reporting(sink):
-        yield
 
 
 def test_a_run_interrupted_at_a_step_and_resumed_ends_with_the_uninterrupted_adapter(
@@ -138,12 +124,14 @@ def _full_disk_at_step_4(target: str) -> Callable[..., Any]:
 
 
 @pytest.mark.parametrize(
-    ("target", "reason"),
-    [("dlmstore.train.checkpoints.write_bytes_atomic", "No space left on device"),
-     ("torch.save", "[enforce fail at inline_container.cc:664] . unexpected pos: file write failed")],
+    ("target", "reason", "action"),
+    [("dlmstore.train.checkpoints.write_bytes_atomic", "No space left on device", "free some disk space"),
+     # torch's writer does not say why it failed, so the hint names both causes
+     ("torch.save", "[enforce fail at inline_container.cc:664] . unexpected pos: file write failed",
+      "check that the disk has free space and the store is writable")],
 )  # fmt: skip
 def test_a_full_disk_at_a_checkpoint_stops_the_run_in_one_line_and_resume_ends_with_the_uninterrupted_adapter(
-    tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch, target: str, reason: str
+    tmp_path: Path, tiny_base: Path, monkeypatch: pytest.MonkeyPatch, target: str, reason: str, action: str
 ) -> None:
     doc = resume_doc(tmp_path, tiny_base, build_pretrain(tmp_path, tiny_base))
     expected = uninterrupted(tmp_path, doc, monkeypatch)
@@ -154,8 +142,7 @@ def test_a_full_disk_at_a_checkpoint_stops_the_run_in_one_line_and_resume_ends_w
     half = store_db().parent / "checkpoints" / "run1" / "checkpoint-4"
     assert result.stderr.splitlines() == [
         f"error: cannot write the checkpoint of step 4 under {half}: {reason}",
-        "hint: free some disk space, then run the same `dlm train` with --resume to continue from the last "
-        "checkpoint",
+        f"hint: {action}, then run the same `dlm train` with --resume to continue from the last checkpoint",
     ]
     conn = sqlite3.connect(store_db())
     assert conn.execute("SELECT status FROM runs").fetchall() == [("failed",)]

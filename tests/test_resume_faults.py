@@ -22,8 +22,7 @@ from click.testing import CliRunner, Result
 from dlmstore.cli.main import cli
 from dlmstore.store.digests import file_sha256
 from dlmstore.train.trainer import train_document
-from tests.helpers import write_doc
-from tests.test_resume import ctrl_c_after
+from tests.helpers import ctrl_c_after, write_doc
 from tests.test_train_datasets import build_pretrain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

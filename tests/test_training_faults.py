@@ -276,16 +276,29 @@ def test_a_bare_exception_from_the_tokenizer_writer_on_a_full_disk_is_the_docume
     _assert_failed_and_nothing_registered(None)
 
 
+#: What each hint says after what to do: "... (earlier adapter versions are untouched) and run again".
+UNTOUCHED = " (earlier adapter versions are untouched) and run again"
+
+
 @pytest.mark.parametrize(
-    ("raised", "expected"),
+    ("raised", "expected", "hint"),
     [
-        (OSError(errno.EROFS, "Read-only file system"), "Read-only file system"),
-        (Exception("No space left on device (os error 28)"), "No space left on device (os error 28)"),
-        (SafetensorError("Error while serializing: I/O error"), "Error while serializing: I/O error"),
+        (OSError(errno.EROFS, "Read-only file system"), "Read-only file system",
+         "make the store writable" + UNTOUCHED),
+        (OSError(errno.ENOSPC, "No space left on device"), "No space left on device",
+         "free some disk space" + UNTOUCHED),
+        (Exception("No space left on device (os error 28)"), "No space left on device (os error 28)",
+         "free some disk space" + UNTOUCHED),
+        (SafetensorError("Error while serializing: I/O error"), "Error while serializing: I/O error",
+         "check that the disk has free space and the store is writable" + UNTOUCHED),
+        # what safetensors said of a home whose path is not UTF-8, before it was written through an alias
+        (SafetensorError("Path /h\ufffd/adapter_model.safetensors is not valid UTF-8"),
+         "Path /h\ufffd/adapter_model.safetensors is not valid UTF-8",
+         "check that the disk has free space and the store is writable" + UNTOUCHED),
     ],
-)
+)  # fmt: skip
 def test_each_librarys_way_of_saying_a_write_failed_is_the_store_error_and_leaves_no_staging_folder(
-    raised: Exception, expected: str
+    raised: Exception, expected: str, hint: str
 ) -> None:
     def write(folder: Path) -> None:
         _weights(folder)
@@ -296,6 +309,7 @@ def test_each_librarys_way_of_saying_a_write_failed_is_the_store_error_and_leave
         with pytest.raises(StoreError) as err:
             stage_version(store, run_id=run_id, write=write, base_model="b", steps=1, final_loss=1.0)
         assert str(err.value) == f"cannot write the adapter under {store.path / VERSIONS_DIR}: {expected}"
+        assert err.value.hint == hint  # free disk space only when the disk is said to be full
         assert _versions() == []
 
 

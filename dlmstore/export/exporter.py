@@ -75,7 +75,13 @@ from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.path_text import utf8_alias
-from dlmstore.train.adapters import AdapterVersion, checked_folder, is_write_failure, write_failure_reason
+from dlmstore.train.adapters import (
+    AdapterVersion,
+    checked_folder,
+    is_write_failure,
+    write_failure_hint,
+    write_failure_reason,
+)
 
 TARGETS = ("ollama", "llama-server", "hf")
 _DAMAGED_HINT = "train again (dlm train) or export another version with --adapter"
@@ -444,5 +450,7 @@ def _command(folder: Path, written: dict[str, str]) -> list[str] | None:
 def _write_error(folder: Path, exc: BaseException) -> ExportError:
     return ExportError(
         f"cannot write the export {folder}: {write_failure_reason(exc)}",
-        hint="free some disk space and export again (nothing was changed in the folder)",
+        hint=write_failure_hint(
+            exc, writable=str(folder.parent), then=" and export again (nothing was changed in the folder)"
+        ),
     )

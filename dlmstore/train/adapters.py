@@ -38,6 +38,7 @@ of both phases registers two versions, vN (sft) then vN+1 (preference);
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from dlmstore.errors import StoreError
 from dlmstore.store.atomic import StagingDir
 from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.path_text import utf8_alias
 
 VERSIONS_DIR = "adapter/versions"
 WEIGHTS = "adapter_model.safetensors"
@@ -166,7 +168,8 @@ def stage_version(
         try:
             versions.mkdir(parents=True, exist_ok=True)
             staging = StagingDir(versions, name=f"{STAGING_PREFIX}{run_id}-{phase}")
-            write(staging.path)
+            with utf8_alias(staging.path) as folder:  # safetensors writes only through a UTF-8 path
+                write(folder)
             (staging.path / f"{PENDING_PREFIX}{run_id}").touch()
             weights = staging.path / WEIGHTS
             sha256 = file_sha256(weights)
@@ -327,11 +330,43 @@ def write_failure_reason(exc: BaseException) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
 
 
+#: How a failed write says the disk is full, or that it may not write: an errno (Python), or the
+#: text the Rust libraries write (tokenizers: "No space left on device (os error 28)").
+_FULL = ({errno.ENOSPC, errno.EDQUOT}, ("No space left on device", "Disk quota exceeded", "os error 28)"))
+_REFUSED = (
+    {errno.EROFS, errno.EACCES, errno.EPERM},
+    ("Read-only file system", "Permission denied", "Operation not permitted", "os error 30)", "os error 13)"),
+)
+
+
+def write_failure_hint(exc: BaseException, *, writable: str, then: str) -> str:
+    """What to do about the failed write ``exc``, as far as it tells why, followed by ``then``.
+
+    Freeing disk space is said only when ``exc`` says the disk is full;
+    making ``writable`` (a folder, or "the store") writable when it says the
+    write was refused; when it does not say (torch's "file write failed",
+    safetensors' "I/O error"), both are named as what to check.
+    """
+
+    def says(errnos: set[int], texts: tuple[str, ...]) -> bool:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc.errno in errnos
+        return any(text in str(exc) for text in texts)
+
+    if says(*_FULL):
+        return f"free some disk space{then}"
+    if says(*_REFUSED):
+        return f"make {writable} writable{then}"
+    return f"check that the disk has free space and {writable} is writable{then}"
+
+
 def _write_error(versions: Path, exc: BaseException) -> StoreError:
     reason = write_failure_reason(exc)
     return StoreError(
         f"cannot write the adapter under {versions}: {reason}",
-        hint="free some disk space (earlier adapter versions are untouched) and run again",
+        hint=write_failure_hint(
+            exc, writable="the store", then=" (earlier adapter versions are untouched) and run again"
+        ),
     )
 
 

@@ -69,6 +69,7 @@ from dlmstore.datasets.build.writers import npy_bytes
 from dlmstore.errors import StoreError, TrainingError
 from dlmstore.store.atomic import fsync_tree, write_bytes_atomic
 from dlmstore.store.digests import file_sha256
+from dlmstore.store.path_text import path_text
 
 if TYPE_CHECKING:
     import sqlite3
@@ -116,7 +117,8 @@ def run_identity(
     """What a run's checkpoints are valid for; the plan's fields are 0/None until ``plan`` is known.
 
     The base is ``<base>@<identity>``: the base's name (a local base's
-    resolved folder, so ``./m`` and ``./m/`` are one base) and what it
+    resolved folder, so ``./m`` and ``./m/`` are one base, as store.db records
+    a path: :func:`~dlmstore.store.path_text.path_text`) and what it
     resolved to (the lock's revision or sha256,
     :func:`~dlmstore.lock.identity.base_model_identity`), so a base whose
     files changed under the same name is another base.
@@ -127,7 +129,7 @@ def run_identity(
     revision, sha256 = base_model_identity(ref)
     return CheckpointIdentity(
         dlm_sha256=document.sha256,
-        base_model=f"{ref.location if ref.kind == 'local' else ref.name}@{sha256 or revision or 'unknown'}",
+        base_model=f"{path_text(ref.location) if ref.kind == 'local' else ref.name}@{sha256 or revision or 'unknown'}",
         inputs_sha256=inputs_sha256(inputs),
         world_size=world_size,
         micro_batch_size=0 if plan is None else plan.micro_batch_size,
@@ -236,7 +238,7 @@ def checkpoint_writes(folder: Path, step: int) -> Iterator[None]:
         StoreError: a write failed (:func:`~dlmstore.train.adapters.is_write_failure`);
             any other exception propagates as it is.
     """
-    from dlmstore.train.adapters import is_write_failure, write_failure_reason
+    from dlmstore.train.adapters import is_write_failure, write_failure_hint, write_failure_reason
 
     try:
         yield
@@ -245,8 +247,11 @@ def checkpoint_writes(folder: Path, step: int) -> Iterator[None]:
             raise
         raise StoreError(
             f"cannot write the checkpoint of step {step} under {folder}: {write_failure_reason(exc)}",
-            hint="free some disk space, then run the same `dlm train` with --resume to continue "
-            "from the last checkpoint",
+            hint=write_failure_hint(
+                exc,
+                writable="the store",
+                then=", then run the same `dlm train` with --resume to continue from the last checkpoint",
+            ),
         ) from None
 
 

@@ -36,7 +36,10 @@ def load_policy(base_model: Any, adapter_dir: Path) -> Any:
     """``base_model`` with the adapter at ``adapter_dir`` loaded as its trainable ``default`` adapter."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(base_model, str(adapter_dir), is_trainable=True)
+    from dlmstore.store.path_text import utf8_alias
+
+    with utf8_alias(adapter_dir) as folder:  # safetensors opens only UTF-8 paths
+        return PeftModel.from_pretrained(base_model, str(folder), is_trainable=True)
 
 
 def fit_preference(

@@ -15,6 +15,9 @@ The trainer is transformers' ``Trainer`` with two things of ours:
   run loads a checkpoint whose files were verified against their sha256;
   one that still cannot be loaded (written damaged) stops the run with one
   error naming the file (:func:`loading`), not the library's traceback.
+  The trainer writes and reads its folders through a UTF-8 alias of the
+  store (``store.path_text.utf8_alias``: torch and safetensors open only
+  UTF-8 paths); messages and store.db name them by their real path.
 
 The adapter is applied with peft after seeding, as TRL's ``SFTTrainer``
 does; the loss is the model's own causal-LM loss over the ``labels`` the
@@ -31,7 +34,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 
 from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.errors import TrainingError
+from dlmstore.store.path_text import utf8_alias
 from dlmstore.train.checkpoints import (
     FRESH_HINT,
     CheckpointIdentity,
@@ -101,8 +105,10 @@ class SftTrainer(Trainer):
     right since the last log).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, store_alias: tuple[Path, Path] | None = None, **kwargs: Any) -> None:
+        """``store_alias``: the UTF-8 alias the trainer's folders are named under, and the store it stands for."""
         super().__init__(*args, **kwargs)
+        self.store_alias = store_alias
         self.restore_seconds = 0.0  # loading a checkpoint: adapter, optimizer and scheduler, RNG
         self._tokens = 0
         self._correct = 0
@@ -110,18 +116,25 @@ class SftTrainer(Trainer):
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         step = self.state.global_step
-        with checkpoint_writes(Path(self._get_output_dir(trial=trial)) / f"checkpoint-{step}", step):
+        with checkpoint_writes(self.real(self._get_output_dir(trial=trial)) / f"checkpoint-{step}", step):
             super()._save_checkpoint(model, trial)
+
+    def real(self, path: str) -> Path:
+        """``path``, a folder the trainer names, by its real path (not under the store's UTF-8 alias)."""
+        if self.store_alias is None or not Path(path).is_relative_to(self.store_alias[0]):
+            return Path(path)
+        alias, store = self.store_alias
+        return store / Path(path).relative_to(alias)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         t0 = time.perf_counter()
-        with loading(Path(resume_from_checkpoint), ("adapter_model.safetensors", "adapter_config.json")):
+        with loading(self.real(resume_from_checkpoint), ("adapter_model.safetensors", "adapter_config.json")):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
         self.restore_seconds += time.perf_counter() - t0
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         t0 = time.perf_counter()
-        with loading(Path(checkpoint or "."), ("optimizer.pt", "scheduler.pt")):
+        with loading(self.real(checkpoint or "."), ("optimizer.pt", "scheduler.pt")):
             super()._load_optimizer_and_scheduler(checkpoint)
         self.restore_seconds += time.perf_counter() - t0
 
@@ -129,7 +142,7 @@ class SftTrainer(Trainer):
         t0 = time.perf_counter()
         args = self.args
         name = "rng_state.pth" if args.world_size <= 1 else f"rng_state_{args.process_index}.pth"
-        with loading(Path(checkpoint or "."), (name,)):
+        with loading(self.real(checkpoint or "."), (name,)):
             super()._load_rng_state(checkpoint)
         self.restore_seconds += time.perf_counter() - t0
 
@@ -183,7 +196,11 @@ class SftTrainer(Trainer):
 
 
 class CheckpointRecorder(TrainerCallback):
-    """After the trainer writes a checkpoint: each rank adds its state, rank 0 registers the folder."""
+    """After the trainer writes a checkpoint: each rank adds its state, rank 0 registers the folder.
+
+    ``output`` is the run's checkpoint folder by its real path (the
+    trainer's ``output_dir`` may be a UTF-8 alias of it).
+    """
 
     def __init__(
         self,
@@ -193,7 +210,9 @@ class CheckpointRecorder(TrainerCallback):
         collator: Any,
         identity: CheckpointIdentity,
         settings: dict[str, Any],
+        output: Path,
     ) -> None:
+        self.output = output
         self.store = store
         self.run_id = run_id
         self.world = world
@@ -202,7 +221,7 @@ class CheckpointRecorder(TrainerCallback):
         self.settings = settings
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder = self.output / f"checkpoint-{state.global_step}"
         with checkpoint_writes(folder, int(state.global_step)):
             write_rank_state(folder, self.world.rank, self.collator.state())
         barrier(self.world)
@@ -263,8 +282,12 @@ def fit_sft(
     scratch = (
         None if checkpointing else Path(tempfile.mkdtemp(prefix=f".trainer-run{run_id}-", dir=store_path))
     )
+    output = checkpoint_dir if scratch is None else scratch
+    # torch.save and safetensors write (and read) the checkpoints only through a UTF-8 path
+    stack = ExitStack()
     try:
-        kwargs = sft_config_kwargs(plan, str(checkpoint_dir if scratch is None else scratch))
+        store_alias = stack.enter_context(utf8_alias(store_path))
+        kwargs = sft_config_kwargs(plan, str(store_alias / output.relative_to(store_path)))
         kwargs.pop("max_length")  # the examples are cut to sequence_len already
         kwargs.update(remove_unused_columns=False, ddp_find_unused_parameters=False)
         if checkpointing:
@@ -274,7 +297,9 @@ def fit_sft(
         callbacks: list[Any] = [recorder]
         if checkpointing:
             callbacks.append(
-                CheckpointRecorder(store, run_id, world, collator, identity, plan_settings(plan))
+                CheckpointRecorder(
+                    store, run_id, world, collator, identity, plan_settings(plan), checkpoint_dir
+                )
             )
         validation = None
         if val is not None:
@@ -315,13 +340,14 @@ def fit_sft(
                 train_dataset=dataset,
                 data_collator=collator,
                 callbacks=callbacks,
+                store_alias=(store_alias, store_path),
             )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         setup = time.perf_counter() - t0
         fit = run_trainer(
             trainer, recorder, tokenizer, plan, setup, adapter_names=None,
-            resume_from=None if resume_from is None else str(resume_from),
+            resume_from=None if resume_from is None else str(store_alias / resume_from.relative_to(store_path)),
         )  # fmt: skip
         fit.accounting = collator.state()
         fit.restore_seconds = trainer.restore_seconds
@@ -331,6 +357,7 @@ def fit_sft(
             fit.eval_seconds += validation.seconds
         return fit
     finally:
+        stack.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -389,7 +416,7 @@ def _unreadable(folder: Path, names: Sequence[str]) -> tuple[str, str] | None:
             if name.endswith(".json"):
                 json.loads(path.read_bytes())
             elif name.endswith(".safetensors"):
-                with safe_open(str(path), framework="np"):
+                with utf8_alias(path) as readable, safe_open(str(readable), framework="np"):
                     pass
             elif name.endswith(".npy"):
                 np.load(path, allow_pickle=False)
