@@ -152,10 +152,10 @@ SEEDS: dict[str, list[str]] = {
         "INSERT INTO history_generations (generation, rows_sha256, rows, first_run_id, created_at) "
         "VALUES (1, 'sha256:g', 1, 3, '2026-01-16T00:00:00.000Z')",
         "INSERT INTO history_runs (run_id, generation) VALUES (3, 1)",
-        "INSERT INTO history_rows (row_key, kind, supersede_key, origin, probe, retention, first_run_id, "
-        "last_run_id, first_generation, last_generation, bytes, content_sha256) VALUES ('sha256:r', 'text', "
-        "'source:sha256', 'src/a.py', 0, 1, 3, 3, 1, 1, 40, 'sha256:c')",
-        "INSERT INTO history_content (history_id, content) VALUES (1, X'789c')",
+        "INSERT INTO history_content (id, content) VALUES (1, X'789c')",
+        "INSERT INTO history_rows (key, kind, supersede, source, probe, retention, first_generation, "
+        "last_generation, bytes, checksum, content_id) VALUES (zeroblob(32), 0, 12345, 'src/a.py', 0, 1, 1, 1, "
+        "40, -7, 1)",
     ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
@@ -219,9 +219,8 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         [(42, 1, "b.py", "a.py", "exact")],
     ),
     "0016": (
-        "SELECT g.generation, r.run_id, h.origin, h.retention, length(c.content) FROM history_generations g "
-        "JOIN history_runs r ON r.generation = g.generation JOIN history_rows h ON h.first_run_id = r.run_id "
-        "JOIN history_content c ON c.history_id = h.id",
+        "SELECT g.generation, h.last_run_id, h.origin, h.retention, length(c.content) FROM history_generations g "
+        "JOIN history h ON h.first_run_id = g.first_run_id JOIN history_content c ON c.id = h.content_id",
         [(1, 3, "src/a.py", 1, 2)],
     ),
 }

@@ -65,7 +65,7 @@ def _record(doc: Path, *, keep: int | None = None) -> int:
     with open_store(VALID_ID) as store:
         with recorded_run(store, command="train", dlm_path=doc, dlm_sha256=document.sha256) as run_id:
             found = pending(
-                store, rows[:keep], [r.row_key for r in rows], document.frontmatter.training.replay
+                store, [r.row_key for r in rows[:keep]], lambda: rows, document.frontmatter.training.replay
             )
             with store.write() as conn:
                 record_run(conn, run_id, found)
@@ -200,7 +200,7 @@ def test_an_unchanged_document_recorded_twice_is_one_generation_with_no_candidat
             (first, 1),
             (second, 1),
         ]
-        assert conn.execute("SELECT DISTINCT first_run_id, last_run_id FROM history_rows").fetchall() == [
+        assert conn.execute("SELECT DISTINCT first_run_id, last_run_id FROM history").fetchall() == [
             (first, second)
         ]
         assert conn.execute("SELECT count(*) FROM history_rows").fetchone()[0] == len(_described(doc))
@@ -223,9 +223,7 @@ def test_an_edit_opens_a_generation_its_removed_rows_are_candidates_and_its_edit
     assert report["new_rows"] == 2
     removed = old[REMOVED.split("\n", 1)[1].strip()]
     with _db(dlm_home) as conn:
-        retained = conn.execute(
-            "SELECT retention FROM history_rows WHERE row_key = ?", (removed,)
-        ).fetchone()[0]
+        retained = conn.execute("SELECT retention FROM history WHERE row_key = ?", (removed,)).fetchone()[0]
     assert retained == 0  # the slice holds other rows of this document
     assert [c["row_key"] for c in report["candidates"]] == [removed]
     assert report["candidates"][0]["drawn"] and report["candidates"][0]["weight"] == 0.5
@@ -290,7 +288,7 @@ def test_the_byte_cap_evicts_rows_the_document_no_longer_holds_oldest_first(
     doc = _doc(tmp_path, "Only this now.\n", FRONT + "  replay:\n    max_bytes: 1000\n")
     _record(doc)
     with _db(dlm_home) as conn:
-        kept = conn.execute("SELECT row_key, bytes FROM history_rows").fetchall()
+        kept = conn.execute("SELECT row_key, bytes FROM history").fetchall()
         contents = conn.execute("SELECT count(*) FROM history_content").fetchone()[0]
     assert sum(size for _, size in kept) <= 1000 and contents == len(kept)
     gone = {r.row_key for r in rows} - {key for key, _ in kept}
@@ -393,8 +391,10 @@ def test_replay_prune_refuses_while_another_process_has_the_store_open(
 @pytest.mark.parametrize(
     "damage",
     [
-        "UPDATE history_content SET content = X'00112233'",
-        "UPDATE history_rows SET content_sha256 = 'sha256:0'",
+        "UPDATE history_content SET content = X'00112233' WHERE id = 1",
+        "UPDATE history_rows SET checksum = checksum + 1 WHERE content_id = 1",
+        # Content that decodes, but is another row's: the checksum covers the key too.
+        "UPDATE history_content SET content = (SELECT content FROM history_content WHERE id = 2) WHERE id = 1",
     ],
 )
 def test_cache_verify_finds_a_damaged_history_row_and_repair_removes_it(
@@ -403,8 +403,8 @@ def test_cache_verify_finds_a_damaged_history_row_and_repair_removes_it(
     doc = _doc(tmp_path, V1)
     _record(doc)
     with _db(dlm_home) as conn:
-        key = conn.execute("SELECT row_key FROM history_rows ORDER BY id LIMIT 1").fetchone()[0]
-        conn.execute(damage + " WHERE rowid = 1")
+        key = conn.execute("SELECT row_key FROM history WHERE content_id = 1").fetchone()[0]
+        conn.execute(damage)
     result = CliRunner().invoke(cli, ["cache", "verify", str(doc), "--json"])
     assert result.exit_code == 1
     (problem,) = json.loads(result.stdout)["problems"]
@@ -420,7 +420,7 @@ def test_cache_verify_finds_a_damaged_history_row_and_repair_removes_it(
         f"repaired: damaged_history_row: history_content: history row {key}"
     )
     with _db(dlm_home) as conn:
-        assert conn.execute("SELECT count(*) FROM history_rows WHERE row_key = ?", (key,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM history WHERE row_key = ?", (key,)).fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM history_rows").fetchone()[0] == 15
     assert CliRunner().invoke(cli, ["cache", "verify", str(doc)]).exit_code == 0
 
@@ -444,9 +444,9 @@ def test_dlm_train_records_the_rows_it_trained_and_an_edit_opens_a_generation(
     first = train_document(str(doc))
     second = train_document(str(doc))
     with _db(dlm_home) as conn:
-        recorded = {key for (key,) in conn.execute("SELECT row_key FROM history_rows")}
+        recorded = {key for (key,) in conn.execute("SELECT row_key FROM history")}
         assert conn.execute("SELECT run_id, generation FROM history_runs").fetchall() == [(1, 1), (2, 1)]
-        assert conn.execute("SELECT DISTINCT last_run_id, last_generation FROM history_rows").fetchall() == [
+        assert conn.execute("SELECT DISTINCT last_run_id, last_generation FROM history").fetchall() == [
             (2, 1)
         ]
     assert recorded == {r.row_key for r in rows} - val

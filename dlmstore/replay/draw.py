@@ -12,28 +12,38 @@ never below the floor.
 The selection is Efraimidis and Spirakis' weighted sampling without
 replacement (A-ES; DLM's A-ExpJ is its reservoir form and draws the same
 distribution): each candidate gets ``ln(u) / w``, ``u`` uniform in (0, 1],
-and the ``k`` largest are taken. ``u`` comes from ``random.Random`` seeded
-with the string ``f"{seed}:{g}"`` (a string seed hashes with SHA-512: the
-same numbers on every Python version), one number per candidate in
-``row_key`` order.
+and the ``k`` largest are taken (ties, of measure zero, to the smaller key).
+
+``u`` is a hash of the candidate's key under a salt, the sha256 of
+``f"{seed}:{g}"``: the key's four 64-bit words are mixed in one after
+another, each followed by MurmurHash3's 64-bit finaliser, and the top 53
+bits of the result, plus one, over 2**53 are ``u``. Every step is integer
+arithmetic modulo 2**64 (numpy, vectorised over the candidates) and an
+exact conversion, so ``u`` is the same on every machine; a counter-based
+draw like this needs no order of the candidates, so nothing is sorted.
+``ln`` is not vectorised (numpy's SIMD ``log`` may differ in the last bit
+between CPUs): a candidate's weight depends on its generation only, and
+within one weight the order of ``ln(u) / w`` is the order of ``u``, so the
+``k`` largest ``u`` of each generation are found in integers
+(``argpartition``) and only those get ``math.log`` and the IEEE division.
 
 Why it is a pure function of the versions trained and the seed: the
 candidates are a function of the history rows and the current document;
 history rows, their last generations and ``g`` change only when a run
 trains another row set (``dlmstore.replay.history``: an unchanged retrain
-joins its generation); the order the numbers are drawn in is the row keys'
-order, not the order anything was read in; and nothing reads a clock.
+joins its generation); ``u`` is a function of the key, the seed and ``g``,
+never of the order anything was read in; and nothing reads a clock.
 DLM's draw weighs by age in days and seeds with the adapter version, so the
 same document trained on another day, or once more, drew other rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dlmstore.document.frontmatter import ReplaySettings
@@ -57,36 +67,97 @@ class Drawn:
     row_keys: tuple[str, ...]
 
 
-def draw(candidates: Sequence[tuple[str, int]], k: int, *, generation: int, seed: int, floor: float) -> Drawn:
-    """Take ``k`` of ``candidates`` (``(row_key, last_generation)`` pairs), weighted by recency.
+@dataclass(frozen=True)
+class Pool:
+    """Candidates as arrays: what :func:`draw` takes (``dlmstore.replay.candidates`` reads one).
 
-    A pure function of its arguments: the input's order does not matter
-    (the candidates are sorted by key first), and the same arguments always
-    take the same rows.
+    Attributes:
+        keys: ``(n, 32)`` uint8, the row keys' sha256 digests.
+        generations: ``(n,)`` int64, the latest generation that trained each.
+    """
+
+    keys: Any
+    generations: Any
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[str, int]]) -> Pool:
+        """The pool of ``(row_key, last_generation)`` pairs."""
+        import numpy as np
+
+        keys = b"".join(bytes.fromhex(key.removeprefix("sha256:")) for key, _ in pairs)
+        return cls(
+            np.frombuffer(keys, dtype=np.uint8).reshape(len(pairs), 32),
+            np.fromiter((last for _, last in pairs), dtype=np.int64, count=len(pairs)),
+        )
+
+    def __len__(self) -> int:
+        return int(self.generations.shape[0])
+
+
+_M1 = 0xFF51AFD7ED558CCD
+_M2 = 0xC4CEB9FE1A85EC53
+
+
+def uniforms(keys: Any, *, generation: int, seed: int) -> Any:
+    """The 53-bit integers ``u * 2**53`` (1 to 2**53) of ``keys`` (``(n, 32)`` uint8) for this draw."""
+    import numpy as np
+
+    salt = np.frombuffer(hashlib.sha256(f"{seed}:{generation}".encode()).digest(), dtype="<u8")
+    words = np.ascontiguousarray(keys).view("<u8").astype(np.uint64)
+    h = np.zeros(words.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in range(4):
+            h ^= words[:, column] ^ salt[column]
+            h ^= h >> np.uint64(33)
+            h *= np.uint64(_M1)
+            h ^= h >> np.uint64(33)
+            h *= np.uint64(_M2)
+            h ^= h >> np.uint64(33)
+    return (h >> np.uint64(11)) + np.uint64(1)
+
+
+def draw(
+    candidates: Pool | Sequence[tuple[str, int]], k: int, *, generation: int, seed: int, floor: float
+) -> Drawn:
+    """Take ``k`` of ``candidates`` (a :class:`Pool`, or ``(row_key, last_generation)`` pairs),
+    weighted by recency.
+
+    A pure function of its arguments: the input's order does not matter,
+    and the same arguments always take the same rows.
     """
     import numpy as np
 
-    ordered = sorted(candidates)
-    if k >= len(ordered):
-        return Drawn(tuple(key for key, _ in ordered))
+    pool = candidates if isinstance(candidates, Pool) else Pool.of(candidates)
+    n = len(pool)
+    if k >= n:
+        return Drawn(_sorted_keys(pool.keys))
     if k <= 0:
         return Drawn(())
-    rng = random.Random(f"{seed}:{generation}")
-    uniform = rng.random
+    u = uniforms(pool.keys, generation=generation, seed=seed)
+    chosen: list[Any] = []
+    for last in np.unique(pool.generations):
+        members = np.flatnonzero(pool.generations == last)
+        if len(members) > k:
+            # The k largest u of this generation, and any tied with the k-th (a superset: exact).
+            kth = np.partition(u[members], len(members) - k)[len(members) - k]
+            members = members[u[members] >= kth]
+        chosen.append(members)
+    index = np.concatenate(chosen)
+    weights = {int(last): weight(int(last), generation, floor) for last in np.unique(pool.generations)}
     log = math.log
-    by_generation: dict[int, float] = {}
-    weights = np.fromiter(
-        (
-            by_generation.get(last) or by_generation.setdefault(last, weight(last, generation, floor))
-            for _, last in ordered
-        ),
+    scale = 2.0**-53
+    scores = np.array(
+        [
+            log(value * scale) / weights[last]
+            for value, last in zip(u[index].tolist(), pool.generations[index].tolist(), strict=True)
+        ],
         dtype=np.float64,
-        count=len(ordered),
     )
-    # 1 - random() is in (0, 1]: ln never sees 0. math.log per number, then IEEE division (exact
-    # on every machine): no vectorised log, whose last bit may differ between CPUs.
-    logs = np.fromiter((log(1.0 - uniform()) for _ in ordered), dtype=np.float64, count=len(ordered))
-    scores = logs / weights
-    # The k largest scores; ties (measure zero) go to the smaller key (the earlier position).
-    top = np.lexsort((np.arange(len(ordered)), -scores))[:k]
-    return Drawn(tuple(sorted(ordered[int(index)][0] for index in top)))
+    words = np.ascontiguousarray(pool.keys[index]).view(">u8")
+    # The k largest scores; ties go to the smaller key (big-endian words compare as the bytes do).
+    order = np.lexsort((words[:, 3], words[:, 2], words[:, 1], words[:, 0], -scores))[:k]
+    return Drawn(_sorted_keys(pool.keys[index[order]]))
+
+
+def _sorted_keys(keys: Any) -> tuple[str, ...]:
+    return tuple(sorted("sha256:" + bytes(row).hex() for row in keys))

@@ -3,9 +3,9 @@
 Issue 38 asks that an edited document retrain without forgetting what its
 earlier versions taught. This module is the record that makes it possible:
 ``history_rows`` holds one row per trained row key (its kind, where it came
-from, what an edit of it replaces, the runs and generations that trained
-it) and ``history_content`` its canonical JSON, zlib-compressed, so that it
-can be tokenized again after a base-model or ``sequence_len`` change or a
+from, what an edit of it replaces, the generations that trained it) and
+``history_content`` its canonical JSON, zlib-compressed, so that it can be
+tokenized again after a base-model or ``sequence_len`` change or a
 ``dlm cache clear``. Tokens stay in the cache: history never holds them.
 
 **What is recorded.** Exactly what the run trained: the SFT train rows
@@ -16,17 +16,24 @@ adapters and lock (``dlmstore.train.stages.publish``), so a run killed at
 any point leaves no history and a completed one always has it.
 
 **Generations.** A generation is one version of the document as trained:
-a completed run whose trained row keys equal the latest generation's joins
-it, any other opens the next. Retraining an unchanged document therefore
-changes nothing the draw depends on (``dlmstore.replay.draw``), and no
-clock is read anywhere.
+a completed run whose trained row keys (in the order trained) equal the
+latest generation's joins it, any other opens the next. Retraining an
+unchanged document therefore changes nothing the draw depends on
+(``dlmstore.replay.draw``), and no clock is read anywhere. The runs that
+trained a row are those of its generations (``history_runs``), so they are
+not stored per row.
 
-**Speed.** The content of a row is read (a source file loaded) and
-compressed only when its key is new to history, before the transaction
-(:func:`pending`). A row already there only has its last run and
-generation moved, by one ``UPDATE ... FROM json_each(?)`` for all of them:
-a warm retrain of a 13K-file document makes no per-row round trip
-(``bench/bench_replay.py`` measures it).
+**Layout and speed** (issue 38: 1,000,000 rows; ``bench/bench_replay.py``).
+A key is stored once, as its 32-byte digest, in the primary key of a
+WITHOUT ROWID table; the supersede key is an 8-byte integer and the
+content check a CRC-32 (of the key digest then the content, so content
+under the wrong row is found too). An unchanged retrain is found by its
+identity alone (:func:`pending` compares it with the latest generation's)
+and records one ``history_runs`` row: no row key is looked up and no
+history row is written. A run that trains another row set has its new
+rows' content read (a source file loaded) and compressed before the
+transaction, and moves the last generation of every row it trained in
+one ``UPDATE``.
 
 **Retention slice.** Whether a row belongs to the slice that is held out
 of the draw (to measure forgetting later) is decided once, as it enters,
@@ -41,7 +48,7 @@ import hashlib
 import json
 import sqlite3
 import zlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -59,7 +66,40 @@ CONTENT_LEVEL = 6
 
 BODY = "body"
 
+#: ``history_rows.kind``: the row kinds as stored (the view ``history`` shows the words).
+KINDS = ("text", "messages", "preference")
+
 _BUCKETS = 1 << 64
+_PREFIX = "sha256:"
+
+#: The keys of a statement's ``:keys`` blob (32-byte digests one after another, ``:count`` of them) as
+#: rows: SQLite 3.40 has no ``unhex``, and JSON cannot carry blobs.
+KEYS = (
+    "WITH RECURSIVE i(n) AS (SELECT 0 WHERE :count > 0 UNION ALL SELECT n + 1 FROM i WHERE n + 1 < :count) "
+    "SELECT substr(:keys, n * 32 + 1, 32) FROM i"
+)
+
+
+def digest(row_key: str) -> bytes:
+    """The 32-byte digest a ``sha256:`` row key names (what ``history_rows.key`` holds).
+
+    Raises:
+        ValueError: ``row_key`` is not ``sha256:`` and 64 hex digits.
+    """
+    if not row_key.startswith(_PREFIX) or len(row_key) != 71:
+        raise ValueError(f"not a row key: {row_key!r}")
+    return bytes.fromhex(row_key[7:])
+
+
+def row_key_of(key: bytes) -> str:
+    """The row key whose digest is ``key``."""
+    return _PREFIX + key.hex()
+
+
+def keys_params(row_keys: Iterable[str]) -> dict[str, object]:
+    """The ``:keys`` and ``:count`` parameters of :data:`KEYS` for ``row_keys``."""
+    blobs = [digest(key) for key in row_keys]
+    return {"keys": b"".join(blobs), "count": len(blobs)}
 
 
 @dataclass(frozen=True)
@@ -74,7 +114,7 @@ class TrainedRow:
     """
 
     row: Row
-    supersede_key: str | None
+    supersede_key: int | None
     origin: str
     probe: bool
 
@@ -83,25 +123,32 @@ class TrainedRow:
         return self.row.row_key
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def _int64(material: str) -> int:
+    """The first 8 bytes of the sha256 of ``material``, signed, never 0 (0 stands for none in bulk reads)."""
+    value = int.from_bytes(hashlib.sha256(material.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    value -= (value >> 63) << 64
+    return value or 1
 
 
-def supersede_key(row: Row, origin: str) -> str | None:
+def supersede_key(row: Row, origin: str) -> int | None:
     """What an edit of ``row`` replaces: the thing that stays when its content changes.
 
-    ``question:`` and the sha256 of a Q/A pair's first user message,
-    ``prompt:`` and the sha256 of a preference triple's prompt, ``source:``
-    and the sha256 of a ``training.sources`` file's path; ``None`` for prose
-    written in the body (it has no identity but its text).
+    The first 8 bytes of the sha256 of ``question\\0`` and a Q/A pair's first
+    user message, of ``prompt\\0`` and a preference triple's prompt, of
+    ``source\\0`` and a ``training.sources`` file's path; ``None`` for prose
+    written in the body (it has no identity but its text). Two different
+    questions share a value with probability 2**-64 a pair; the cost of it
+    is that a removed row whose value equals a current row's is taken for
+    superseded, and not replayed (about 1e-9 over 1,000,000 history rows
+    and a 13,000-row document).
     """
     if row.kind == "messages":
         first = next((m["content"] for m in row.data["messages"] if m["role"] == "user"), "")
-        return "question:" + _sha(first)
+        return _int64("question\0" + first)
     if row.kind == "preference":
-        return "prompt:" + _sha(row.data["prompt"])
+        return _int64("prompt\0" + row.data["prompt"])
     if origin != BODY:
-        return "source:" + _sha(origin)
+        return _int64("source\0" + origin)
     return None
 
 
@@ -130,32 +177,33 @@ def describe(corpus: Corpus, probe_keys: Collection[str]) -> list[TrainedRow]:
 
 
 def encode(kind: str, data: dict[str, Any]) -> bytes:
-    """The canonical JSON of a row, as UTF-8: what ``content_sha256`` and ``bytes`` describe."""
+    """The canonical JSON of a row, as UTF-8: what ``bytes`` and ``checksum`` describe."""
     return canonical_json({"kind": kind, "data": data}).encode("utf-8", "surrogatepass")
 
 
-def content_sha256(payload: bytes) -> str:
-    return "sha256:" + hashlib.sha256(payload).hexdigest()
+def checksum(key: bytes, payload: bytes) -> int:
+    """CRC-32 of the key digest then ``payload``, less 2**31 (SQLite keeps it in 4 bytes)."""
+    return zlib.crc32(payload, zlib.crc32(key)) - (1 << 31)
 
 
 class DamagedContent(ValueError):
-    """A history row's stored content does not decompress, parse, or match its sha256."""
+    """A history row's stored content does not decompress, parse, or match its checksum."""
 
 
-def decode(content: bytes, expected_sha256: str) -> tuple[str, dict[str, Any]]:
-    """The ``(kind, data)`` of stored ``content``, checked against ``expected_sha256``.
+def decode(key: bytes, content: bytes, expected: int) -> tuple[str, dict[str, Any]]:
+    """The ``(kind, data)`` of the stored ``content`` of the row ``key``, checked against ``expected``.
 
     Raises:
         DamagedContent: it does not decompress, is not the JSON history
-            writes, or its sha256 differs.
+            writes, or its checksum differs.
     """
     try:
         payload = zlib.decompress(content)
     except zlib.error as exc:
         raise DamagedContent(f"does not decompress ({exc})") from None
-    found = content_sha256(payload)
-    if found != expected_sha256:
-        raise DamagedContent(f"content is {found}, recorded {expected_sha256}")
+    found = checksum(key, payload)
+    if found != expected:
+        raise DamagedContent(f"content checksum is {found}, recorded {expected}")
     try:
         value = json.loads(payload.decode("utf-8", "surrogatepass"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -170,9 +218,18 @@ def retention_hash(row_key: str) -> int:
     return int.from_bytes(hashlib.sha256(b"retention\0" + row_key.encode()).digest()[:8], "big")
 
 
-def rows_sha256(row_keys: Iterable[str]) -> str:
-    """The identity of a set of row keys (a generation's)."""
-    return "sha256:" + hashlib.sha256("\n".join(sorted(row_keys)).encode()).hexdigest()
+def rows_sha256(row_keys: Sequence[str]) -> str:
+    """The identity of the row keys a run trained, in the order trained (a generation's)."""
+    return "sha256:" + hashlib.sha256("\n".join(row_keys).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class New:
+    """A row new to history, prepared: its content's size and checksum, and the content compressed."""
+
+    size: int
+    checksum: int
+    content: bytes
 
 
 @dataclass(frozen=True)
@@ -180,146 +237,189 @@ class Pending:
     """What a run will record, prepared before its publish transaction.
 
     Attributes:
-        rows: every row the run trained (new to history or not), in order.
-        new: of those, the keys history did not hold, with their
-            ``(uncompressed bytes, content sha256, compressed content)``.
-        current_keys: every row key of the document now (eviction keeps them).
+        identity: :func:`rows_sha256` of the keys the run trained.
+        row_keys: those keys, in the order trained (distinct, as a corpus's are).
+        described: the document's rows as history describes them
+            (:func:`describe`; called only when history needs them).
+        rows: the trained rows, described, and ``new``: those history did
+            not hold, prepared; both ``None`` when the run trained the latest
+            generation's rows (nothing was described or looked up:
+            :func:`record_run` does it if history moved since).
         settings: ``training.replay``: the retention fraction and the byte cap.
     """
 
-    rows: tuple[TrainedRow, ...]
-    new: dict[str, tuple[int, str, bytes]]
-    current_keys: tuple[str, ...]
+    identity: str
+    row_keys: tuple[str, ...]
+    described: Callable[[], Sequence[TrainedRow]]
+    rows: tuple[TrainedRow, ...] | None
+    new: dict[str, New] | None
     settings: ReplaySettings
 
 
-def pending(
-    store: Store, trained: Sequence[TrainedRow], current_keys: Iterable[str], settings: ReplaySettings
-) -> Pending:
-    """Read which of ``trained`` history lacks and compress their content (outside any write transaction).
+def _latest(conn: sqlite3.Connection) -> tuple[int, str] | None:
+    found = conn.execute(
+        "SELECT generation, rows_sha256 FROM history_generations ORDER BY generation DESC LIMIT 1"
+    ).fetchone()
+    return None if found is None else (int(found[0]), str(found[1]))
 
-    Only the rows new to history have their ``data`` read: a source file
-    already recorded is not loaded again.
-    """
-    unique: dict[str, TrainedRow] = {}
-    for item in trained:
-        unique.setdefault(item.row_key, item)
-    with store.read() as conn:
-        missing = {
-            row[0]
-            for row in conn.execute(
-                "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT row_key FROM history_rows)",
-                (json.dumps(list(unique)),),
-            )
-        }
-    new: dict[str, tuple[int, str, bytes]] = {}
-    for key, item in unique.items():
-        if key in missing:
+
+def _prepare_new(conn: sqlite3.Connection, rows: Sequence[TrainedRow]) -> dict[str, New]:
+    """The rows of ``rows`` history lacks, their content read and compressed."""
+    held = {
+        row_key_of(found[0])
+        for found in conn.execute(
+            f"SELECT key FROM history_rows WHERE key IN ({KEYS})", keys_params(item.row_key for item in rows)
+        )
+    }
+    new: dict[str, New] = {}
+    for item in rows:
+        if item.row_key not in held:
             payload = encode(item.row.kind, item.row.data)
-            new[key] = (len(payload), content_sha256(payload), zlib.compress(payload, CONTENT_LEVEL))
-    return Pending(tuple(unique.values()), new, tuple(current_keys), settings)
+            new[item.row_key] = New(
+                len(payload), checksum(digest(item.row_key), payload), zlib.compress(payload, CONTENT_LEVEL)
+            )
+    return new
+
+
+def _trained(described: Sequence[TrainedRow], row_keys: Sequence[str]) -> tuple[TrainedRow, ...]:
+    """The rows keyed ``row_keys`` of ``described``, in that order."""
+    by_key = {item.row_key: item for item in described}
+    return tuple(by_key[key] for key in row_keys)
+
+
+def pending(
+    store: Store,
+    row_keys: Sequence[str],
+    described: Callable[[], Sequence[TrainedRow]],
+    settings: ReplaySettings,
+) -> Pending:
+    """Prepare what a run that trained ``row_keys`` records (outside any write transaction).
+
+    A run that trains the latest generation's rows (an unchanged document)
+    costs one digest of its keys and one read of that generation's
+    identity: ``described`` is not called. Otherwise the rows new to
+    history have their content read (a source file already recorded is not
+    loaded again) and compressed.
+    """
+    keys = tuple(row_keys)  # distinct: a corpus's row keys are
+    identity = rows_sha256(keys)
+    with store.read() as conn:
+        latest = _latest(conn)
+        if latest is not None and latest[1] == identity:
+            return Pending(identity, keys, described, None, None, settings)
+        rows = _trained(described(), keys)
+        return Pending(identity, keys, described, rows, _prepare_new(conn, rows), settings)
 
 
 def record_run(conn: sqlite3.Connection, run_id: int, pending: Pending) -> int:
-    """Record that run ``run_id`` trained ``pending.rows``, inside the caller's write transaction.
+    """Record that run ``run_id`` trained ``pending.row_keys``, inside the caller's write transaction.
 
     Returns:
         The generation the run belongs to.
     """
-    keys = [item.row_key for item in pending.rows]
-    identity = rows_sha256(keys)
-    latest = conn.execute(
-        "SELECT generation, rows_sha256 FROM history_generations ORDER BY generation DESC LIMIT 1"
-    ).fetchone()
-    if latest is not None and latest[1] == identity:
-        generation = int(latest[0])
-    else:
-        generation = 1 if latest is None else int(latest[0]) + 1
-        conn.execute(
-            "INSERT INTO history_generations (generation, rows_sha256, rows, first_run_id, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (generation, identity, len(keys), run_id, utc_now()),
-        )
-    conn.execute("INSERT INTO history_runs (run_id, generation) VALUES (?, ?)", (run_id, generation))
-    _insert_new(conn, run_id, generation, pending, pending.settings.retention_fraction)
-    # Every trained row, new or not, in one statement: the warm path of an unchanged document.
+    latest = _latest(conn)
+    if latest is not None and latest[1] == pending.identity:
+        # The latest generation's rows again: the run joins it, and no history row changes.
+        conn.execute("INSERT INTO history_runs (run_id, generation) VALUES (?, ?)", (run_id, latest[0]))
+        return latest[0]
+    generation = 1 if latest is None else latest[0] + 1
     conn.execute(
-        "UPDATE history_rows SET last_run_id = ?, last_generation = ?, origin = j.value ->> 1, "
-        "supersede_key = j.value ->> 2, probe = j.value ->> 3 "
-        "FROM json_each(?) AS j WHERE history_rows.row_key = j.value ->> 0",
-        (
-            run_id,
-            generation,
-            json.dumps([[i.row_key, i.origin, i.supersede_key, int(i.probe)] for i in pending.rows]),
-        ),
+        "INSERT INTO history_generations (generation, rows_sha256, rows, first_run_id, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (generation, pending.identity, len(pending.row_keys), run_id, utc_now()),
     )
-    evict(conn, pending.current_keys, pending.settings.max_bytes)
+    conn.execute("INSERT INTO history_runs (run_id, generation) VALUES (?, ?)", (run_id, generation))
+    # Prepared before the transaction, unless history moved since (then prepared here).
+    rows = _trained(pending.described(), pending.row_keys) if pending.rows is None else pending.rows
+    new = _prepare_new(conn, rows) if pending.new is None else pending.new
+    conn.execute(
+        f"UPDATE history_rows SET last_generation = :generation WHERE key IN ({KEYS})",
+        {"generation": generation, **keys_params(pending.row_keys)},
+    )
+    _insert_new(conn, generation, rows, new, pending.settings.retention_fraction)
+    if new:
+        evict(conn, [item.row_key for item in pending.described()], pending.settings.max_bytes)
     return generation
 
 
 def _insert_new(
-    conn: sqlite3.Connection, run_id: int, generation: int, pending: Pending, fraction: float
+    conn: sqlite3.Connection,
+    generation: int,
+    rows: Sequence[TrainedRow],
+    new: dict[str, New],
+    fraction: float,
 ) -> None:
     """Insert the rows new to history with their content, and decide their retention once."""
-    if not pending.new:
+    entering = [item for item in rows if item.row_key in new]
+    # A row another run recorded meanwhile has its content already.
+    held = {
+        row_key_of(found[0])
+        for found in conn.execute(
+            f"SELECT key FROM history_rows WHERE key IN ({KEYS})",
+            keys_params(item.row_key for item in entering),
+        )
+    }
+    entering = [item for item in entering if item.row_key not in held]
+    if not entering:
         return
     threshold = int(fraction * _BUCKETS)
-    hashes = {key: retention_hash(key) for key in pending.new}
-    new = [item for item in pending.rows if item.row_key in pending.new]
+    hashes = {item.row_key: retention_hash(item.row_key) for item in entering}
+    first_id = int(conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM history_content").fetchone()[0])
     conn.executemany(
-        "INSERT OR IGNORE INTO history_rows (row_key, kind, supersede_key, origin, probe, retention, "
-        "first_run_id, last_run_id, first_generation, last_generation, bytes, content_sha256) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO history_content (id, content) VALUES (?, ?)",
+        [(first_id + index, new[item.row_key].content) for index, item in enumerate(entering)],
+    )
+    conn.executemany(
+        "INSERT INTO history_rows (key, kind, supersede, source, probe, retention, first_generation, "
+        "last_generation, bytes, checksum, content_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
-                item.row_key,
-                item.row.kind,
+                digest(item.row_key),
+                KINDS.index(item.row.kind),
                 item.supersede_key,
-                item.origin,
+                None if item.origin == BODY else item.origin,
                 int(item.probe),
                 int(hashes[item.row_key] < threshold),
-                run_id,
-                run_id,
                 generation,
                 generation,
-                pending.new[item.row_key][0],
-                pending.new[item.row_key][1],
+                new[item.row_key].size,
+                new[item.row_key].checksum,
+                first_id + index,
             )  # fmt: skip
-            for item in new
+            for index, item in enumerate(entering)
         ],
-    )
-    # OR IGNORE: a row another run recorded meanwhile has its content already.
-    conn.executemany(
-        "INSERT OR IGNORE INTO history_content (history_id, content) "
-        "SELECT id, ? FROM history_rows WHERE row_key = ?",
-        [(pending.new[item.row_key][2], item.row_key) for item in new],
     )
     if fraction > 0:
         empty = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM history_rows WHERE retention = 1)").fetchone()[
             0
         ]
         if empty:
-            chosen = min(pending.new, key=lambda key: (hashes[key], key))
-            conn.execute("UPDATE history_rows SET retention = 1 WHERE row_key = ?", (chosen,))
+            chosen = min(hashes, key=lambda key: (hashes[key], key))
+            conn.execute("UPDATE history_rows SET retention = 1 WHERE key = ?", (digest(chosen),))
 
 
 def evict(conn: sqlite3.Connection, current_keys: Sequence[str], max_bytes: int) -> int:
     """Remove history rows the document no longer holds while the history is over ``max_bytes``.
 
-    The oldest last generation goes first, then the smallest id; rows the
-    document still holds are never evicted. Returns the rows removed.
+    The oldest last generation goes first, then the earliest recorded; rows
+    the document still holds are never evicted. Returns the rows removed.
     """
     total = conn.execute("SELECT COALESCE(SUM(bytes), 0) FROM history_rows").fetchone()[0]
     excess = int(total) - max_bytes
     if excess <= 0:
         return 0
     cursor = conn.execute(
-        "DELETE FROM history_rows WHERE id IN (SELECT id FROM (SELECT id, bytes, "
-        "SUM(bytes) OVER (ORDER BY last_generation, id) AS freed FROM history_rows "
-        "WHERE row_key NOT IN (SELECT value FROM json_each(?))) WHERE freed - bytes < ?)",
-        (json.dumps(list(current_keys)), excess),
+        f"DELETE FROM history_rows WHERE key IN (SELECT key FROM (SELECT key, bytes, "
+        f"SUM(bytes) OVER (ORDER BY last_generation, content_id) AS freed FROM history_rows "
+        f"WHERE key NOT IN ({KEYS})) WHERE freed - bytes < :excess)",
+        {"excess": excess, **keys_params(current_keys)},
     )
     return cursor.rowcount
+
+
+def delete(conn: sqlite3.Connection, row_keys: Iterable[str]) -> None:
+    """Remove the history rows keyed ``row_keys`` (their content goes with them: a trigger)."""
+    conn.execute(f"DELETE FROM history_rows WHERE key IN ({KEYS})", keys_params(row_keys))
 
 
 @dataclass(frozen=True)
@@ -328,7 +428,7 @@ class HistoryRow:
 
     row_key: str
     kind: str
-    supersede_key: str | None
+    supersede_key: int | None
     origin: str
     probe: bool
     retention: bool
@@ -339,30 +439,35 @@ class HistoryRow:
     data: dict[str, Any]
 
 
+#: ``history_rows`` with the runs of its generations: what :func:`read_rows` reads.
+_ROWS = (
+    "SELECT h.key, h.kind, h.supersede, h.source, h.probe, h.retention, "
+    "(SELECT first_run_id FROM history_generations WHERE generation = h.first_generation), "
+    "(SELECT max(run_id) FROM history_runs WHERE generation = h.last_generation), "
+    "h.first_generation, h.last_generation, h.checksum, c.content "
+    "FROM history_rows AS h JOIN history_content AS c ON c.id = h.content_id"
+)
+
+
 def read_rows(conn: sqlite3.Connection, row_keys: Iterable[str] | None = None) -> list[HistoryRow]:
-    """History rows (all, or those keyed ``row_keys``) by id, their content decoded and checked.
+    """History rows (all, or those keyed ``row_keys``) in the order recorded, content decoded and checked.
 
     Raises:
         DamagedContent: a row's content is damaged (``dlm cache verify`` finds and removes such rows).
     """
-    query = (
-        "SELECT h.row_key, h.kind, h.supersede_key, h.origin, h.probe, h.retention, h.first_run_id, "
-        "h.last_run_id, h.first_generation, h.last_generation, h.content_sha256, c.content "
-        "FROM history_rows AS h JOIN history_content AS c ON c.history_id = h.id"
-    )
-    params: tuple[Any, ...] = ()
+    query, params = _ROWS, {}
     if row_keys is not None:
-        query += " WHERE h.row_key IN (SELECT value FROM json_each(?))"
-        params = (json.dumps(list(row_keys)),)
+        query += f" WHERE h.key IN ({KEYS})"
+        params = keys_params(row_keys)
     rows: list[HistoryRow] = []
-    for found in conn.execute(query + " ORDER BY h.id", params):
-        kind, data = decode(found[11], found[10])
+    for found in conn.execute(query + " ORDER BY h.content_id", params):
+        kind, data = decode(found[0], found[11], found[10])
         rows.append(
             HistoryRow(
-                found[0],
+                row_key_of(found[0]),
                 kind,
                 found[2],
-                found[3],
+                BODY if found[3] is None else found[3],
                 bool(found[4]),
                 bool(found[5]),
                 found[6],
@@ -375,19 +480,19 @@ def read_rows(conn: sqlite3.Connection, row_keys: Iterable[str] | None = None) -
     return rows
 
 
-def damaged(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
-    """``(id, row_key, what is wrong)`` of every history row whose stored content is damaged."""
-    found: list[tuple[int, str, str]] = []
+def damaged(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """``(row_key, what is wrong)`` of every history row whose stored content is damaged."""
+    found: list[tuple[str, str]] = []
     query = (
-        "SELECT h.id, h.row_key, h.content_sha256, c.content FROM history_rows AS h "
-        "LEFT JOIN history_content AS c ON c.history_id = h.id ORDER BY h.id"
+        "SELECT h.key, h.checksum, c.content FROM history_rows AS h "
+        "LEFT JOIN history_content AS c ON c.id = h.content_id ORDER BY h.content_id"
     )
     for row in conn.execute(query):
-        if row[3] is None:
-            found.append((row[0], row[1], "has no content"))
+        if row[2] is None:
+            found.append((row_key_of(row[0]), "has no content"))
             continue
         try:
-            decode(row[3], row[2])
+            decode(row[0], row[2], row[1])
         except DamagedContent as exc:
-            found.append((row[0], row[1], str(exc)))
+            found.append((row_key_of(row[0]), str(exc)))
     return found

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlmstore.errors import DlmError, StoreError
+from dlmstore.replay.history import BODY, KEYS, KINDS, delete, keys_params, row_key_of
 
 if TYPE_CHECKING:
     from dlmstore.document.parser import Document
@@ -116,35 +117,47 @@ def prune(
                 hint="run dlm replay prune again when it is done",
             )
         where: str = "1"  # all
-        params: tuple[object, ...] = ()
+        params: dict[str, object] = {}
         if row is not None:
-            where, params = "h.row_key = ?", (row,)
+            where, params = f"h.key IN ({KEYS})", _row_param(row)
         elif older_than is not None:
-            where = "h.last_run_id IN (SELECT id FROM runs WHERE finished_at < ?)"
-            params = (iso_before(older_than),)
+            # A row's latest run is the latest run of its last generation.
+            where = (
+                "h.last_generation IN (SELECT g.generation FROM history_runs AS g JOIN runs AS r "
+                "ON r.id = g.run_id GROUP BY g.generation HAVING max(r.finished_at) < :before)"
+            )
+            params = {"before": iso_before(older_than)}
         elif selector == "superseded":
             where, params = _superseded(store, document)
         with store.write() as conn:
-            found = conn.execute(
-                "SELECT h.id, h.row_key, h.kind, h.origin, h.last_generation, h.bytes FROM history_rows AS h "
-                f"WHERE {where} ORDER BY h.row_key",
-                params,
-            ).fetchall()
+            found = [
+                (row_key_of(r[0]), KINDS[r[1]], BODY if r[2] is None else r[2], r[3], r[4])
+                for r in conn.execute(
+                    "SELECT h.key, h.kind, h.source, h.last_generation, h.bytes FROM history_rows AS h "
+                    f"WHERE {where} ORDER BY h.key",
+                    params,
+                )
+            ]
             if selector == "row" and not found:
                 raise DlmError(
                     f"no row {row} in the replay history of {path}",
                     hint=f"`dlm replay show {path}` lists the candidates and superseded rows",
                 )
             if not dry_run and found:
-                conn.execute(
-                    "DELETE FROM history_rows WHERE id IN (SELECT value FROM json_each(?))",
-                    (json.dumps([r[0] for r in found]),),
-                )
-    rows = [PrunedRow(r[1], r[2], r[3], r[4], r[5]) for r in found]
+                delete(conn, [r[0] for r in found])
+    rows = [PrunedRow(*r) for r in found]
     return PruneResult(selector, dry_run, len(rows), sum(r.bytes for r in rows), rows)
 
 
-def _superseded(store: Store, document: Document) -> tuple[str, tuple[object, ...]]:
+def _row_param(row: str) -> dict[str, object]:
+    """The :data:`KEYS` parameters naming ``row`` (none when it is not a row key: no row matches)."""
+    try:
+        return keys_params([row])
+    except ValueError:
+        return keys_params([])
+
+
+def _superseded(store: Store, document: Document) -> tuple[str, dict[str, object]]:
     """The WHERE clause that chooses the superseded rows of ``document``'s history."""
     from dlmstore.corpus.assemble import load_corpus
     from dlmstore.eval.probes import marked_keys
@@ -152,9 +165,8 @@ def _superseded(store: Store, document: Document) -> tuple[str, tuple[object, ..
     from dlmstore.sources.statcache import StatCache
 
     rows = describe(load_corpus(document, stat_cache=StatCache.load(store)), marked_keys(document.sections))
-    keys = json.dumps([item.row_key for item in rows])
     supersede = json.dumps(sorted({item.supersede_key for item in rows if item.supersede_key is not None}))
     return (
-        "h.supersede_key IN (SELECT value FROM json_each(?)) AND h.row_key NOT IN (SELECT value FROM json_each(?))",
-        (supersede, keys),
+        f"h.supersede IN (SELECT value FROM json_each(:supersede)) AND h.key NOT IN ({KEYS})",
+        {"supersede": supersede, **keys_params(item.row_key for item in rows)},
     )

@@ -182,18 +182,14 @@ def _report(
     settings: TrainingSettings,
     probes: frozenset[str],
 ) -> ReplayReport:
-    import json
-
     from dlmstore.replay.draw import weight
+    from dlmstore.replay.history import KEYS, keys_params, row_key_of
 
     replay = settings.replay
     current = Current.of([(item.row_key, item.supersede_key) for item in rows])
-    keys = json.dumps(current.row_keys)
+    keys = keys_params(current.row_keys)
     held = {
-        r[0]
-        for r in conn.execute(
-            "SELECT value FROM json_each(?) WHERE value IN (SELECT row_key FROM history_rows)", (keys,)
-        )
+        row_key_of(r[0]) for r in conn.execute(f"SELECT key FROM history_rows WHERE key IN ({KEYS})", keys)
     }
     new_rows, new_triples = _new_counts(rows, held, settings.seed, probes)
     totals = conn.execute(
@@ -203,9 +199,8 @@ def _report(
     generations = _generations(conn)
     latest = generations[-1].generation if generations else 0
     dropped = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM history_rows WHERE last_generation = ? "
-        "AND row_key NOT IN (SELECT value FROM json_each(?)))",
-        (latest, keys),
+        f"SELECT EXISTS (SELECT 1 FROM history_rows WHERE last_generation = :latest AND key NOT IN ({KEYS}))",
+        {"latest": latest, **keys},
     ).fetchone()[0]
     unchanged = latest and not (new_rows or new_triples or dropped)
     generation = latest if unchanged else latest + 1

@@ -2,16 +2,16 @@
 
 The cache's checks (:func:`dlmstore.cache.admin.verify`) sit below the
 replay history in the layers, so this module composes them: it runs them,
-then decodes every history row's stored content against its
-``content_sha256`` (:func:`dlmstore.replay.history.damaged`). A row whose
-content does not decompress or does not match is a ``damaged_history_row``;
+then decodes every history row's stored content against its checksum
+(a CRC-32 of the key digest and the content;
+:func:`dlmstore.replay.history.damaged`). A row whose content does not
+decompress or does not match is a ``damaged_history_row``;
 ``--repair`` removes it (history never trains on content it cannot trust).
 A damaged store.db is reported alone, as the cache's verify reports it.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def verify(store: Store, *, repair: bool = False) -> VerifyResult:
     """The cache's verify of ``store``, plus one ``damaged_history_row`` problem per damaged history row."""
     from dlmstore.cache.admin import Problem, VerifyResult
     from dlmstore.cache.admin import verify as verify_cache
-    from dlmstore.replay.history import damaged
+    from dlmstore.replay.history import damaged, delete
 
     result = verify_cache(store, repair=repair)
     if any(problem.kind == "damaged_database" for problem in result.problems):
@@ -32,15 +32,12 @@ def verify(store: Store, *, repair: bool = False) -> VerifyResult:
         found = damaged(conn)
     if repair and found:
         with store.write() as conn:
-            conn.execute(
-                "DELETE FROM history_rows WHERE id IN (SELECT value FROM json_each(?))",
-                (json.dumps([item[0] for item in found]),),
-            )
+            delete(conn, [key for key, _ in found])
     problems = [
         *result.problems,
         *(
             Problem("damaged_history_row", "history_content", f"history row {key}: {detail}", repair)
-            for _, key, detail in found
+            for key, detail in found
         ),
     ]
     return VerifyResult(result.entries_checked, result.packs_checked, problems, result.store_in_use)

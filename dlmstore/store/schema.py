@@ -941,19 +941,39 @@ history_runs = Table(
     comment="Which generation each completed train run belongs to.",
 )
 
+history_content = Table(
+    "history_content",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="The content's id (history_rows.content_id)."),
+    Column(
+        "content",
+        LargeBinary,
+        nullable=False,
+        comment='zlib (level 6) of the canonical JSON {"kind": ..., "data": ...} of the row.',
+    ),
+    comment="The content of each history row, compressed, apart so scans of history_rows stay small "
+    "(removed with its row by the trigger history_rows_delete).",
+)
+
 history_rows = Table(
     "history_rows",
     metadata,
-    Column("id", Integer, primary_key=True),
-    Column("row_key", Text, nullable=False, comment="The row's key (sha256:..., dlmstore.document.rows)."),
-    Column("kind", Text, nullable=False, comment="text, messages or preference."),
     Column(
-        "supersede_key",
-        Text,
-        comment="What an edit of the row replaces: question:, prompt: or source: and a sha256 of the first "
-        "user message, the preference prompt or the training.sources file path; NULL for body prose.",
+        "key",
+        LargeBinary,
+        primary_key=True,
+        comment="The row key's 32-byte sha256 digest (the key is 'sha256:' and its hex; the view history shows it).",
     ),
-    Column("origin", Text, nullable=False, comment="body, or the training.sources file (directive/relpath)."),
+    Column("kind", Integer, nullable=False, comment="0 text, 1 messages, 2 preference."),
+    Column(
+        "supersede",
+        Integer,
+        comment="What an edit of the row replaces: the first 8 bytes (signed, never 0) of a sha256 of its "
+        "first user message, its preference prompt or its training.sources path; NULL for body prose.",
+    ),
+    Column(
+        "source", Text, comment="The training.sources file it came from (directive/relpath); NULL: the body."
+    ),
     Column("probe", Integer, nullable=False, comment="1 when the row is a ### Q !probe pair."),
     Column(
         "retention",
@@ -961,33 +981,19 @@ history_rows = Table(
         nullable=False,
         comment="1 when the row is in the frozen retention slice (decided once, when it entered; never drawn).",
     ),
-    Column("first_run_id", Integer, nullable=False, comment="The first completed run that trained it."),
-    Column("last_run_id", Integer, nullable=False, comment="The latest completed run that trained it."),
     Column("first_generation", Integer, nullable=False, comment="The generation of its first run."),
     Column("last_generation", Integer, nullable=False, comment="The generation of its latest run."),
     Column("bytes", Integer, nullable=False, comment="Size of its canonical JSON content, uncompressed."),
-    Column("content_sha256", Text, nullable=False, comment="sha256: of that content, uncompressed."),
-    UniqueConstraint("row_key", name="history_rows_row_key"),
-    CheckConstraint("kind IN ('text', 'messages', 'preference')", name="history_rows_kind"),
-    Index("history_rows_supersede_key", "supersede_key"),
-    comment="Every row a completed train run trained on: the replay history (dlmstore.replay.history).",
-)
-
-history_content = Table(
-    "history_content",
-    metadata,
     Column(
-        "history_id",
+        "checksum",
         Integer,
-        ForeignKey("history_rows.id", ondelete="CASCADE"),
-        primary_key=True,
-        comment="The history row.",
-    ),
-    Column(
-        "content",
-        LargeBinary,
         nullable=False,
-        comment='zlib (level 6) of the canonical JSON {"kind": ..., "data": ...} of the row.',
+        comment="CRC-32 of the key digest then that content, less 2**31 (dlm cache verify checks it).",
     ),
-    comment="The content of each history row, compressed, apart so scans of history_rows stay small.",
+    Column("content_id", Integer, nullable=False, comment="Its content (history_content.id)."),
+    CheckConstraint("length(key) = 32", name="history_rows_key"),
+    CheckConstraint("kind IN (0, 1, 2)", name="history_rows_kind"),
+    sqlite_with_rowid=False,
+    comment="Every row a completed train run trained on: the replay history (dlmstore.replay.history). "
+    "Its runs are those of its generations (history_runs; the view history names them).",
 )

@@ -532,14 +532,17 @@ def _history(store: Store, setup: Setup, prepared: Prepared, tokenized: Tokenize
 
     if tokenized is None or tokenized.corpus is None or not setup.settings.replay.enabled:
         return None
-    described = describe(tokenized.corpus, marked_keys(setup.document.sections))
+    corpus = tokenized.corpus
     keys: set[str] = set()
     if prepared.phases.sft:
         keys.update(prepared.rows.row_keys)
     if prepared.phases.preference:
         keys.update(prepared.preferences.row_keys)
-    trained = [item for item in described if item.row_key in keys]
-    return pending(store, trained, [item.row_key for item in described], setup.settings.replay)
+    trained = [row.row_key for row in corpus.rows() if row.row_key in keys]
+    # Described only when history needs the rows: an unchanged retrain does not.
+    return pending(
+        store, trained, lambda: describe(corpus, marked_keys(setup.document.sections)), setup.settings.replay
+    )
 
 
 @contextmanager
