@@ -163,6 +163,8 @@ def test_every_command_prints_json_its_schema_validates(
         ["report", str(doc)],
         ["lock", "show", str(doc)],
         ["lock", "diff", str(doc)],
+        ["replay", "show", str(doc)],
+        ["replay", "prune", str(doc), "--superseded", "--dry-run"],
         ["cache", "show", str(doc)],
         ["cache", "verify", str(doc)],
         ["cache", "prune", str(doc), "--older-than", "30d"],
