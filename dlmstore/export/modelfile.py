@@ -42,10 +42,9 @@ from dataclasses import dataclass
 
 from dlmstore.errors import ExportError
 
-#: What Ollama's parser keeps in a value besides printable characters (written raw at a state change).
+#: What Ollama's parser keeps in a value besides printable characters (written raw at a state
+#: change); of what it keeps, the white space it trims from a bare value's ends.
 _KEPT_SPACE = frozenset(" \t\r\n")
-#: The white space Ollama's parser trims from a bare value's ends, among what it keeps.
-_TRIMMED = frozenset(" \t\r\n")
 
 
 def _printable(char: str) -> bool:
@@ -82,7 +81,7 @@ def quote(value: str, *, field: str, hint: str) -> str:
             hint=hint,
         )
     multiline = "\n" in value or "\r" in value
-    padded = value[:1] in _TRIMMED or value[-1:] in _TRIMMED
+    padded = value[:1] in _KEPT_SPACE or value[-1:] in _KEPT_SPACE
     if not multiline and not padded and not value.startswith('"'):
         return value
     if '"' not in value:
