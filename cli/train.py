@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     help="Tokenize the rows this store misses here, even when another store of the home holds their "
     "tokens (training.cache.share: false does the same).",
 )
+@click.option(
+    "--no-replay",
+    is_flag=True,
+    help="Train on the document's current rows only: draw nothing from the replay history (the run "
+    "is still recorded in it, and retention is still measured).",
+)
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override training.max_steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override training.num_epochs.")
 @click.option("--seed", type=SEED, help="Override training.seed.")
@@ -65,7 +71,8 @@ if TYPE_CHECKING:
 @json_option("dlmstore.train.summary:TrainSummary", help="Print the run summary as JSON.")
 @click.pass_context
 def train_command(
-    ctx: click.Context, path: str, phase: str, no_cache: bool, no_share: bool, max_steps: int | None,
+    ctx: click.Context, path: str, phase: str, no_cache: bool, no_share: bool, no_replay: bool,
+    max_steps: int | None,
     epochs: int | None, seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int,
     lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
@@ -96,9 +103,13 @@ def train_command(
         require_torch("dlm train --nproc starts its ranks with torch's launcher")
         from dlmstore.train.launch import launch
 
-        arguments = _rank_arguments(
-            path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
-        ) + (["--no-share"] if no_share else [])
+        arguments = (
+            _rank_arguments(
+                path, phase, no_cache, max_steps, epochs, seed, datasets, resume, fresh, lock_mode, as_json
+            )
+            + (["--no-share"] if no_share else [])
+            + (["--no-replay"] if no_replay else [])
+        )
         ctx.exit(launch(arguments, nproc, document=path))
     from dlmstore.train.threads import configure
 
@@ -114,6 +125,7 @@ def train_command(
         summary = train_document(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
             lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh, no_share=no_share,
+            no_replay=no_replay,
         )  # fmt: skip
     if world.is_main:
         _print_summary(summary, as_json)
@@ -149,6 +161,19 @@ def _print_summary(summary: TrainSummary, as_json: bool) -> None:
     for use in summary.datasets:
         click.echo(f"dataset: {use.path} ({use.kind}, weight {use.weight:g}): {plural(use.samples, 'item')}, "
                    f"{plural(use.tokens, 'token')}")  # fmt: skip
+    replay = summary.replay
+    if replay is not None and (replay.sft_candidates or replay.preference_candidates):
+        candidates = replay.sft_candidates + replay.preference_candidates
+        if replay.skipped is not None:
+            click.echo(
+                f"replay:  off ({replay.skipped}): {plural(candidates, 'row')} of earlier versions left out"
+            )
+        else:
+            drawn = plural(replay.rows_drawn, "row")
+            if replay.triples_drawn:
+                drawn += f" and {plural(replay.triples_drawn, 'triple')}"
+            click.echo(f"replay:  {drawn} of earlier versions (of {plural(candidates, 'candidate')}), "
+                       f"generation {replay.generation}")  # fmt: skip
     if summary.world_size > 1:
         click.echo(f"ranks:   {summary.world_size} processes")
     if summary.resumed_from is not None:
@@ -174,6 +199,19 @@ def _print_evaluation(evaluation: PhaseEval) -> None:
         click.echo(f"  val:    {line}")
     if adapter.probes:
         click.echo(f"  probes: {_probes(base)} -> {_probes(adapter)}")
+    if adapter.retained:
+        click.echo(f"  kept:   {_retained(base)} -> {_retained(adapter)} (probes of earlier versions)")
+    if adapter.retention_loss is not None:
+        line = f"loss {_number(base.retention_loss, '.4f')} -> {adapter.retention_loss:.4f} ({plural(adapter.retention_rows, 'row')})"
+        if adapter.retention_delta is not None:
+            line += f", {adapter.retention_delta:+.4f} against the previous adapter"
+        click.echo(f"  retain: {line}")
+
+
+def _retained(model: ModelEval) -> str:
+    """``base NLL 7.92, 0/3 exact, F1 0.04`` of the probes of earlier versions."""
+    return (f"{model.model if model.model == 'base' else 'adapter'} NLL {_number(model.retained_nll, '.2f')}, "
+            f"{model.retained_exact}/{len(model.retained)} exact, F1 {_number(model.retained_f1, '.2f')}")  # fmt: skip
 
 
 def _probes(model: ModelEval) -> str:

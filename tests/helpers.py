@@ -74,7 +74,7 @@ def make_lock(**changes: Any) -> Lock:
     }  # fmt: skip
     pinned.update(changes.pop("pinned_versions", {}))
     values: dict[str, Any] = {
-        "lock_version": 4,
+        "lock_version": 5,
         "created_at": "2026-11-21T08:00:00.000Z",
         "dlm_id": VALID_ID,
         "dlm_sha256": "a" * 64,

@@ -157,6 +157,17 @@ SEEDS: dict[str, list[str]] = {
         "last_generation, bytes, checksum, content_id) VALUES (zeroblob(32), 0, 12345, 'src/a.py', 0, 1, 1, 1, "
         "40, -7, 1)",
     ],
+    # Run 3 replayed that row in SFT; its adapter v0001 forgot a little of the retention slice.
+    "0017": [
+        "INSERT INTO replay_runs (run_id, generation, sft_candidates, preference_candidates, sft_new, "
+        "preference_new, sft_drawn, preference_drawn, draw_sha256, skipped) "
+        "VALUES (3, 1, 1, 0, 2, 0, 1, 0, 'sha256:d', NULL)",
+        "INSERT INTO replay_draws (run_id, key, phase, weight, last_generation) "
+        "VALUES (3, zeroblob(32), 'sft', 0.5, 1)",
+        "UPDATE evaluations SET retention_loss = 1.75, retention_rows = 1, retention_previous_loss = 1.5, "
+        "retention_delta = 0.25 WHERE model = 'v0001'",
+        "UPDATE probe_results SET retained = 1",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -222,6 +233,13 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT g.generation, h.last_run_id, h.origin, h.retention, length(c.content) FROM history_generations g "
         "JOIN history h ON h.first_run_id = g.first_run_id JOIN history_content c ON c.id = h.content_id",
         [(1, 3, "src/a.py", 1, 2)],
+    ),
+    "0017": (
+        "SELECT r.sft_drawn, d.weight, h.origin, e.retention_delta, e.retained_probes, p.retained "
+        "FROM replay_runs r JOIN replay_draws d ON d.run_id = r.run_id "
+        "JOIN history h ON h.row_key = 'sha256:' || lower(hex(d.key)), evaluations e "
+        "JOIN probe_results p ON p.evaluation_id = e.id WHERE e.model = 'v0001'",
+        [(1, 0.5, "src/a.py", 0.25, 0, 1)],
     ),
 }
 

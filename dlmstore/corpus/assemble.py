@@ -33,6 +33,9 @@ class Corpus:
     document: Document
     sections: tuple[Section, ...]
     expansion: SourceExpansion
+    #: Rows that belong to no section, after the sections' rows: the history rows a train run
+    #: replays or measures retention on (``dlmstore.replay.plan``), tokenized through the same pass.
+    extra: tuple[Row, ...] = ()
 
     @property
     def body_sections(self) -> tuple[Section, ...]:
@@ -50,7 +53,12 @@ class Corpus:
     def _rows(self) -> tuple[Row, ...]:
         # Made once: the pass, the duplicate search and the signing all ask (a row key is a
         # sha256 each: some 0.1 s for the 13,342 files of the stdlib).
-        return tuple(document_rows(self.sections))
+        return (*document_rows(self.sections), *self.extra)
+
+    @classmethod
+    def of_rows(cls, document: Document, rows: tuple[Row, ...]) -> Corpus:
+        """A corpus of ``rows`` alone, under ``document``'s settings (no section, no source)."""
+        return cls(document, (), SourceExpansion((), (), ()), rows)
 
 
 def load_corpus(document: Document, *, stat_cache: StatCache | None = None) -> Corpus:

@@ -312,7 +312,8 @@ def _section_lines(corpus: Corpus, all_rows: Sequence[Row], wanted: Sequence[Row
     line: int | None = None
     for row in all_rows:
         if row.index == 0:
-            line = next(sections).line
+            section = next(sections, None)  # none for rows of no section (Corpus.extra), which come last
+            line = None if section is None else section.line
         if row.row_key in keys:
             lines.append(line)
     return lines

@@ -421,6 +421,7 @@ def ask(
                 row_key=probe.row_key, marked=probe.marked, question=probe.question, reference=probe.reference,
                 answer=answer, answer_tokens=len(new), nll=round(nlls[row], 6),
                 exact=exact_match(answer, probe.reference), f1=round(token_f1(answer, probe.reference), 6),
+                retained=probe.retained,
             )
         )  # fmt: skip
     return scores, time.perf_counter() - t0
@@ -439,6 +440,8 @@ def evaluate_model(
     world_size: int = 1,
     known_val: tuple[float | None, int, int] | None = None,
     answered: dict[str, list[list[int]]] | None = None,
+    retained: Sequence[Probe] = (),
+    retention: tuple[Any, Any, int] | None = None,
 ) -> ModelEval:
     """One model on the val split (``(dataset, collate, batch size)``) and the probes (rank 0 asks them).
 
@@ -448,7 +451,10 @@ def evaluate_model(
     the other, each checked as a draft for the next (:func:`ask`).
     ``label`` names the model before its adapter has a version (``adapter``);
     by default it is ``base`` or ``v0003``. Wrap the call in :func:`as_base`
-    to evaluate a peft model's base.
+    to evaluate a peft model's base. ``retained`` are the probes of earlier
+    versions of the document (asked apart from ``probes``, so the current
+    probes' scores do not depend on them) and ``retention`` the retention
+    slice's rows the document no longer holds, measured as ``val`` is.
     """
     from dlmstore.eval.results import model_name, summarise
 
@@ -461,7 +467,17 @@ def evaluate_model(
             measured = val_loss(model, dataset, collate, batch_size, rank=rank, world_size=world_size)
         else:
             measured = (None, 0, 0)
+        kept: tuple[float | None, int, int] = (None, 0, 0)
+        if retention is not None:
+            dataset, collate, batch_size = retention
+            kept = val_loss(model, dataset, collate, batch_size, rank=rank, world_size=world_size)
         scores = ask(model, tokenizer, probes, system_prompt, answered=answered)[0] if rank == 0 else []
+        scores_kept = (
+            ask(model, tokenizer, retained, system_prompt, answered=answered)[0]
+            if rank == 0 and retained
+            else []
+        )
     return summarise(
-        label or model_name(adapter_version), adapter_version, measured, scores, time.perf_counter() - t0
-    )
+        label or model_name(adapter_version), adapter_version, measured, scores, time.perf_counter() - t0,
+        scores_kept, kept,
+    )  # fmt: skip

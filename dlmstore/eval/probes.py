@@ -40,12 +40,15 @@ class Probe:
         question: the prompt.
         reference: the document's answer.
         marked: whether the pair is marked ``### Q !probe`` (else sampled).
+        retained: an earlier version of the document held it and this one
+            does not (the replay history's): asked to measure what was kept.
     """
 
     row_key: str
     question: str
     reference: str
     marked: bool
+    retained: bool = False
 
 
 def marked_flags(section: Section) -> list[bool]:

@@ -32,6 +32,7 @@ class ProbeScore:
         nll: Mean negative log-likelihood of the reference's tokens, teacher-forced (lower is better).
         exact: Whether the answer is the reference, once both are normalised.
         f1: Token-F1 of the answer against the reference, from 0 to 1.
+        retained: An earlier version of the document held the probe and this one does not.
     """
 
     row_key: str
@@ -43,6 +44,7 @@ class ProbeScore:
     nll: float | None
     exact: bool
     f1: float
+    retained: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,15 @@ class ModelEval:
         probe_exact: Probes answered exactly.
         probe_f1: Mean token-F1 of the answers; null without probes.
         seconds: Time spent evaluating it.
+        retained: The probes of earlier versions the document no longer holds, asked too, with scores.
+        retained_exact: Of those, answered exactly.
+        retained_nll: Their mean reference NLL; null without them.
+        retained_f1: Their mean token-F1; null without them.
+        retention_loss: Loss on the retention slice's rows the document no longer holds; null without them.
+        retention_rows: Rows of the retention slice evaluated.
+        retention_tokens: Target tokens of those rows.
+        retention_previous_loss: A train run's adapter: the previous adapter's loss on the same rows.
+        retention_delta: retention_loss less retention_previous_loss (above 0: it forgot some).
     """
 
     model: str
@@ -97,6 +108,15 @@ class ModelEval:
     probe_exact: int = 0
     probe_f1: float | None = None
     seconds: float = 0.0
+    retained: list[ProbeScore] = field(default_factory=list)
+    retained_exact: int = 0
+    retained_nll: float | None = None
+    retained_f1: float | None = None
+    retention_loss: float | None = None
+    retention_rows: int = 0
+    retention_tokens: int = 0
+    retention_previous_loss: float | None = None
+    retention_delta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,14 +147,21 @@ def summarise(
     val: tuple[float | None, int, int],
     probes: Sequence[ProbeScore],
     seconds: float,
+    retained: Sequence[ProbeScore] = (),
+    retention: tuple[float | None, int, int] = (None, 0, 0),
 ) -> ModelEval:
-    """A :class:`ModelEval` from the val split's (loss, rows, tokens) and the probes' scores."""
+    """A :class:`ModelEval` from the val split's (loss, rows, tokens), the probes' scores, the retained
+    probes' scores and the retention slice's (loss, rows, tokens)."""
     from dlmstore.eval.scores import perplexity
 
     loss, rows, tokens = val
     if loss is not None and not math.isfinite(loss):
         loss = None
+    kept_loss, kept_rows, kept_tokens = retention
+    if kept_loss is not None and not math.isfinite(kept_loss):
+        kept_loss = None
     nlls = [p.nll for p in probes if p.nll is not None]
+    kept_nlls = [p.nll for p in retained if p.nll is not None]
     return ModelEval(
         model=model,
         adapter_version=adapter_version,
@@ -147,6 +174,26 @@ def summarise(
         probe_exact=sum(p.exact for p in probes),
         probe_f1=sum(p.f1 for p in probes) / len(probes) if probes else None,
         seconds=round(seconds, 3),
+        retained=list(retained),
+        retained_exact=sum(p.exact for p in retained),
+        retained_nll=sum(kept_nlls) / len(kept_nlls) if kept_nlls else None,
+        retained_f1=sum(p.f1 for p in retained) / len(retained) if retained else None,
+        retention_loss=kept_loss,
+        retention_rows=kept_rows,
+        retention_tokens=kept_tokens,
+    )
+
+
+def with_previous(evaluation: ModelEval, previous_loss: float | None) -> ModelEval:
+    """The same evaluation with the previous adapter's retention loss on the same rows, and the delta."""
+    from dataclasses import replace
+
+    if previous_loss is None or not math.isfinite(previous_loss) or evaluation.retention_loss is None:
+        return evaluation
+    return replace(
+        evaluation,
+        retention_previous_loss=previous_loss,
+        retention_delta=evaluation.retention_loss - previous_loss,
     )
 
 
@@ -169,20 +216,24 @@ def record_evaluation(
     cursor = conn.execute(
         "INSERT INTO evaluations (run_id, phase, model, adapter_version, val_loss, val_perplexity, val_rows, "
         "val_tokens, probes, probe_nll, probe_exact, probe_f1, eval_interval, best_step, best_val_loss, "
-        "stopped_early, stop_reason, seconds, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "stopped_early, stop_reason, seconds, created_at, retained_probes, retained_exact, retained_nll, "
+        "retained_f1, retention_loss, retention_rows, retention_tokens, retention_previous_loss, retention_delta) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_id, phase, evaluation.model, evaluation.adapter_version, evaluation.val_loss,
             evaluation.val_perplexity, evaluation.val_rows, evaluation.val_tokens, len(evaluation.probes),
             evaluation.probe_nll, evaluation.probe_exact, evaluation.probe_f1,
             None if stop is None else stop.interval, None if stop is None else stop.best_step,
             None if stop is None else stop.best_val_loss, None if stop is None else int(stop.stopped_early),
-            None if stop is None else stop.reason, evaluation.seconds, utc_now(),
+            None if stop is None else stop.reason, evaluation.seconds, utc_now(), len(evaluation.retained),
+            evaluation.retained_exact, evaluation.retained_nll, evaluation.retained_f1,
+            evaluation.retention_loss, evaluation.retention_rows, evaluation.retention_tokens,
+            evaluation.retention_previous_loss, evaluation.retention_delta,
         ),
     )  # fmt: skip
     conn.executemany(
         "INSERT INTO probe_results (evaluation_id, position, row_key, marked, question, reference, answer, "
-        "answer_tokens, nll, exact, f1) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "answer_tokens, nll, exact, f1, retained) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 cursor.lastrowid,
@@ -196,8 +247,9 @@ def record_evaluation(
                 p.nll,
                 int(p.exact),
                 p.f1,
+                int(p.retained),
             )
-            for position, p in enumerate(evaluation.probes)
+            for position, p in enumerate([*evaluation.probes, *evaluation.retained])
         ],  # fmt: skip
     )
 

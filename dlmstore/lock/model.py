@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 #: 2 added ``preference``; a version-1 lock reads with ``preference`` null.
 #: 3 added ``datasets``; older locks read with ``datasets`` null.
 #: 4 added ``pinned_versions.llama_cpp``; older locks read with it null.
-LOCK_VERSION = 4
+#: 5 added ``replay``; older locks read with it null.
+LOCK_VERSION = 5
 
 #: The lock file's name, beside ``store.db``.
 LOCK_NAME = "dlm.lock"
@@ -91,6 +92,10 @@ class Lock:
             ``<path>#<split>``, each with its ``meta_sha256`` (the dataset's
             identity: meta.json lists every file's sha256) and ``weight``;
             None when the run trained on the document alone.
+        replay: what the run replayed from the store's replay history: the
+            ``generation`` it trained, the ``draw_sha256`` of its draw (the
+            generation and every drawn row key) and the ``rows`` and
+            ``triples`` drawn; None when it replayed nothing.
     """
 
     lock_version: int
@@ -110,6 +115,7 @@ class Lock:
     last_run_id: int | None
     preference: dict[str, Any] | None = None
     datasets: dict[str, dict[str, Any]] | None = None
+    replay: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The exact text of ``dlm.lock``: sorted keys, two-space indents, final newline."""
@@ -245,6 +251,8 @@ def parse_lock(text: str, *, source: str) -> Lock:
     pinned = data.get("pinned_versions")
     if version in (1, 2, 3) and isinstance(pinned, dict) and LLAMA_CPP not in pinned:
         data = {**data, "pinned_versions": {**pinned, LLAMA_CPP: None}}  # versions 1 to 3 predate it
+    if version in (1, 2, 3, 4) and "replay" not in data:
+        data = {**data, "replay": None}  # versions 1 to 4 predate the field
     unknown = sorted(set(data) - set(names))
     missing = [name for name in names if name not in data]
     if isinstance(version, int) and not isinstance(version, bool) and version > LOCK_VERSION:
@@ -324,6 +332,16 @@ def _check_field(name: str, value: Any) -> str | None:
             isinstance(v, dict) and isinstance(v.get("meta_sha256"), str) for v in value.values()
         ):
             return "must be null or map dataset keys to objects with a meta_sha256 string"
+        return None
+    if name == "replay":
+        if value is None:
+            return None
+        if (
+            not isinstance(value, dict)
+            or not isinstance(value.get("draw_sha256"), str)
+            or not all(_is_int(value.get(key)) for key in ("generation", "rows", "triples"))
+        ):
+            return "must be null or an object with generation, rows and triples integers and a draw_sha256 string"
         return None
     raise AssertionError(f"no check for lock field {name!r}")  # every field above; a new one needs a check
 

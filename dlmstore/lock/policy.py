@@ -150,6 +150,9 @@ def compare(previous: Lock, current: Lock) -> list[Mismatch]:
             continue
         _add(found, f"datasets.{key}.meta_sha256", old.get("meta_sha256"), new.get("meta_sha256"), "WARN")
         _add(found, f"datasets.{key}.weight", old.get("weight"), new.get("weight"), "ALLOW")
+    old_replay, new_replay = previous.replay or {}, current.replay or {}
+    for key in ("generation", "draw_sha256"):
+        _add(found, f"replay.{key}", old_replay.get(key), new_replay.get(key), "ALLOW")
     for flag in sorted(set(previous.determinism_flags) | set(current.determinism_flags)):
         _add(
             found,

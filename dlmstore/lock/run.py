@@ -120,7 +120,11 @@ def finish_lock(store: Store, pending: PendingLock, *, preference: PreferenceSet
 
 @contextmanager
 def commit_lock(
-    store: Store, pending: PendingLock, *, preference: PreferenceSettings | None = None
+    store: Store,
+    pending: PendingLock,
+    *,
+    preference: PreferenceSettings | None = None,
+    replay: Mapping[str, Any] | None = None,
 ) -> Iterator[sqlite3.Connection]:
     """The write transaction that records a successful run's lock, for the caller's rows too.
 
@@ -135,6 +139,8 @@ def commit_lock(
     lock = pending.lock
     if preference is not None:
         lock = dataclasses.replace(lock, preference=preference_record(preference))
+    if replay is not None:  # what the run replayed (dlmstore.replay.plan): known once its rows are
+        lock = dataclasses.replace(lock, replay=dict(replay))
     if lock.base_model_revision is None:
         revision, sha256 = base_model_identity(pending.ref)
         lock = dataclasses.replace(lock, base_model_revision=revision, base_model_sha256=sha256)

@@ -73,6 +73,18 @@ def candidates(conn: sqlite3.Connection, current: Current) -> list[Candidate]:
     return found
 
 
+def absent(conn: sqlite3.Connection, current: Current, condition: str, *, order: str = "key") -> list[str]:
+    """The keys of the history rows matching the SQL ``condition`` that the document no longer holds
+    and that are not superseded, in ``order``."""
+    keys = {digest(key) for key in current.row_keys}
+    supersede = set(current.supersede_keys)
+    return [
+        row_key_of(r[0])
+        for r in conn.execute(f"SELECT key, supersede FROM history_rows WHERE {condition} ORDER BY {order}")
+        if r[0] not in keys and r[1] not in supersede
+    ]
+
+
 def candidate_pool(conn: sqlite3.Connection, current: Current, *, preference: bool) -> Pool:
     """The SFT (or preference) candidates as the arrays :func:`dlmstore.replay.draw.draw` takes."""
     import numpy as np

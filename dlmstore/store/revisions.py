@@ -34,6 +34,7 @@ REVISIONS = (
     "0014",
     "0015",
     "0016",
+    "0017",
 )
 HEAD_REVISION = REVISIONS[-1]
 

@@ -793,6 +793,43 @@ evaluations = Table(
     Column("stop_reason", Text, comment="Train runs' adapter: why the phase ended where it did."),
     Column("seconds", Float, nullable=False, comment="Time spent evaluating it (val loss and probes)."),
     Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    Column(
+        "retained_probes",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="Probes of earlier versions the document no longer holds, asked too (probe_results.retained).",
+    ),
+    Column(
+        "retained_exact", Integer, nullable=False, server_default="0", comment="Of those, answered exactly."
+    ),
+    Column("retained_nll", Float, comment="Their mean reference NLL; NULL without such probes."),
+    Column("retained_f1", Float, comment="Their mean token-F1; NULL without such probes."),
+    Column(
+        "retention_loss",
+        Float,
+        comment="Loss on the frozen retention slice's rows the document no longer holds (NULL: none).",
+    ),
+    Column(
+        "retention_rows", Integer, nullable=False, server_default="0", comment="Rows of that slice evaluated."
+    ),
+    Column(
+        "retention_tokens",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="Target tokens of those rows.",
+    ),
+    Column(
+        "retention_previous_loss",
+        Float,
+        comment="Train runs' adapter: the previous adapter's loss on the same rows (NULL: none).",
+    ),
+    Column(
+        "retention_delta",
+        Float,
+        comment="retention_loss less retention_previous_loss: above 0, the new adapter forgot some.",
+    ),
     UniqueConstraint("run_id", "phase", "model", name="evaluations_run_phase_model"),
     CheckConstraint("phase IN ('sft', 'preference', 'eval')", name="evaluations_phase"),
     CheckConstraint(
@@ -823,6 +860,13 @@ probe_results = Table(
     Column("nll", Float, comment="Mean negative log-likelihood of the reference's tokens (teacher-forced)."),
     Column("exact", Integer, nullable=False, comment="1 when the answer is the reference, once normalised."),
     Column("f1", Float, nullable=False, comment="Token-F1 of the answer against the reference."),
+    Column(
+        "retained",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="1 for a probe an earlier version held and the document no longer holds (replay history).",
+    ),
     PrimaryKeyConstraint("evaluation_id", "row_key", name="probe_results_pk"),
     comment="Each probe's answer and scores, per evaluation (dlmstore.eval.probes).",
 )
@@ -996,4 +1040,58 @@ history_rows = Table(
     sqlite_with_rowid=False,
     comment="Every row a completed train run trained on: the replay history (dlmstore.replay.history). "
     "Its runs are those of its generations (history_runs; the view history names them).",
+)
+
+replay_runs = Table(
+    "replay_runs",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        primary_key=True,
+        comment="A completed train run.",
+    ),
+    Column("generation", Integer, nullable=False, comment="The generation it trained (history_generations)."),
+    Column("sft_candidates", Integer, nullable=False, comment="History rows it could replay in SFT."),
+    Column("preference_candidates", Integer, nullable=False, comment="Preference triples it could replay."),
+    Column("sft_new", Integer, nullable=False, comment="SFT rows it trained that history did not hold."),
+    Column("preference_new", Integer, nullable=False, comment="Preference triples new to history."),
+    Column("sft_drawn", Integer, nullable=False, comment="SFT rows replayed (replay_draws)."),
+    Column("preference_drawn", Integer, nullable=False, comment="Preference triples replayed."),
+    Column(
+        "draw_sha256",
+        Text,
+        nullable=False,
+        comment="The draw's identity: sha256 of the generation, then each phase's drawn keys.",
+    ),
+    Column(
+        "skipped",
+        Text,
+        comment="Why it did not replay: --no-replay, or training.replay.enabled: false; NULL: it drew.",
+    ),
+    comment="What each completed train run replayed from history (dlmstore.replay.plan).",
+)
+
+replay_draws = Table(
+    "replay_draws",
+    metadata,
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="The train run.",
+    ),
+    Column("key", LargeBinary, nullable=False, comment="The replayed row's key digest (history_rows.key)."),
+    Column("phase", Text, nullable=False, comment="sft or preference: the phase it trained in."),
+    Column("weight", Float, nullable=False, comment="Its weight in the draw (recency, at least the floor)."),
+    Column(
+        "last_generation", Integer, nullable=False, comment="The latest generation whose document held it."
+    ),
+    PrimaryKeyConstraint("run_id", "key", name="replay_draws_pk"),
+    CheckConstraint("length(key) = 32", name="replay_draws_key"),
+    CheckConstraint("phase IN ('sft', 'preference')", name="replay_draws_phase"),
+    sqlite_with_rowid=False,
+    comment="Each history row a train run replayed: train-only, never in val.",
 )

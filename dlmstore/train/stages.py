@@ -53,11 +53,13 @@ if TYPE_CHECKING:
     from dlmstore.eval.results import PhaseEval
     from dlmstore.lock.run import PendingLock
     from dlmstore.replay.history import Pending
+    from dlmstore.replay.plan import ReplayPlan
     from dlmstore.store.contamination import Contamination
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
     from dlmstore.train.checkpoints import Checkpoint
     from dlmstore.train.data.inputs import DatasetInput, DatasetSpec
+    from dlmstore.train.data.replay_rows import ReplayTokens
     from dlmstore.train.distributed import World
     from dlmstore.train.loops.fit import PhaseFit
     from dlmstore.train.phases import PhasePlan
@@ -78,6 +80,7 @@ class Options:
     resume: bool = False
     fresh: bool = False
     no_share: bool = False
+    no_replay: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,10 @@ class Prepared:
     probes: tuple[Probe, ...] = ()  # what the base and each phase's adapter are asked (dlmstore.eval.probes)
     val_history: tuple[tuple[int, float | None], ...] = ()  # the val losses of the run resumed, to its step
     warnings: tuple[str, ...] = ()  # validation rows that duplicate training rows (dlmstore.corpus.dedup)
+    replay: ReplayPlan | None = None  # what the run replays from history (dlmstore.replay.plan)
+    retention: TokenizedRows | None = None  # the retention slice's rows the document no longer holds
+    retained: tuple[Probe, ...] = ()  # the probes of earlier versions, asked beside ``probes``
+    previous: dict[str, AdapterVersion] = dataclasses.field(default_factory=dict)  # newest adapter by phase
 
 
 @dataclass(frozen=True)
@@ -334,6 +341,7 @@ def prepare(
     from dlmstore.store.contamination import record
     from dlmstore.train.checkpoints import check_identity, rows_sha256
     from dlmstore.train.data.examples import held_out
+    from dlmstore.train.data.replay_rows import joined_preferences, joined_rows, retained_probes
     from dlmstore.train.loops.validation import val_history
     from dlmstore.train.phases import plan_phases, starting_adapter
 
@@ -342,14 +350,19 @@ def prepare(
     # Held-out rows training.dedup keeps out of the split (exact: near copies of training rows) train.
     kept_out = frozenset() if found is None else found.kept_out()
     train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
-    rows = rows_sha256(train_rows.row_keys, tokenized.preferences.row_keys)
-    if begun.checkpoint is not None:
-        current = dataclasses.replace(begun.checkpoint.identity, rows_sha256=rows)
-        check_identity(begun.checkpoint, current, fields=("rows_sha256",))
     phases = plan_phases(
         options.phase, setup.settings.preference, path=str(document.path),
         sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
+    replay, tokens = _replay(store, run_id, setup, tokenized, train_rows, phases, begun.tokenizer, options)
+    preferences = tokenized.preferences
+    if tokens is not None:  # drawn rows train, never in val
+        train_rows = joined_rows(train_rows, tokens.sft)
+        preferences = joined_preferences(preferences, tokens.preferences)
+    rows = rows_sha256(train_rows.row_keys, preferences.row_keys)
+    if begun.checkpoint is not None:
+        current = dataclasses.replace(begun.checkpoint.identity, rows_sha256=rows)
+        check_identity(begun.checkpoint, current, fields=("rows_sha256",))
     checkpoint = begun.checkpoint
     contaminated = None  # held-out rows that duplicate training rows
     if found is not None:
@@ -361,7 +374,7 @@ def prepare(
         run_id=run_id,
         store_path=store.path,
         rows=train_rows,
-        preferences=tokenized.preferences,
+        preferences=preferences,
         phases=phases,
         parent=starting_adapter(store, document) if phases.needs_prior_adapter else None,
         inputs=begun.inputs,
@@ -372,7 +385,64 @@ def prepare(
         probes=tuple(extract_probes(document.sections, seed=setup.seed)),
         val_history=val_history(store, begun.resumed_from, None if checkpoint is None else checkpoint.step),
         warnings=() if contaminated is None else (contaminated,),
+        replay=replay,
+        retention=None if tokens is None else tokens.retention,
+        retained=retained_probes(replay),
+        previous=_previous(store, document, replay),
     )
+
+
+def _replay(
+    store: Store,
+    run_id: int,
+    setup: Setup,
+    tokenized: Tokenized,
+    train_rows: TokenizedRows,
+    phases: PhasePlan,
+    tokenizer: Any,
+    options: Options,
+) -> tuple[ReplayPlan | None, ReplayTokens | None]:
+    """What the run replays from history and measures retention on, tokenized (rank 0)."""
+    from dlmstore.train.data.replay_rows import plan_replay, tokenize_replay
+
+    corpus = tokenized.corpus
+    if corpus is None:
+        return None, None
+    asked = [phase for phase, on in (("sft", phases.sft), ("preference", phases.preference)) if on]
+    replay = plan_replay(
+        store, corpus, sft_keys=train_rows.row_keys if phases.sft else (),
+        preference_keys=tokenized.preferences.row_keys if phases.preference else (), phases=asked,
+        seed=setup.seed, no_replay=options.no_replay,
+    )  # fmt: skip
+    if replay is None:
+        return None, None
+    use_cache = setup.settings.cache.enabled and not options.no_cache
+    tokens = tokenize_replay(
+        store, corpus, replay, run_id=run_id, tokenizer_sha256=tokenized.result.tokenizer_sha256,
+        tokenizer=tokenizer, use_cache=use_cache,
+    )  # fmt: skip
+    return replay, tokens
+
+
+def _previous(store: Store, document: Document, replay: ReplayPlan | None) -> dict[str, AdapterVersion]:
+    """The newest adapter of each phase, on the same base, whose weights verify: the retention slice's
+    loss is compared with it (a damaged one is never loaded: the run then records no delta)."""
+    from dlmstore.errors import StoreError
+    from dlmstore.train.adapters import checked_folder, latest
+
+    if replay is None or not replay.retention:
+        return {}
+    found: dict[str, AdapterVersion] = {}
+    for phase in ("sft", "preference"):
+        adapter = latest(store, phase=phase)
+        if adapter is None or adapter.base_model != document.base_model:
+            continue
+        try:
+            checked_folder(store, adapter)
+        except StoreError:
+            continue
+        found[phase] = adapter
+    return found
 
 
 def train_phases(
@@ -404,12 +474,16 @@ def train_phases(
     answered: dict[str, list[list[int]]] = {}  # the probes' answers so far: drafts for the next model
     system_prompt = document.frontmatter.system_prompt
 
+    retention = validation_examples(prepared.retention, (), sequence_len=settings.sequence_len)
+
     def evaluated(fit: Any) -> None:
         """The base and ``fit``'s adapter after its phase (the base measured once, by the first phase)."""
         nonlocal base
+        previous = prepared.previous.get(fit.phase)
         evaluations.append(
             after_phase(fit, tokenizer, val, prepared.probes, system_prompt, world, plan.micro_batch_size,
-                        base, answered)
+                        base, answered, retained=prepared.retained, retention=retention,
+                        previous=None if previous is None else prepared.store_path / previous.path)
         )  # fmt: skip
         base = evaluations[-1].base
 
@@ -517,11 +591,30 @@ def publish(
     adapters = commit_versions(
         store,
         trained.staged,
-        lambda: _recording(commit_lock(store, lock, preference=preference), prepared, trained, history),
+        lambda: _recording(
+            commit_lock(store, lock, preference=preference, replay=_lock_record(prepared)),
+            prepared,
+            trained,
+            history,
+        ),  # fmt: skip
     )
     kept = remove_finished(store, run_id=prepared.run_id, fresh=options.fresh)
     trained.fits[-1].save_seconds += time.perf_counter() - t0
     return adapters, kept
+
+
+def _lock_record(prepared: Prepared) -> dict[str, Any] | None:
+    """What ``dlm.lock`` records of the run's replay (None when it replayed nothing)."""
+    replay = prepared.replay
+    if replay is None or not replay.drawn:
+        return None
+    rows = len(replay.rows("sft"))
+    return {
+        "generation": replay.generation,
+        "draw_sha256": replay.draw_sha256,
+        "rows": rows,
+        "triples": len(replay.drawn) - rows,
+    }
 
 
 def _history(store: Store, setup: Setup, prepared: Prepared, tokenized: Tokenized | None) -> Pending | None:
@@ -529,16 +622,17 @@ def _history(store: Store, setup: Setup, prepared: Prepared, tokenized: Tokenize
     compressed where history lacks it (before the publish transaction, so it stays short)."""
     from dlmstore.eval.probes import marked_keys
     from dlmstore.replay.history import describe, pending
+    from dlmstore.train.data.replay_rows import trained_keys
 
     if tokenized is None or tokenized.corpus is None or not setup.settings.replay.enabled:
         return None
     corpus = tokenized.corpus
-    keys: set[str] = set()
-    if prepared.phases.sft:
-        keys.update(prepared.rows.row_keys)
-    if prepared.phases.preference:
-        keys.update(prepared.preferences.row_keys)
-    trained = [row.row_key for row in corpus.rows() if row.row_key in keys]
+    # The document's rows the run trained (the replayed rows are history's already: not its corpus's).
+    trained = trained_keys(
+        corpus,
+        prepared.rows.row_keys if prepared.phases.sft else (),
+        prepared.preferences.row_keys if prepared.phases.preference else (),
+    )
     # Described only when history needs the rows: an unchanged retrain does not.
     return pending(
         store, trained, lambda: describe(corpus, marked_keys(setup.document.sections)), setup.settings.replay
@@ -562,6 +656,11 @@ def _recording(
             from dlmstore.replay.history import record_run
 
             record_run(conn, prepared.run_id, history)
+            if prepared.replay is not None:
+                from dlmstore.replay.plan import record
+
+                # As drawn: when another run of the store published meanwhile, its generation may differ.
+                record(conn, prepared.run_id, prepared.replay)
         versions = dict(
             conn.execute(
                 "SELECT phase, version FROM adapters WHERE run_id = ?", (prepared.run_id,)

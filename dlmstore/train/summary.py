@@ -82,6 +82,33 @@ class PhaseSummary:
 
 
 @dataclass(frozen=True)
+class ReplaySummary:
+    """What a train run replayed from the store's replay history (``dlm replay show`` lists it).
+
+    Attributes:
+        generation: The version of the document the run trained (history_generations).
+        sft_candidates: History rows the document no longer holds that SFT could replay.
+        preference_candidates: Preference triples the preference phase could replay.
+        rows_drawn: SFT rows replayed (train split only).
+        triples_drawn: Preference triples replayed.
+        draw_sha256: The draw's identity (the lock records it too).
+        retention_rows: Rows of the retention slice the adapters' loss was measured on.
+        retained_probes: Probes of earlier versions asked beside the document's.
+        skipped: Why the run drew nothing: ``--no-replay``; null when it drew.
+    """
+
+    generation: int
+    sft_candidates: int
+    preference_candidates: int
+    rows_drawn: int
+    triples_drawn: int
+    draw_sha256: str
+    retention_rows: int
+    retained_probes: int
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
 class TrainSummary:
     """The JSON shape of ``dlm train --json``.
 
@@ -111,6 +138,8 @@ class TrainSummary:
         resumed_from: The interrupted run this one continued (``--resume``); null otherwise.
         resumed_at_step: The step of the checkpoint it continued from; null otherwise.
         warnings: Other warnings (also printed on stderr).
+        replay: What the run replayed from the store's replay history; null when
+            ``training.replay.enabled`` is false.
     """
 
     run_id: int
@@ -135,3 +164,4 @@ class TrainSummary:
     resumed_from: int | None = None
     resumed_at_step: int | None = None
     warnings: list[str] = field(default_factory=list)
+    replay: ReplaySummary | None = None

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from dlmstore.train.data.usage import DatasetUse
     from dlmstore.train.distributed import World
     from dlmstore.train.stages import Begun, Tokenized, Trained
-    from dlmstore.train.summary import TrainSummary
+    from dlmstore.train.summary import ReplaySummary, TrainSummary
 
 
 def train_document(
@@ -81,6 +81,7 @@ def train_document(
     resume: bool = False,
     fresh: bool = False,
     no_share: bool = False,
+    no_replay: bool = False,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -103,6 +104,8 @@ def train_document(
             kept, so ``--resume`` can still continue them.
         no_share: tokenize the rows the store misses here, even when another
             store of the home holds their tokens (``--no-share``).
+        no_replay: draw nothing from the replay history (``--no-replay``):
+            the run trains on the document's current rows only.
 
     Launched as one of several ranks (``dlm train --nproc``, torchrun),
     rank 0 does everything that touches the store and every rank trains on
@@ -130,6 +133,7 @@ def train_document(
     options = Options(
         phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
         lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh, no_share=no_share,
+        no_replay=no_replay,
     )  # fmt: skip
     world = current_world()
     join(world)
@@ -267,4 +271,21 @@ def _summarize(
             *prepared.warnings,
             *kept,
         ],  # fmt: skip
+        replay=_replay_summary(prepared),
     )
+
+
+def _replay_summary(prepared: Prepared) -> ReplaySummary | None:
+    """What the run replayed, as its summary reports it."""
+    from dlmstore.train.summary import ReplaySummary
+
+    replay = prepared.replay
+    if replay is None:
+        return None
+    rows = len(replay.rows("sft"))
+    return ReplaySummary(
+        generation=replay.generation, sft_candidates=replay.sft_candidates,
+        preference_candidates=replay.preference_candidates, rows_drawn=rows,
+        triples_drawn=len(replay.drawn) - rows, draw_sha256=replay.draw_sha256,
+        retention_rows=len(replay.retention), retained_probes=len(replay.retained_probes), skipped=replay.skipped,
+    )  # fmt: skip

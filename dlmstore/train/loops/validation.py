@@ -18,6 +18,8 @@ uninterrupted run would have.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
@@ -27,6 +29,7 @@ from dlmstore.eval.inference import evaluating, val_loss
 from dlmstore.eval.results import EarlyStop, ModelEval, PhaseEval, record_val_step
 
 if TYPE_CHECKING:
+    from dlmstore.eval.probes import Probe
     from dlmstore.store.database import Store
     from dlmstore.train.distributed import World
 
@@ -122,6 +125,10 @@ def after_phase(
     batch_size: int,
     base: ModelEval | None,
     answered: dict[str, list[list[int]]],
+    *,
+    retained: Sequence[Probe] = (),
+    retention: tuple[Any, int] | None = None,
+    previous: Path | None = None,
 ) -> PhaseEval:
     """The base (``base`` when a phase before measured it) and the phase's adapter, side by side.
 
@@ -130,13 +137,24 @@ def after_phase(
     probes' answers (token ids) of the models the run asked before (the
     base's, an earlier phase's adapter's), checked as drafts
     (``dlmstore.eval.inference.ask``); this phase's are added to it.
+
+    ``retained`` are the probes of earlier versions of the document and
+    ``retention`` the retention slice's rows it no longer holds (the replay
+    history's), asked and measured beside the current ones; ``previous`` is
+    the folder of the newest adapter of the same phase trained before this
+    run, whose loss on those rows is measured too (loaded beside the new
+    adapter and removed again), so the adapter's ``retention_delta`` says
+    what it forgot of them.
     """
     from dlmstore.eval.inference import as_base, evaluate_model
+    from dlmstore.eval.results import with_previous
     from dlmstore.train.data.examples import Collator, pad_token_id
 
     model = fit.model
     t0 = time.perf_counter()
-    args = None if val is None else (val[0], Collator(pad_token_id(tokenizer), val[1]), batch_size)
+    pad = pad_token_id(tokenizer)
+    args = None if val is None else (val[0], Collator(pad, val[1]), batch_size)
+    kept = None if retention is None else (retention[0], Collator(pad, retention[1]), batch_size)
     common: dict[str, Any] = {
         "val": args,
         "probes": probes,
@@ -144,6 +162,8 @@ def after_phase(
         "rank": world.rank,
         "world_size": world.size,
         "answered": answered,
+        "retained": retained,
+        "retention": kept,
     }
     if base is None:
         with as_base(model):
@@ -154,6 +174,37 @@ def after_phase(
     adapter = evaluate_model(
         model, tokenizer, adapter_version=None, label="adapter", known_val=known, **common
     )
+    if kept is not None and previous is not None and adapter.retention_loss is not None:
+        kept = (retention[0], Collator(pad, retention[1]), batch_size)  # type: ignore[index]
+        adapter = with_previous(adapter, previous_loss(model, previous, kept, world))
     fit.eval_seconds += time.perf_counter() - t0
     early = None if validation is None else validation.early_stop(fit.steps)
     return PhaseEval(phase=fit.phase, base=base, adapter=adapter, early_stop=early)
+
+
+#: The name the previous adapter is loaded under, beside the one being trained.
+_PREVIOUS = "dlm_previous"
+
+
+def previous_loss(model: Any, folder: Path, kept: tuple[Any, Any, int], world: World) -> float | None:
+    """The loss on ``kept`` of the adapter in ``folder``, loaded beside ``model``'s own and removed
+    again (``model``'s active adapter, its trainable state and the random state are as they were)."""
+    from dlmstore.eval.inference import evaluating, val_loss
+
+    if not hasattr(model, "load_adapter") or not hasattr(model, "peft_config"):
+        return None
+    active = model.active_adapter
+    trainable = {name: param.requires_grad for name, param in model.named_parameters()}
+    model.load_adapter(str(folder), adapter_name=_PREVIOUS, is_trainable=False)
+    try:
+        model.set_adapter(_PREVIOUS)
+        dataset, collate, batch_size = kept
+        with evaluating(model):
+            loss, _, _ = val_loss(model, dataset, collate, batch_size, rank=world.rank, world_size=world.size)
+    finally:
+        model.set_adapter(active)
+        model.delete_adapter(_PREVIOUS)
+        for name, param in model.named_parameters():
+            if name in trainable:
+                param.requires_grad_(trainable[name])
+    return loss

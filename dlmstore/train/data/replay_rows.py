@@ -1,0 +1,171 @@
+"""The history rows a train run replays or measures retention on, as token arrays beside the document's.
+
+``dlm train`` (``dlmstore.train.stages.prepare``) asks the replay history
+what to replay (:func:`dlmstore.replay.plan.plan`) once its own rows are
+split for validation, tokenizes the drawn rows and the retention slice's
+rows through the same cached pass as the document's (a row trained before
+is a cache hit; after a base-model or ``sequence_len`` change it is
+tokenized again from history's content), and appends the drawn rows to the
+*train* rows only: a replayed row is never in val, and never in the
+retention slice (which is never drawn). The rows' identity, which
+checkpoints record and a resume checks, covers them, so a resume refuses a
+changed draw.
+
+A run with no candidate (the first, and any retrain of an unchanged
+document whose history holds nothing else) trains on exactly the rows it
+trained on before replay existed: the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlmstore.cache.preferences import TokenizedPreferences
+    from dlmstore.corpus.assemble import Corpus
+    from dlmstore.corpus.pass_result import TokenizedRows
+    from dlmstore.eval.probes import Probe
+    from dlmstore.replay.plan import ReplayPlan
+    from dlmstore.store.database import Store
+
+
+@dataclass(frozen=True)
+class ReplayTokens:
+    """The replay plan's rows, tokenized.
+
+    Attributes:
+        sft: the drawn SFT rows (row-key order); None when none was drawn.
+        preferences: the drawn preference triples; None when none was drawn.
+        retention: the retention slice's rows the document no longer holds; None without them.
+        misses: rows the pass tokenized (not found in the cache).
+    """
+
+    sft: TokenizedRows | None
+    preferences: TokenizedPreferences | None
+    retention: TokenizedRows | None
+    misses: int
+
+
+def trained_keys(corpus: Corpus, sft_keys: Sequence[str], preference_keys: Sequence[str]) -> list[str]:
+    """The document's row keys a run trains (``sft_keys`` and ``preference_keys`` of its corpus), in
+    corpus order: what the replay history records, and what a generation's identity is taken over."""
+    keys = {*sft_keys, *preference_keys}
+    return [row.row_key for row in corpus.rows() if row.row_key in keys]
+
+
+def plan_replay(
+    store: Store,
+    corpus: Corpus,
+    *,
+    sft_keys: Sequence[str],
+    preference_keys: Sequence[str],
+    phases: Sequence[str],
+    seed: int,
+    no_replay: bool,
+) -> ReplayPlan | None:
+    """What the run replays (None when ``training.replay.enabled`` is false: history is off too)."""
+    from dlmstore.eval.probes import marked_keys
+    from dlmstore.replay.candidates import Current
+    from dlmstore.replay.history import describe
+    from dlmstore.replay.plan import NO_REPLAY, plan
+
+    settings = corpus.document.frontmatter.training.replay
+    if not settings.enabled:
+        return None
+
+    def current() -> Current:
+        described = describe(corpus, marked_keys(corpus.document.sections))
+        return Current.of([(item.row_key, item.supersede_key) for item in described])
+
+    with store.read() as conn:
+        return plan(
+            conn,
+            trained=trained_keys(corpus, sft_keys, preference_keys),
+            preference_keys=frozenset(preference_keys),
+            current=current,
+            settings=settings,
+            seed=seed,
+            phases=phases,
+            skipped=NO_REPLAY if no_replay else None,
+        )
+
+
+def retained_probes(replay: ReplayPlan | None) -> tuple[Probe, ...]:
+    """The probes of earlier versions the run asks beside the document's (``Probe.retained``)."""
+    from dlmstore.eval.probes import Probe
+
+    if replay is None:
+        return ()
+    return tuple(
+        Probe(p.row_key, p.question, p.reference, True, retained=True) for p in replay.retained_probes
+    )
+
+
+def tokenize_replay(
+    store: Store,
+    corpus: Corpus,
+    replay: ReplayPlan,
+    *,
+    run_id: int,
+    tokenizer_sha256: str,
+    tokenizer: Any,
+    use_cache: bool,
+) -> ReplayTokens:
+    """The plan's drawn and retention rows through the cache (one pass; nothing is recorded as an event)."""
+    from dlmstore.corpus.assemble import Corpus
+    from dlmstore.corpus.dedup import kept_rows
+    from dlmstore.corpus.tokenize import tokenize_pass
+
+    rows = (*(item.row for item in replay.drawn), *replay.retention)
+    if not rows:
+        return ReplayTokens(None, None, None, 0)
+    settings = corpus.document.frontmatter.training
+    result = tokenize_pass(
+        store, Corpus.of_rows(corpus.document, rows), run_id=run_id, tokenizer_sha256=tokenizer_sha256,
+        load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode="on" if use_cache else "bypassed",
+        max_bytes=settings.cache.max_bytes,
+    )  # fmt: skip
+    if result.rows is None or result.preferences is None:  # a materializing pass always returns both
+        raise RuntimeError("the tokenize pass returned no token arrays")
+    retention_keys = {row.row_key for row in replay.retention}
+    drawn_keys = set(result.rows.row_keys) - retention_keys
+    sft = kept_rows(result.rows, retention_keys) if drawn_keys else None
+    retention = kept_rows(result.rows, drawn_keys) if retention_keys else None
+    preferences = result.preferences if len(result.preferences) else None
+    return ReplayTokens(sft, preferences, retention, result.event.cache_misses)
+
+
+def joined_rows(first: TokenizedRows, second: TokenizedRows | None) -> TokenizedRows:
+    """``first``'s rows then ``second``'s (``first`` itself when there is no second)."""
+    import numpy as np
+
+    from dlmstore.corpus.pass_result import TokenizedRows
+
+    if second is None or not len(second):
+        return first
+    dtype = np.result_type(first.values.dtype, second.values.dtype)
+    values = np.concatenate([first.values.astype(dtype, copy=False), second.values.astype(dtype, copy=False)])
+    offsets = np.concatenate([first.offsets, second.offsets[1:] + first.offsets[-1]])
+    return TokenizedRows(first.row_keys + second.row_keys, first.kinds + second.kinds, offsets, values)
+
+
+def joined_preferences(
+    first: TokenizedPreferences, second: TokenizedPreferences | None
+) -> TokenizedPreferences:
+    """``first``'s triples then ``second``'s (``first`` itself when there is no second)."""
+    from dlmstore.cache.preferences import Ragged, TokenizedPreferences
+
+    if second is None or not len(second):
+        return first
+
+    def both(a: Ragged, b: Ragged) -> Ragged:
+        return Ragged.of([a[i] for i in range(len(a))] + [b[i] for i in range(len(b))])
+
+    return TokenizedPreferences(
+        first.path, first.row_keys + second.row_keys, first.lines + second.lines,
+        first.indices + second.indices, both(first.prompt, second.prompt),
+        both(first.shared_prompt, second.shared_prompt), both(first.chosen, second.chosen),
+        both(first.rejected, second.rejected),
+    )  # fmt: skip
