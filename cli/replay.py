@@ -19,8 +19,8 @@ def replay_group() -> None:
 def show_command(path: str, as_json: bool) -> None:
     """History by generation, its size, the candidates a run could replay and the superseded rows.
 
-    Training does not replay yet: the draw shown is the one the next run
-    would make with the document as it is now, under training.seed.
+    The draw shown is the one the next `dlm train` would make with the
+    document as it is now, under training.seed.
     """
     from dlmstore.replay.show import show
 

@@ -130,10 +130,10 @@ def test_a_corrupt_dlm_lock_names_the_file_and_the_field(tmp_path: Path, text: A
 
 def test_a_lock_from_a_newer_dlmstore_is_refused_with_an_upgrade_hint(tmp_path: Path) -> None:
     path = tmp_path / LOCK_NAME
-    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 5}), encoding="utf-8")
+    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "lock_version": 6}), encoding="utf-8")
     with pytest.raises(LockError) as caught:
         read_lock(path)
-    assert caught.value.message == f"{path} has lock_version 5; this dlmstore reads up to 4"
+    assert caught.value.message == f"{path} has lock_version 6; this dlmstore reads up to 5"
     assert (
         caught.value.hint
         == "upgrade dlmstore (pip install -U dlmstore), or rerun `dlm train` with --update-lock"
@@ -146,6 +146,35 @@ def test_a_version_3_lock_without_llama_cpp_reads_with_it_null(tmp_path: Path) -
     del data["pinned_versions"]["llama_cpp"]
     path.write_text(json.dumps({**data, "lock_version": 3}), encoding="utf-8")
     assert read_lock(path) == make_lock(lock_version=3)
+
+
+def test_a_version_4_lock_without_replay_reads_with_it_null(tmp_path: Path) -> None:
+    path = tmp_path / LOCK_NAME
+    data = dataclasses.asdict(make_lock())
+    del data["replay"]
+    path.write_text(json.dumps({**data, "lock_version": 4}), encoding="utf-8")
+    assert read_lock(path) == make_lock(lock_version=4)
+
+
+@pytest.mark.parametrize(
+    ("replay", "problem"),
+    [
+        ([], "must be null or an object with generation, rows and triples integers and a draw_sha256 string"),
+        ({"generation": 2, "rows": 3, "triples": 0}, "must be null or an object"),
+        (
+            {"generation": "2", "rows": 3, "triples": 0, "draw_sha256": "sha256:d"},
+            "must be null or an object",
+        ),
+    ],
+)
+def test_a_malformed_replay_record_in_a_lock_is_refused_by_field(
+    tmp_path: Path, replay: object, problem: str
+) -> None:
+    path = tmp_path / LOCK_NAME
+    path.write_text(json.dumps({**dataclasses.asdict(make_lock()), "replay": replay}), encoding="utf-8")
+    with pytest.raises(LockError) as caught:
+        read_lock(path)
+    assert caught.value.message.startswith(f"{path}: field 'replay' {problem}")
 
 
 def test_a_version_1_lock_without_the_preference_field_still_reads(tmp_path: Path) -> None:

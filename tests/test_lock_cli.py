@@ -52,7 +52,7 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
     result = runner.invoke(cli, ["lock", "show", str(doc)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "lock_version:                    4\n"
+        "lock_version:                    5\n"
         "created_at:                      2026-11-21T08:00:00.000Z\n"
         f"dlm_id:                          {VALID_ID}\n"
         f"dlm_sha256:                      {'a' * 64}\n"
@@ -85,6 +85,7 @@ def test_lock_show_prints_every_field_with_nested_ones_indented(runner: CliRunne
         "  /data/wiki#train:\n"
         "    meta_sha256:                 sha256:m\n"
         "    weight:                      2.0\n"
+        "replay:                          -\n"
     )
 
 

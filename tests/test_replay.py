@@ -53,8 +53,21 @@ def _described(doc: Path) -> list[Any]:
     return describe(load_corpus(document), marked_keys(document.sections))
 
 
-def _record(doc: Path, *, keep: int | None = None) -> int:
-    """Record a finished train run of ``doc``'s rows (the first ``keep``) in history, without training."""
+def _trained(doc: Path) -> list[str]:
+    """The row keys a run of ``doc`` trains: its rows less the val split under its seed."""
+    from dlmstore.document.parser import parse_document
+    from dlmstore.eval.split import split_rows
+
+    rows = _described(doc)
+    sft = [r.row_key for r in rows if r.row.kind != "preference"]
+    split = split_rows(sft, parse_document(doc).frontmatter.training.seed)
+    val = {sft[i] for i in split.val} if split.val and split.train else set()
+    return [r.row_key for r in rows if r.row_key not in val]
+
+
+def _record(doc: Path, *, keep: int | None = None, as_trained: bool = False) -> int:
+    """Record a finished train run of ``doc``'s rows (the first ``keep``; with ``as_trained``, those a
+    run trains: the val split left out) in history, without training."""
     from dlmstore.document.parser import parse_document
     from dlmstore.replay.history import pending, record_run
     from dlmstore.store.database import open_store
@@ -62,11 +75,10 @@ def _record(doc: Path, *, keep: int | None = None) -> int:
 
     document = parse_document(doc)
     rows = _described(doc)
+    keys = _trained(doc) if as_trained else [r.row_key for r in rows[:keep]]
     with open_store(VALID_ID) as store:
         with recorded_run(store, command="train", dlm_path=doc, dlm_sha256=document.sha256) as run_id:
-            found = pending(
-                store, [r.row_key for r in rows[:keep]], lambda: rows, document.frontmatter.training.replay
-            )
+            found = pending(store, keys, lambda: rows, document.frontmatter.training.replay)
             with store.write() as conn:
                 record_run(conn, run_id, found)
     return run_id
@@ -190,8 +202,8 @@ def test_an_unchanged_document_recorded_twice_is_one_generation_with_no_candidat
     tmp_path: Path, dlm_home: Path
 ) -> None:
     doc = _doc(tmp_path, V1)
-    first = _record(doc)
-    second = _record(doc)
+    first = _record(doc, as_trained=True)
+    second = _record(doc, as_trained=True)
     with _db(dlm_home) as conn:
         assert conn.execute("SELECT generation, first_run_id FROM history_generations").fetchall() == [
             (1, first)
@@ -203,9 +215,10 @@ def test_an_unchanged_document_recorded_twice_is_one_generation_with_no_candidat
         assert conn.execute("SELECT DISTINCT first_run_id, last_run_id FROM history").fetchall() == [
             (first, second)
         ]
-        assert conn.execute("SELECT count(*) FROM history_rows").fetchone()[0] == len(_described(doc))
+        assert conn.execute("SELECT count(*) FROM history_rows").fetchone()[0] == len(_trained(doc))
         assert conn.execute("SELECT sum(retention) FROM history_rows").fetchone()[0] >= 1
     report = _show(doc)
+    # The rows it would train are generation 1's: the next run joins it, with nothing to replay.
     assert (report["next_generation"], report["new_rows"], report["candidates"]) == (1, 0, [])
 
 

@@ -147,8 +147,8 @@ class ReplaySettings(_Strict):
     enabled: bool = Field(
         default=True,
         description="dlmstore extension (DLM keeps a replay corpus with fixed settings): record each "
-        "completed run's rows in the store's replay history (`dlm replay show`). Training does not "
-        "replay them yet.",
+        "completed run's rows in the store's replay history (`dlm replay show`), and replay the rows an "
+        "edit removed in the next run (`dlm train --no-replay` skips one run's draw).",
     )
     min_rows: int = Field(
         default=32,

@@ -6,11 +6,11 @@ candidates now with their weights and whether the draw the next run would
 make (with the document as it is now, under ``training.seed``) takes them,
 and the superseded rows with what replaced them.
 
-Training does not replay yet (issue 38's next step); the draw shown is the
-one :mod:`dlmstore.replay.draw` makes. The rows counted as new are the
-document's rows history does not hold, less the validation split under
+The draw shown is the one the next ``dlm train`` makes
+(:func:`dlmstore.replay.plan.plan`, the same function). The rows it counts
+as trained are the document's rows less the validation split under
 ``training.seed`` (``training.dedup``'s drops are not applied: a run with
-``exact`` or ``near`` may train fewer).
+``exact`` or ``near`` may train fewer, and then draw for another generation).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlmstore.replay.candidates import Current, candidates, superseded
-from dlmstore.replay.draw import draw, size
 from dlmstore.replay.history import TrainedRow
 
 if TYPE_CHECKING:
@@ -164,15 +163,26 @@ def show(path: str | Path) -> ReplayReport:
             return _report(conn, document.dlm_id, rows, settings, probes)
 
 
-def _new_counts(rows: list[TrainedRow], held: set[str], seed: int, probes: frozenset[str]) -> tuple[int, int]:
-    """SFT rows (val split left out) and preference triples of the document that history does not hold."""
+def _trained(rows: list[TrainedRow], seed: int, probes: frozenset[str]) -> tuple[list[str], list[str]]:
+    """The document's row keys a run would train (its SFT rows less the val split, then its triples)
+    in corpus order, and the triples' keys."""
     from dlmstore.eval.split import split_rows
 
     sft = [item.row_key for item in rows if item.row.kind != "preference"]
     split = split_rows(sft, seed, always_train=probes)
-    train = sft if not split.val or not split.train else [sft[i] for i in split.train]
-    triples = [item.row_key for item in rows if item.row.kind == "preference"]
-    return sum(key not in held for key in train), sum(key not in held for key in triples)
+    held_out = set() if not split.val or not split.train else {sft[i] for i in split.val}
+    trained = [item.row_key for item in rows if item.row_key not in held_out]
+    return trained, [item.row_key for item in rows if item.row.kind == "preference"]
+
+
+def _new_counts(rows: list[TrainedRow], held: set[str], seed: int, probes: frozenset[str]) -> tuple[int, int]:
+    """SFT rows (val split left out) and preference triples of the document that history does not hold."""
+    trained, triples = _trained(rows, seed, probes)
+    preference = set(triples)
+    return (
+        sum(key not in held for key in trained if key not in preference),
+        sum(key not in held for key in triples),
+    )
 
 
 def _report(
@@ -183,35 +193,29 @@ def _report(
     probes: frozenset[str],
 ) -> ReplayReport:
     from dlmstore.replay.draw import weight
-    from dlmstore.replay.history import KEYS, keys_params, row_key_of
+    from dlmstore.replay.plan import plan
 
     replay = settings.replay
     current = Current.of([(item.row_key, item.supersede_key) for item in rows])
-    keys = keys_params(current.row_keys)
-    held = {
-        row_key_of(r[0]) for r in conn.execute(f"SELECT key FROM history_rows WHERE key IN ({KEYS})", keys)
-    }
-    new_rows, new_triples = _new_counts(rows, held, settings.seed, probes)
+    trained, triples = _trained(rows, settings.seed, probes)
+    phases = ("sft", "preference") if settings.preference.enabled else ("sft",)
+    if not settings.preference.enabled:
+        trained = [key for key in trained if key not in set(triples)]
+    # The next run's own plan, drawn by the function dlm train calls (its rows are read back and checked).
+    upcoming = plan(
+        conn, trained=trained, preference_keys=frozenset(triples), current=lambda: current, settings=replay,
+        seed=settings.seed, phases=phases,
+    )  # fmt: skip
     totals = conn.execute(
         "SELECT count(*), COALESCE(SUM(bytes), 0), COALESCE(SUM(retention), 0) FROM history_rows"
     ).fetchone()
     stored = conn.execute("SELECT COALESCE(SUM(length(content)), 0) FROM history_content").fetchone()[0]
     generations = _generations(conn)
-    latest = generations[-1].generation if generations else 0
-    dropped = conn.execute(
-        f"SELECT EXISTS (SELECT 1 FROM history_rows WHERE last_generation = :latest AND key NOT IN ({KEYS}))",
-        {"latest": latest, **keys},
-    ).fetchone()[0]
-    unchanged = latest and not (new_rows or new_triples or dropped)
-    generation = latest if unchanged else latest + 1
+    generation, floor = upcoming.generation, replay.weight_floor
     found = candidates(conn, current)
-    sft = [(c.row_key, c.last_generation) for c in found if c.kind != "preference"]
-    pref = [(c.row_key, c.last_generation) for c in found if c.kind == "preference"]
-    draw_rows = size(new_rows, len(sft), replay)
-    draw_triples = size(new_triples, len(pref), replay, preference=True)
-    seed, floor = settings.seed, replay.weight_floor
-    taken = set(draw(sft, draw_rows, generation=generation, seed=seed, floor=floor).row_keys)
-    taken |= set(draw(pref, draw_triples, generation=generation, seed=seed, floor=floor).row_keys)
+    taken = {item.row.row_key for item in upcoming.drawn}
+    new_rows, new_triples = upcoming.sft_new, upcoming.preference_new
+    draw_rows, draw_triples = len(upcoming.rows("sft")), len(upcoming.rows("preference"))
     return ReplayReport(
         dlm_id=dlm_id,
         enabled=replay.enabled,
