@@ -233,3 +233,146 @@ def test_a_damaged_history_row_the_draw_takes_stops_the_run_with_one_line_naming
     assert CliRunner().invoke(cli, ["cache", "verify", "--repair", str(doc)]).exit_code in (0, 1)
     result = CliRunner().invoke(cli, ["train", str(doc)])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+def test_a_resumed_replaying_run_gives_the_uninterrupted_bytes_and_a_changed_draw_is_refused(
+    tmp_path: Path, dlm_home: Path, tiny_base: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlmstore.errors import TrainingError
+    from dlmstore.train.trainer import train_document
+
+    from .helpers import ctrl_c_after
+
+    extra = "  max_steps: 4\n  checkpoint_steps: 2\n"
+    front = FRONT.replace("  max_steps: 2\n", "")
+    expected: list[str] = []
+    for name, interrupt in (("whole", False), ("resumed", True)):
+        home = tmp_path / name
+        home.mkdir()
+        (home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
+        monkeypatch.setenv("DLM_HOME", str(home))
+        folder = tmp_path / f"doc-{name}"
+        folder.mkdir()
+        doc = write_doc(folder / "doc.dlm", body=V1, frontmatter=f"base_model: {tiny_base}\n" + front + extra)
+        train_document(str(doc))
+        doc = write_doc(folder / "doc.dlm", body=V2, frontmatter=f"base_model: {tiny_base}\n" + front + extra)
+        if not interrupt:
+            expected.append(train_document(str(doc)).adapter_sha256)
+            continue
+        with pytest.raises(KeyboardInterrupt), ctrl_c_after(3):
+            train_document(str(doc))
+        resumed = train_document(str(doc), resume=True)
+        assert resumed.replay is not None and resumed.replay.rows_drawn > 0
+        assert resumed.adapter_sha256 == expected[0]
+        with pytest.raises(KeyboardInterrupt), ctrl_c_after(3):
+            train_document(str(doc), fresh=True)
+        pruned = CliRunner().invoke(cli, ["replay", "prune", str(doc), "--row", next(iter(_drawn(home, 3)))])
+        assert pruned.exit_code == 0, pruned.output
+        with pytest.raises(TrainingError, match="from step 2: the rows the run trains on .* changed since"):
+            train_document(str(doc), resume=True)
+
+
+@pytest.mark.slow
+def test_a_replaying_run_that_fails_in_its_publish_transaction_records_no_draw_no_history_and_no_adapter(
+    tmp_path: Path, dlm_home: Path, tiny_base: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dlmstore.eval.results
+    from dlmstore.train.trainer import train_document
+
+    train_document(str(_doc(tmp_path, V1, tiny_base)))
+    with _db(dlm_home) as conn:
+        before = [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+            for table in ("history_rows", "history_generations", "history_runs", "adapters")
+        ]
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(dlmstore.eval.results, "record_evaluation", fail)
+    with pytest.raises(OSError, match="disk gone"):
+        train_document(str(_doc(tmp_path, V2, tiny_base)))
+    with _db(dlm_home) as conn:
+        after = [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+            for table in ("history_rows", "history_generations", "history_runs", "adapters")
+        ]
+        assert conn.execute("SELECT count(*) FROM replay_runs WHERE run_id = 2").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM replay_draws").fetchone() == (0,)
+    assert after == before
+    assert json.loads((dlm_home / "store" / VALID_ID / "dlm.lock").read_text())["replay"] is None
+
+
+PREFERENCE_V1 = """Prose about dlmstore, the local-first store.
+
+::instruction::
+### Q
+Where is the metadata kept?
+### A
+In store.db.
+
+::preference::
+### Prompt
+How should a tool report a malformed document?
+### Chosen
+With one line naming the file and the line.
+### Rejected
+With a traceback.
+
+::preference::
+### Prompt
+Where do adapters go?
+### Chosen
+Into adapter/versions beside store.db.
+### Rejected
+Somewhere.
+"""
+# The first triple is removed; the second keeps its prompt with another chosen answer.
+PREFERENCE_V2 = (
+    PREFERENCE_V1.split("::preference::")[0]
+    + """::preference::
+### Prompt
+Where do adapters go?
+### Chosen
+Into adapter/versions, one folder per version.
+### Rejected
+Somewhere.
+"""
+)
+
+
+@pytest.mark.slow
+def test_the_preference_phase_replays_a_removed_triple_and_never_one_whose_prompt_is_still_there(
+    tmp_path: Path, dlm_home: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    from dlmstore.train.trainer import train_document
+
+    front = "training:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n  seed: 7\n"
+    doc = write_doc(
+        tmp_path / "doc.dlm", body=PREFERENCE_V1, frontmatter=f"base_model: {tiny_base}\n" + front
+    )
+    train_document(str(doc))
+    with _db(dlm_home) as conn:  # recorded in corpus order: the first triple, then the second
+        removed, edited = (
+            key
+            for (key,) in conn.execute(
+                "SELECT row_key FROM history WHERE kind = 'preference' ORDER BY content_id"
+            ).fetchall()
+        )
+    doc = write_doc(
+        tmp_path / "doc.dlm", body=PREFERENCE_V2, frontmatter=f"base_model: {tiny_base}\n" + front
+    )
+    second = train_document(str(doc))
+    assert [part.phase for part in second.phases] == ["sft", "preference"]
+    assert second.replay is not None and (
+        second.replay.preference_candidates,
+        second.replay.triples_drawn,
+    ) == (1, 1)
+    with _db(dlm_home) as conn:
+        drawn = conn.execute(
+            "SELECT phase, key FROM replay_draws WHERE run_id = ?", (second.run_id,)
+        ).fetchall()
+    assert [(phase, "sha256:" + key.hex()) for phase, key in drawn] == [("preference", removed)]
+    assert edited not in {"sha256:" + key.hex() for _, key in drawn}
+    assert second.phases[1].rows == 2  # the document's triple, then the replayed one

@@ -444,7 +444,8 @@ _FIELDS = {
     "base_model": ("base_model", "differs from"),
     "inputs_sha256": ("the token datasets or their weights", "changed since"),
     "rows_sha256": (
-        "the rows the run trains on (a file under training.sources was added, removed or edited)",
+        "the rows the run trains on (a file under training.sources was added, removed or edited, or the "
+        "rows drawn from the replay history)",
         "changed since",
     ),
     "world_size": ("the number of processes", "differs from"),
