@@ -158,6 +158,38 @@ def test_the_draw_favours_recent_generations() -> None:
     assert recent > 150  # weights 0.5 against 0.1: about 5 in 6 of the draw
 
 
+def _reference_draw(
+    pool: list[tuple[str, int]], k: int, generation: int, seed: int, floor: float
+) -> tuple[str, ...]:
+    """The draw by its definition: every candidate's exact score ``math.log(u) / w``, the ``k`` largest
+    (ties to the smaller key), in plain Python."""
+    import math
+
+    from dlmstore.replay.draw import Pool, uniforms, weight
+
+    u = uniforms(Pool.of(pool).keys, generation=generation, seed=seed).tolist()
+    scored = sorted(
+        (
+            (-math.log(value * 2.0**-53) / weight(last, generation, floor), key)
+            for value, (key, last) in zip(u, pool)
+        )
+    )
+    return tuple(sorted(key for _, key in scored[:k]))
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "generation"), [(3000, 32, 7), (3000, 700, 12), (400, 399, 3), (2000, 1, 500)]
+)
+def test_the_draw_takes_exactly_the_k_largest_exact_scores(n: int, k: int, generation: int) -> None:
+    from dlmstore.replay.draw import draw
+
+    pool = [(key, min(last, generation)) for key, last in _pool(n)]
+    for seed in (0, 42, 2**31 - 1):
+        assert draw(pool, k, generation=generation, seed=seed, floor=0.01).row_keys == _reference_draw(
+            pool, k, generation, seed, 0.01
+        )
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(

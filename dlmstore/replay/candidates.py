@@ -11,11 +11,11 @@ section, a pair or a file that was removed is.
 An unchanged document has no candidates: every history row is still in it.
 
 The draw's candidates (:func:`candidate_pool`) are read in one scan of
-``history_rows`` whose three ``group_concat`` columns (keys as hex, last
-generations, supersede keys) land in numpy arrays; the document's keys and
-supersede keys are taken out there (``np.isin``), not by a per-row
-``NOT IN`` probe in SQL, which cost 1.7 s over 1,000,000 rows against 0.9 s
-for the scan and the arrays (``bench/bench_replay.py``). ``dlm replay show``
+``history_rows`` whose two ``group_concat`` columns (the keys' bytes, the
+last generations) land in numpy arrays, and one more that finds the
+superseded keys in SQL; those and the document's keys are taken out in
+numpy (``np.isin``), not by a per-row ``NOT IN`` probe in SQL, which cost
+1.7 s over 1,000,000 rows (``bench/bench_replay.py``). ``dlm replay show``
 lists them row by row (:func:`candidates`).
 """
 
@@ -86,31 +86,51 @@ def absent(conn: sqlite3.Connection, current: Current, condition: str, *, order:
 
 
 def candidate_pool(conn: sqlite3.Connection, current: Current, *, preference: bool) -> Pool:
-    """The SFT (or preference) candidates as the arrays :func:`dlmstore.replay.draw.draw` takes."""
+    """The SFT (or preference) candidates as the arrays :func:`dlmstore.replay.draw.draw` takes.
+
+    One scan returns every key outside the retention slice as one byte
+    string (``group_concat`` of the 32-byte blobs, read as bytes: no hex
+    round trip) with their last generations; a second, in SQL, finds the
+    superseded ones (their supersede key is the document's). Those and the
+    document's own keys are taken out in numpy, by their first 8 bytes,
+    then confirmed on all 32.
+    """
     import numpy as np
 
     from dlmstore.replay.draw import Pool
 
     kinds = "kind = 2" if preference else "kind <> 2"
-    hexes, generations, supersedes = conn.execute(
-        "SELECT group_concat(hex(key), ''), group_concat(last_generation), group_concat(ifnull(supersede, 0)) "
-        f"FROM history_rows WHERE retention = 0 AND {kinds}"
-    ).fetchone()
-    if hexes is None:
+    factory = conn.text_factory
+    conn.text_factory = bytes  # the keys' bytes as they are (the database is UTF-8: nothing is converted)
+    try:
+        blob, generations = conn.execute(
+            f"SELECT group_concat(key, ''), group_concat(last_generation) FROM history_rows "
+            f"WHERE retention = 0 AND {kinds}"
+        ).fetchone()
+        superseded = [
+            bytes(row[0])
+            for row in conn.execute(
+                f"SELECT key FROM history_rows WHERE retention = 0 AND {kinds} "
+                "AND supersede IN (SELECT value FROM json_each(:supersede))",
+                {"supersede": json.dumps(current.supersede_keys)},
+            )
+        ] if current.supersede_keys else []  # fmt: skip
+    finally:
+        conn.text_factory = factory
+    if blob is None:
         return Pool(np.zeros((0, 32), dtype=np.uint8), np.zeros(0, dtype=np.int64))
-    keys = np.frombuffer(bytes.fromhex(hexes), dtype=np.uint8).reshape(-1, 32)
-    lasts = np.array(generations.split(","), dtype=np.int64)
-    keep = ~np.isin(
-        np.array(supersedes.split(","), dtype=np.int64), np.array(current.supersede_keys, np.int64)
-    )
-    if current.row_keys:
-        # The document's keys: by their first 8 bytes, then confirmed on all 32.
-        held = np.frombuffer(b"".join(digest(key) for key in current.row_keys), dtype=np.uint8)
-        held = held.reshape(-1, 32)
+    lasts = np.array(generations.split(b","), dtype=np.int64)
+    if len(blob) != 32 * len(lasts):  # not what SQLite returns for blobs in a UTF-8 database
+        raise RuntimeError("history_rows.key did not read back as 32-byte blobs")
+    keys = np.frombuffer(blob, dtype=np.uint8).reshape(-1, 32)
+    keep = np.ones(len(lasts), dtype=bool)
+    out = [*superseded, *(digest(key) for key in current.row_keys)]
+    if out:
+        held = np.frombuffer(b"".join(out), dtype=np.uint8).reshape(-1, 32)
         maybe = np.flatnonzero(
             np.isin(keys[:, :8].copy().view("<u8")[:, 0], held[:, :8].copy().view("<u8")[:, 0])
         )
-        exact = {bytes(row) for row in held}
+        exact = set(out)
         for index in maybe.tolist():
             if bytes(keys[index]) in exact:
                 keep[index] = False

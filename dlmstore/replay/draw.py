@@ -21,11 +21,14 @@ bits of the result, plus one, over 2**53 are ``u``. Every step is integer
 arithmetic modulo 2**64 (numpy, vectorised over the candidates) and an
 exact conversion, so ``u`` is the same on every machine; a counter-based
 draw like this needs no order of the candidates, so nothing is sorted.
-``ln`` is not vectorised (numpy's SIMD ``log`` may differ in the last bit
-between CPUs): a candidate's weight depends on its generation only, and
-within one weight the order of ``ln(u) / w`` is the order of ``u``, so the
-``k`` largest ``u`` of each generation are found in integers
-(``argpartition``) and only those get ``math.log`` and the IEEE division.
+numpy's SIMD ``log`` may differ from ``math.log`` in the last bits, and
+between CPUs, so it only narrows the choice: the ``k``-th largest of its
+scores is found (``partition``); a candidate scoring more than a
+relative 1e-9 above it is taken and one more than that below is not (the
+logs differ by some 1e-16 relative: neither can cross); the few in
+between get ``math.log`` and the IEEE division, and the rest of the ``k``
+is taken among them by those exact scores. The rows taken are exactly the
+``k`` largest exact scores, on every machine.
 
 Why it is a pure function of the versions trained and the seed: the
 candidates are a function of the history rows and the current document;
@@ -103,7 +106,7 @@ def uniforms(keys: Any, *, generation: int, seed: int) -> Any:
     import numpy as np
 
     salt = np.frombuffer(hashlib.sha256(f"{seed}:{generation}".encode()).digest(), dtype="<u8")
-    words = np.ascontiguousarray(keys).view("<u8").astype(np.uint64)
+    words = np.ascontiguousarray(keys).view(np.dtype("<u8"))
     h = np.zeros(words.shape[0], dtype=np.uint64)
     with np.errstate(over="ignore"):
         for column in range(4):
@@ -134,29 +137,27 @@ def draw(
     if k <= 0:
         return Drawn(())
     u = uniforms(pool.keys, generation=generation, seed=seed)
-    chosen: list[Any] = []
-    for last in np.unique(pool.generations):
-        members = np.flatnonzero(pool.generations == last)
-        if len(members) > k:
-            # The k largest u of this generation, and any tied with the k-th (a superset: exact).
-            kth = np.partition(u[members], len(members) - k)[len(members) - k]
-            members = members[u[members] >= kth]
-        chosen.append(members)
-    index = np.concatenate(chosen)
-    weights = {int(last): weight(int(last), generation, floor) for last in np.unique(pool.generations)}
-    log = math.log
     scale = 2.0**-53
-    scores = np.array(
+    # Each weight as Python computes it: 1 / (1 + age) and the floor are IEEE operations numpy does alike.
+    weights = np.maximum(1.0 / (1 + (generation - pool.generations)).astype(np.float64), floor)
+    approx = np.log(u.astype(np.float64) * scale) / weights  # numpy's log: within a few ulp of math.log
+    threshold = float(np.partition(approx, n - k)[n - k])  # the k-th largest score, nearly
+    margin = 1e-9 * abs(threshold)  # a million times any difference between the two logs
+    inside = np.flatnonzero(approx > threshold + margin)  # above the k-th exact score whatever the ulps
+    border = np.flatnonzero(np.abs(approx - threshold) <= margin)
+    log = math.log
+    exact = np.array(
         [
-            log(value * scale) / weights[last]
-            for value, last in zip(u[index].tolist(), pool.generations[index].tolist(), strict=True)
+            log(value * scale) / weight
+            for value, weight in zip(u[border].tolist(), weights[border].tolist(), strict=True)
         ],
         dtype=np.float64,
     )
-    words = np.ascontiguousarray(pool.keys[index]).view(">u8")
-    # The k largest scores; ties go to the smaller key (big-endian words compare as the bytes do).
-    order = np.lexsort((words[:, 3], words[:, 2], words[:, 1], words[:, 0], -scores))[:k]
-    return Drawn(_sorted_keys(pool.keys[index[order]]))
+    words = np.ascontiguousarray(pool.keys[border]).view(">u8")
+    # The rest of the k among the border, by exact score; ties go to the smaller key (big-endian words
+    # compare as the bytes do).
+    order = np.lexsort((words[:, 3], words[:, 2], words[:, 1], words[:, 0], -exact))[: k - len(inside)]
+    return Drawn(_sorted_keys(pool.keys[np.concatenate([inside, border[order]])]))
 
 
 def _sorted_keys(keys: Any) -> tuple[str, ...]:
