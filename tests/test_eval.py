@@ -482,7 +482,7 @@ def test_evaluating_changes_neither_the_adapter_bytes_nor_what_is_trained(
     from dlmstore.eval.results import ModelEval, PhaseEval
     from dlmstore.train.loops import validation
 
-    def nothing(fit: Any, *args: Any) -> PhaseEval:
+    def nothing(fit: Any, *args: Any, **kwargs: Any) -> PhaseEval:
         empty = ModelEval("base", None, None, None, 0, 0)
         return PhaseEval(fit.phase, empty, ModelEval("adapter", None, None, None, 0, 0))
 
