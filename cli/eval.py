@@ -10,7 +10,9 @@ from .params import LocalPath
 from .render import emit_json, json_option, plural
 
 if TYPE_CHECKING:
-    from dlmstore.eval.results import EvalReport, ModelEval
+    from collections.abc import Callable
+
+    from dlmstore.eval.results import EvalReport, ModelEval, ProbeScore
 
 
 def _version(text: str) -> int:
@@ -85,15 +87,34 @@ def _print(report: EvalReport) -> None:
     width = max(len(model.model) for model in report.models)
     for model in report.models:
         click.echo(f"  {model.model:<{width}}  {_line(model)}")
-    for index, probe in enumerate(first.probes):
-        click.echo(f"probe {index + 1}: {probe.question}")
-        click.echo(f"  {'reference':>{max(width, 9)}}: {probe.reference}")
+    if first.retained:
+        click.echo(f"kept:   {plural(len(first.retained), 'probe')} of earlier versions")
         for model in report.models:
-            answer = model.probes[index]
-            mark = "exact" if answer.exact else f"F1 {answer.f1:.2f}"
             click.echo(
-                f"  {model.model:>{max(width, 9)}}: {answer.answer}  ({mark}, NLL {_number(answer.nll)})"
+                f"  {model.model:<{width}}  NLL {_number(model.retained_nll, '.2f')}, "
+                f"{model.retained_exact}/{len(model.retained)} exact, F1 {_number(model.retained_f1, '.2f')}"
             )
+    if first.retention_loss is not None:
+        click.echo(f"retain: {plural(first.retention_rows, 'row')} of the retention slice")
+        for model in report.models:
+            line = f"loss {_number(model.retention_loss, '.4f')}"
+            if model.retention_delta is not None:
+                line += f", {model.retention_delta:+.4f} against {report.models[1].model}"
+            click.echo(f"  {model.model:<{width}}  {line}")
+    _answers(report, "probe", lambda model: model.probes)
+    _answers(report, "kept probe", lambda model: model.retained)
+
+
+def _answers(report: EvalReport, label: str, probes: Callable[[ModelEval], list[ProbeScore]]) -> None:
+    """Each probe, the document's answer and each model's answer and scores."""
+    width = max(9, *(len(model.model) for model in report.models))
+    for index, probe in enumerate(probes(report.models[0])):
+        click.echo(f"{label} {index + 1}: {probe.question}")
+        click.echo(f"  {'reference':>{width}}: {probe.reference}")
+        for model in report.models:
+            answer = probes(model)[index]
+            mark = "exact" if answer.exact else f"F1 {answer.f1:.2f}"
+            click.echo(f"  {model.model:>{width}}: {answer.answer}  ({mark}, NLL {_number(answer.nll)})")
 
 
 def _line(model: ModelEval) -> str:

@@ -202,10 +202,24 @@ def plan(
         k = size(news[phase], len(pool), settings, preference=phase == "preference")
         keys = draw(pool, k, generation=generation, seed=seed, floor=settings.weight_floor).row_keys
         drawn.extend(_read_back(conn, keys, phase, generation, settings.weight_floor, weight))
+    rows, probes = retention(conn, document)
     return ReplayPlan(
         generation, counts["sft"], counts["preference"], news["sft"], news["preference"], tuple(drawn), skipped,
-        tuple(_retention_rows(conn, document)), tuple(_retained_probes(conn, document)),
+        rows, probes,
     )  # fmt: skip
+
+
+def retention(
+    conn: sqlite3.Connection, document: Current
+) -> tuple[tuple[Row, ...], tuple[RetainedProbe, ...]]:
+    """What retention is measured on for ``document``: the retention slice's rows and the ``!probe``
+    pairs of earlier versions that it no longer holds (neither superseded), read back and checked.
+    ``dlm train`` measures them after each phase (:func:`plan`), ``dlm eval`` on demand.
+
+    Raises:
+        TrainingError: a row's content is damaged in store.db.
+    """
+    return tuple(_retention_rows(conn, document)), tuple(_retained_probes(conn, document))
 
 
 def _retention_rows(conn: sqlite3.Connection, document: Current) -> list[Row]:

@@ -17,6 +17,13 @@ and ``probe_results`` with phase ``eval``):
 4. each model is evaluated (the val loss, each probe's greedy answer and
    scores) and everything is recorded in one transaction.
 
+Retention is measured as ``dlm train`` measures it after each phase: the
+``### Q !probe`` pairs of earlier versions and the rows of the frozen
+retention slice that the document no longer holds (the replay history's,
+:func:`dlmstore.replay.plan.retention`) are asked and evaluated beside the
+current ones, for each model. With ``--against vM`` the first adapter's
+retention loss is compared with vM's (``retention_delta``).
+
 What is evaluated: ``--adapter vN`` (default: the newest adapter) or
 ``--base``, compared with ``--against vM``, or else with the base (nothing
 when the base is the one asked for). Nothing is written to the adapters:
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
     from dlmstore.eval.results import EvalReport
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion
+    from dlmstore.train.data.replay_rows import Retention
 
 
 _DAMAGED_HINT = "train again (dlm train) or evaluate another version with --adapter"
@@ -108,7 +116,8 @@ def evaluate_document(
             _, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
             val = validation_examples(val_rows, inputs, sequence_len=settings.sequence_len)
             probes = extract_probes(document.sections, seed=setup.seed)
-            evaluations = _evaluate(store, setup, tokenizer, subjects, val, probes)
+            kept = _retention(store, run_id, setup, tokenized, tokenizer, options)
+            evaluations = _evaluate(store, setup, tokenizer, subjects, val, probes, kept)
             with store.write() as conn:
                 for evaluation in evaluations:
                     record_evaluation(conn, run_id, "eval", evaluation)
@@ -177,6 +186,21 @@ def _subjects(
     return [first, second]
 
 
+def _retention(
+    store: Store, run_id: int, setup: Any, tokenized: Any, tokenizer: Any, options: Any
+) -> Retention:
+    """The replay history's retention slice rows and probes of earlier versions the document no
+    longer holds, as ``dlm train`` measures them (none without history)."""
+    from dlmstore.train.data.replay_rows import Retention, retention_of
+
+    if tokenized.corpus is None:
+        return Retention(None, ())
+    return retention_of(
+        store, tokenized.corpus, run_id=run_id, tokenizer_sha256=tokenized.result.tokenizer_sha256,
+        tokenizer=tokenizer, use_cache=setup.settings.cache.enabled and not options.no_cache,
+    )  # fmt: skip
+
+
 def _evaluate(
     store: Store,
     setup: Any,
@@ -184,10 +208,13 @@ def _evaluate(
     subjects: list[AdapterVersion | None],
     val: tuple[Any, int] | None,
     probes: Any,
+    kept: Retention,
 ) -> list[Any]:
-    """Load the base once, the adapters on it, and evaluate each subject in order."""
+    """Load the base once, the adapters on it, and evaluate each subject in order; the first
+    adapter's retention loss is compared with the second's when both are adapters (``--against``)."""
     from dlmstore.eval.inference import as_base, evaluate_model
-    from dlmstore.train.data.examples import Collator, pad_token_id
+    from dlmstore.eval.results import with_previous
+    from dlmstore.train.data.examples import Collator, pad_token_id, validation_examples
     from dlmstore.train.plan import dlm_target_modules, resolve_plan
     from dlmstore.train.stages import load_base_model
 
@@ -203,38 +230,33 @@ def _evaluate(
         for subject in subjects:
             if subject is not None:
                 model = _load_adapter(store, model, subject)
-    args = None if val is None else (val[0], Collator(pad_token_id(tokenizer), val[1]), plan.micro_batch_size)
-    system_prompt = setup.document.frontmatter.system_prompt
+    pad = pad_token_id(tokenizer)
+    args = None if val is None else (val[0], Collator(pad, val[1]), plan.micro_batch_size)
+    examples = validation_examples(kept.rows, (), sequence_len=settings.sequence_len)
     answered: dict[str, list[list[int]]] = {}  # each model's answers: drafts for the next
+
+    def evaluated(adapter_version: int | None) -> Any:
+        retention = (
+            None
+            if examples is None
+            else (examples[0], Collator(pad, examples[1]), plan.micro_batch_size)  # a fresh collator each
+        )
+        return evaluate_model(
+            model, tokenizer, adapter_version=adapter_version, val=args, probes=probes,
+            system_prompt=setup.document.frontmatter.system_prompt, answered=answered,
+            retained=kept.probes, retention=retention,
+        )  # fmt: skip
 
     out = []
     for subject in subjects:
         if subject is None:
             with as_base(model):
-                out.append(
-                    evaluate_model(
-                        model,
-                        tokenizer,
-                        adapter_version=None,
-                        val=args,
-                        probes=probes,
-                        system_prompt=system_prompt,
-                        answered=answered,
-                    )
-                )
+                out.append(evaluated(None))
         else:
             model.set_adapter(_name(subject))
-            out.append(
-                evaluate_model(
-                    model,
-                    tokenizer,
-                    adapter_version=subject.version,
-                    val=args,
-                    probes=probes,
-                    system_prompt=system_prompt,
-                    answered=answered,
-                )  # fmt: skip
-            )
+            out.append(evaluated(subject.version))
+    if len(out) == 2 and all(subject is not None for subject in subjects):
+        out[0] = with_previous(out[0], out[1].retention_loss)
     return out
 
 

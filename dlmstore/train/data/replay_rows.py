@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlmstore.cache.preferences import TokenizedPreferences
     from dlmstore.corpus.assemble import Corpus
-    from dlmstore.corpus.pass_result import TokenizedRows
+    from dlmstore.corpus.pass_result import PassResult, TokenizedRows
+    from dlmstore.document.rows import Row
     from dlmstore.eval.probes import Probe
-    from dlmstore.replay.plan import ReplayPlan
+    from dlmstore.replay.candidates import Current
+    from dlmstore.replay.plan import ReplayPlan, RetainedProbe
     from dlmstore.store.database import Store
 
 
@@ -66,25 +68,17 @@ def plan_replay(
     no_replay: bool,
 ) -> ReplayPlan | None:
     """What the run replays (None when ``training.replay.enabled`` is false: history is off too)."""
-    from dlmstore.eval.probes import marked_keys
-    from dlmstore.replay.candidates import Current
-    from dlmstore.replay.history import describe
     from dlmstore.replay.plan import NO_REPLAY, plan
 
     settings = corpus.document.frontmatter.training.replay
     if not settings.enabled:
         return None
-
-    def current() -> Current:
-        described = describe(corpus, marked_keys(corpus.document.sections))
-        return Current.of([(item.row_key, item.supersede_key) for item in described])
-
     with store.read() as conn:
         return plan(
             conn,
             trained=trained_keys(corpus, sft_keys, preference_keys),
             preference_keys=frozenset(preference_keys),
-            current=current,
+            current=lambda: _current(corpus),
             settings=settings,
             seed=seed,
             phases=phases,
@@ -92,15 +86,69 @@ def plan_replay(
         )
 
 
+def _current(corpus: Corpus) -> Current:
+    """The document's rows as the replay history's candidates and retention need them."""
+    from dlmstore.eval.probes import marked_keys
+    from dlmstore.replay.candidates import Current
+    from dlmstore.replay.history import describe
+
+    described = describe(corpus, marked_keys(corpus.document.sections))
+    return Current.of([(item.row_key, item.supersede_key) for item in described])
+
+
 def retained_probes(replay: ReplayPlan | None) -> tuple[Probe, ...]:
     """The probes of earlier versions the run asks beside the document's (``Probe.retained``)."""
-    from dlmstore.eval.probes import Probe
-
     if replay is None:
         return ()
-    return tuple(
-        Probe(p.row_key, p.question, p.reference, True, retained=True) for p in replay.retained_probes
-    )
+    return _as_probes(replay.retained_probes)
+
+
+def _as_probes(found: Sequence[RetainedProbe]) -> tuple[Probe, ...]:
+    from dlmstore.eval.probes import Probe
+
+    return tuple(Probe(p.row_key, p.question, p.reference, True, retained=True) for p in found)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What ``dlm eval`` measures retention on, as ``dlm train`` does after each phase.
+
+    Attributes:
+        rows: the retention slice's rows the document no longer holds, tokenized; None without them.
+        probes: the ``!probe`` pairs of earlier versions the document no longer holds.
+    """
+
+    rows: TokenizedRows | None
+    probes: tuple[Probe, ...]
+
+
+def retention_of(
+    store: Store, corpus: Corpus, *, run_id: int, tokenizer_sha256: str, tokenizer: Any, use_cache: bool
+) -> Retention:
+    """The replay history's retention slice rows and probes of earlier versions that the document at
+    ``corpus`` no longer holds (:func:`dlmstore.replay.plan.retention`), the rows tokenized through the
+    cache; nothing when ``training.replay.enabled`` is false or history holds neither.
+
+    Raises:
+        TrainingError: a row's content is damaged in store.db.
+    """
+    from dlmstore.replay.plan import retention
+
+    if not corpus.document.frontmatter.training.replay.enabled:
+        return Retention(None, ())
+    with store.read() as conn:
+        if not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM history_rows WHERE retention = 1 OR probe = 1)"
+        ).fetchone()[0]:
+            return Retention(None, ())
+        rows, probes = retention(conn, _current(corpus))
+    if not rows:
+        return Retention(None, _as_probes(probes))
+    tokenized = _tokenized(
+        store, corpus, rows, run_id=run_id, tokenizer_sha256=tokenizer_sha256, tokenizer=tokenizer,
+        use_cache=use_cache,
+    )  # fmt: skip
+    return Retention(tokenized.rows, _as_probes(probes))
 
 
 def tokenize_replay(
@@ -114,18 +162,14 @@ def tokenize_replay(
     use_cache: bool,
 ) -> ReplayTokens:
     """The plan's drawn and retention rows through the cache (one pass; nothing is recorded as an event)."""
-    from dlmstore.corpus.assemble import Corpus
     from dlmstore.corpus.dedup import kept_rows
-    from dlmstore.corpus.tokenize import tokenize_pass
 
     rows = (*(item.row for item in replay.drawn), *replay.retention)
     if not rows:
         return ReplayTokens(None, None, None, 0)
-    settings = corpus.document.frontmatter.training
-    result = tokenize_pass(
-        store, Corpus.of_rows(corpus.document, rows), run_id=run_id, tokenizer_sha256=tokenizer_sha256,
-        load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode="on" if use_cache else "bypassed",
-        max_bytes=settings.cache.max_bytes,
+    result = _tokenized(
+        store, corpus, rows, run_id=run_id, tokenizer_sha256=tokenizer_sha256, tokenizer=tokenizer,
+        use_cache=use_cache,
     )  # fmt: skip
     if result.rows is None or result.preferences is None:  # a materializing pass always returns both
         raise RuntimeError("the tokenize pass returned no token arrays")
@@ -135,6 +179,28 @@ def tokenize_replay(
     retention = kept_rows(result.rows, drawn_keys) if retention_keys else None
     preferences = result.preferences if len(result.preferences) else None
     return ReplayTokens(sft, preferences, retention, result.event.cache_misses)
+
+
+def _tokenized(
+    store: Store,
+    corpus: Corpus,
+    rows: Sequence[Row],
+    *,
+    run_id: int,
+    tokenizer_sha256: str,
+    tokenizer: Any,
+    use_cache: bool,
+) -> PassResult:
+    """History's ``rows`` through the cache, in one pass (nothing is recorded as an event)."""
+    from dlmstore.corpus.assemble import Corpus
+    from dlmstore.corpus.tokenize import tokenize_pass
+
+    settings = corpus.document.frontmatter.training
+    return tokenize_pass(
+        store, Corpus.of_rows(corpus.document, rows), run_id=run_id, tokenizer_sha256=tokenizer_sha256,
+        load_tokenizer=lambda: tokenizer, use_cache=use_cache, cache_mode="on" if use_cache else "bypassed",
+        max_bytes=settings.cache.max_bytes,
+    )  # fmt: skip
 
 
 def joined_rows(first: TokenizedRows, second: TokenizedRows | None) -> TokenizedRows:

@@ -1,0 +1,117 @@
+"""Retention shown (issue 38): `dlm eval`, `dlm metrics` and `dlm report` show the probes of earlier
+versions and the retention slice's loss, and a document with no history shows nothing new."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+
+from .helpers import VALID_ID, write_doc
+
+FRONT = (
+    "training:\n  sequence_len: 64\n  max_steps: 2\n  micro_batch_size: 2\n  seed: 7\n"
+    "  preference:\n    enabled: false\n  replay:\n    retention_fraction: 0.5\n"
+)
+PROSE = "".join(f"::prose::\nNote {i} on what the store keeps and why it keeps it.\n\n" for i in range(8))
+V1 = (
+    PROSE
+    + "::prose::\nA note the second version drops.\n\n"
+    + "::instruction::\n### Q !probe\nWhat is the harbour of Tellin called?\n### A\nGrey Quay.\n\n"
+    + "### Q !probe\nWho mapped the Orrin shoals?\n### A\nAda Morrow.\n"
+)
+V2 = PROSE + "::instruction::\n### Q !probe\nWhat does the Pell river carry?\n### A\nSalt barges.\n"
+OLD_QUESTIONS = {"What is the harbour of Tellin called?", "Who mapped the Orrin shoals?"}
+
+
+def _doc(folder: Path, body: str, base: Path) -> Path:
+    return write_doc(folder / "doc.dlm", body=body, frontmatter=f"base_model: {base}\n{FRONT}")
+
+
+def _run(*args: str) -> Any:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def _json(*args: str) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(_run(*args, "--json").stdout)
+    return payload
+
+
+def _trained(folder: Path, base: Path) -> Path:
+    """The document trained as v1 (two probes), then edited to v2 (the two replaced) and trained."""
+    _run("train", str(_doc(folder, V1, base)))
+    doc = _doc(folder, V2, base)
+    _run("train", str(doc))
+    return doc
+
+
+@pytest.mark.slow
+def test_dlm_eval_asks_the_probes_of_earlier_versions_and_measures_the_retention_slice_for_each_model(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = _trained(tmp_path, tiny_base)
+    payload = _json("eval", str(doc), "--adapter", "v2", "--against", "v1")
+    newer, older = payload["models"]
+    assert (newer["model"], older["model"]) == ("v0002", "v0001")
+    for model in (newer, older):
+        assert {p["question"] for p in model["retained"]} == OLD_QUESTIONS
+        assert all(p["retained"] for p in model["retained"])
+        assert not any(p["retained"] for p in model["probes"])
+        assert model["retention_rows"] > 0 and model["retention_loss"] is not None
+    assert newer["retention_previous_loss"] == older["retention_loss"]
+    assert newer["retention_delta"] == pytest.approx(newer["retention_loss"] - older["retention_loss"])
+    assert older["retention_delta"] is None
+    with sqlite3.connect(tmp_path / "dlm-home" / "store" / VALID_ID / "store.db") as conn:
+        recorded = conn.execute(
+            "SELECT model, retained_probes, retention_rows, retention_loss, retention_delta FROM evaluations "
+            "WHERE run_id = ? ORDER BY id",
+            (payload["run_id"],),
+        ).fetchall()
+        kept = conn.execute(
+            "SELECT count(*) FROM probe_results AS p JOIN evaluations AS e ON e.id = p.evaluation_id "
+            "WHERE e.run_id = ? AND p.retained = 1",
+            (payload["run_id"],),
+        ).fetchone()
+    assert recorded == [
+        ("v0002", 2, newer["retention_rows"], newer["retention_loss"], newer["retention_delta"]),
+        ("v0001", 2, older["retention_rows"], older["retention_loss"], None),
+    ]
+    assert kept == (4,)
+
+    lines = _run("eval", str(doc)).stdout.splitlines()  # the newest adapter against the base
+    number = r"[\d.]+, \d/2 exact, F1 [\d.]+"
+    at = lines.index("kept:   2 probes of earlier versions")
+    assert re.fullmatch(rf"  v0002  NLL {number}", lines[at + 1])
+    assert re.fullmatch(rf"  base   NLL {number}", lines[at + 2])
+    assert re.fullmatch(r"retain: \d+ rows? of the retention slice", lines[at + 3])
+    assert re.fullmatch(r"  v0002  loss [\d.]+", lines[at + 4])  # no delta against the base
+    assert re.fullmatch(r"  base   loss [\d.]+", lines[at + 5])
+    asked = [line.split(": ", 1)[1] for line in lines if line.startswith("kept probe ")]
+    assert set(asked) == OLD_QUESTIONS
+    against = _run("eval", str(doc), "--adapter", "v2", "--against", "v1").stdout.splitlines()
+    assert any(re.fullmatch(r"  v0002  loss [\d.]+, [+-][\d.]+ against v0001", line) for line in against)
+
+
+@pytest.mark.slow
+def test_dlm_eval_of_a_document_with_nothing_removed_shows_no_retention(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = _doc(tmp_path, V1, tiny_base)
+    _run("train", str(doc))
+    adapter, base = _json("eval", str(doc))["models"]
+    for model in (adapter, base):
+        assert model["retained"] == [] and model["retention_loss"] is None and model["retention_rows"] == 0
+    lines = _run("eval", str(doc)).stdout.splitlines()
+    assert lines[0] == "run 3 eval: 0 val rows, 2 probes"
+    assert not [line for line in lines if line.startswith(("kept", "retain"))]
+    assert "" not in lines
+    assert len(lines) == 3 + 2 * 4  # the header, two models, two probes of four lines each
