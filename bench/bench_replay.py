@@ -171,7 +171,7 @@ def publish_cost(repeat: int) -> tuple[float, float, float]:
     from dlmstore.document.rows import Row
     from dlmstore.replay.candidates import Current
     from dlmstore.replay.history import TrainedRow, pending, record_run, supersede_key
-    from dlmstore.replay.plan import plan
+    from dlmstore.replay.run_plan import plan
     from dlmstore.store.database import open_store
 
     rng = random.Random(1)

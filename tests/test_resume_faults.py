@@ -266,7 +266,7 @@ def test_a_source_file_edited_after_the_interrupt_is_refused_on_resume(case: Cas
     (case.doc.parent / "notes" / "a.md").write_text("A source file about roots, edited.\n")
     assert refused(case) == [
         "error: cannot resume run 1 from step 4: the rows the run trains on (a file under training.sources was "
-        "added, removed or edited) changed since the checkpoint",
+        "added, removed or edited, or the rows drawn from the replay history) changed since the checkpoint",
         "hint: resume with what the run had (its command-line options and environment included), or start over "
         "with --fresh",
     ]

@@ -34,7 +34,7 @@ class Corpus:
     sections: tuple[Section, ...]
     expansion: SourceExpansion
     #: Rows that belong to no section, after the sections' rows: the history rows a train run
-    #: replays or measures retention on (``dlmstore.replay.plan``), tokenized through the same pass.
+    #: replays or measures retention on (``dlmstore.replay.run_plan``), tokenized through the same pass.
     extra: tuple[Row, ...] = ()
 
     @property

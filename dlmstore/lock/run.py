@@ -139,7 +139,7 @@ def commit_lock(
     lock = pending.lock
     if preference is not None:
         lock = dataclasses.replace(lock, preference=preference_record(preference))
-    if replay is not None:  # what the run replayed (dlmstore.replay.plan): known once its rows are
+    if replay is not None:  # what the run replayed (dlmstore.replay.run_plan): known once its rows are
         lock = dataclasses.replace(lock, replay=dict(replay))
     if lock.base_model_revision is None:
         revision, sha256 = base_model_identity(pending.ref)

@@ -7,7 +7,7 @@ make (with the document as it is now, under ``training.seed``) takes them,
 and the superseded rows with what replaced them.
 
 The draw shown is the one the next ``dlm train`` makes
-(:func:`dlmstore.replay.plan.plan`, the same function). The rows it counts
+(:func:`dlmstore.replay.run_plan.plan`, the same function). The rows it counts
 as trained are the document's rows less the validation split under
 ``training.seed`` (``training.dedup``'s drops are not applied: a run with
 ``exact`` or ``near`` may train fewer, and then draw for another generation).
@@ -193,7 +193,7 @@ def _report(
     probes: frozenset[str],
 ) -> ReplayReport:
     from dlmstore.replay.draw import weight
-    from dlmstore.replay.plan import plan
+    from dlmstore.replay.run_plan import plan
 
     replay = settings.replay
     current = Current.of([(item.row_key, item.supersede_key) for item in rows])

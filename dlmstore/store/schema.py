@@ -1070,7 +1070,7 @@ replay_runs = Table(
         Text,
         comment="Why it did not replay: --no-replay, or training.replay.enabled: false; NULL: it drew.",
     ),
-    comment="What each completed train run replayed from history (dlmstore.replay.plan).",
+    comment="What each completed train run replayed from history (dlmstore.replay.run_plan).",
 )
 
 replay_draws = Table(

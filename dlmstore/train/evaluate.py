@@ -20,7 +20,7 @@ and ``probe_results`` with phase ``eval``):
 Retention is measured as ``dlm train`` measures it after each phase: the
 ``### Q !probe`` pairs of earlier versions and the rows of the frozen
 retention slice that the document no longer holds (the replay history's,
-:func:`dlmstore.replay.plan.retention`) are asked and evaluated beside the
+:func:`dlmstore.replay.run_plan.retention`) are asked and evaluated beside the
 current ones, for each model. With ``--against vM`` the first adapter's
 retention loss is compared with vM's (``retention_delta``).
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from dlmstore.eval.results import PhaseEval
     from dlmstore.lock.run import PendingLock
     from dlmstore.replay.history import Pending
-    from dlmstore.replay.plan import ReplayPlan
+    from dlmstore.replay.run_plan import ReplayPlan
     from dlmstore.store.contamination import Contamination
     from dlmstore.store.database import Store
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
@@ -154,7 +154,7 @@ class Prepared:
     probes: tuple[Probe, ...] = ()  # what the base and each phase's adapter are asked (dlmstore.eval.probes)
     val_history: tuple[tuple[int, float | None], ...] = ()  # the val losses of the run resumed, to its step
     warnings: tuple[str, ...] = ()  # validation rows that duplicate training rows (dlmstore.corpus.dedup)
-    replay: ReplayPlan | None = None  # what the run replays from history (dlmstore.replay.plan)
+    replay: ReplayPlan | None = None  # what the run replays from history (dlmstore.replay.run_plan)
     retention: TokenizedRows | None = None  # the retention slice's rows the document no longer holds
     retained: tuple[Probe, ...] = ()  # the probes of earlier versions, asked beside ``probes``
     previous: dict[str, AdapterVersion] = dataclasses.field(default_factory=dict)  # newest adapter by phase
@@ -657,7 +657,7 @@ def _recording(
 
             record_run(conn, prepared.run_id, history)
             if prepared.replay is not None:
-                from dlmstore.replay.plan import record
+                from dlmstore.replay.run_plan import record
 
                 # As drawn: when another run of the store published meanwhile, its generation may differ.
                 record(conn, prepared.run_id, prepared.replay)

@@ -1,7 +1,7 @@
 """The history rows a train run replays or measures retention on, as token arrays beside the document's.
 
 ``dlm train`` (``dlmstore.train.stages.prepare``) asks the replay history
-what to replay (:func:`dlmstore.replay.plan.plan`) once its own rows are
+what to replay (:func:`dlmstore.replay.run_plan.plan`) once its own rows are
 split for validation, tokenizes the drawn rows and the retention slice's
 rows through the same cached pass as the document's (a row trained before
 is a cache hit; after a base-model or ``sequence_len`` change it is
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dlmstore.document.rows import Row
     from dlmstore.eval.probes import Probe
     from dlmstore.replay.candidates import Current
-    from dlmstore.replay.plan import ReplayPlan, RetainedProbe
+    from dlmstore.replay.run_plan import ReplayPlan, RetainedProbe
     from dlmstore.store.database import Store
 
 
@@ -68,7 +68,7 @@ def plan_replay(
     no_replay: bool,
 ) -> ReplayPlan | None:
     """What the run replays (None when ``training.replay.enabled`` is false: history is off too)."""
-    from dlmstore.replay.plan import NO_REPLAY, plan
+    from dlmstore.replay.run_plan import NO_REPLAY, plan
 
     settings = corpus.document.frontmatter.training.replay
     if not settings.enabled:
@@ -126,13 +126,13 @@ def retention_of(
     store: Store, corpus: Corpus, *, run_id: int, tokenizer_sha256: str, tokenizer: Any, use_cache: bool
 ) -> Retention:
     """The replay history's retention slice rows and probes of earlier versions that the document at
-    ``corpus`` no longer holds (:func:`dlmstore.replay.plan.retention`), the rows tokenized through the
+    ``corpus`` no longer holds (:func:`dlmstore.replay.run_plan.retention`), the rows tokenized through the
     cache; nothing when ``training.replay.enabled`` is false or history holds neither.
 
     Raises:
         TrainingError: a row's content is damaged in store.db.
     """
-    from dlmstore.replay.plan import retention
+    from dlmstore.replay.run_plan import retention
 
     if not corpus.document.frontmatter.training.replay.enabled:
         return Retention(None, ())
