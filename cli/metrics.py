@@ -156,13 +156,45 @@ def _evaluations(run: RunMetrics) -> None:
                 f"{adapter.model} {adapter.probe_exact}/{adapter.probes} exact, NLL {_number(adapter.probe_nll, '.2f')}"
             )
         click.echo(f"run {run.run_id} {phase}: {val}{probes}")
+        _retention(run.run_id, phase, base, adapter)
+
+
+def _retention(run_id: int, phase: str, base: RunEvaluation, adapter: RunEvaluation) -> None:
+    """A train phase's probes of earlier versions and retention slice loss, base -> adapter (no line
+    without them)."""
+    parts = []
+    if adapter.retained_probes:
+        parts.append(
+            f"kept: base {base.retained_exact}/{base.retained_probes} exact, NLL {_number(base.retained_nll, '.2f')} -> "
+            f"{adapter.model} {adapter.retained_exact}/{adapter.retained_probes} exact, NLL {_number(adapter.retained_nll, '.2f')}"
+        )
+    if adapter.retention_loss is not None:
+        line = (
+            f"retain: loss {_number(base.retention_loss, '.4f')} -> {adapter.retention_loss:.4f} "
+            f"({plural(adapter.retention_rows, 'row')})"
+        )
+        if adapter.retention_delta is not None:
+            line += f", {adapter.retention_delta:+.4f} against the previous adapter"
+        parts.append(line)
+    if parts:
+        click.echo(f"run {run_id} {phase}: {'; '.join(parts)}")
 
 
 def _scores(model: RunEvaluation) -> str:
-    """``val loss 2.6957, 3/3 exact, NLL 0.01``."""
+    """``val loss 2.6957, 3/3 exact, NLL 0.01``, then the probes of earlier versions and the retention
+    slice's loss when it measured them (``kept 1/2 exact, NLL 0.40, retain loss 3.1020, delta +0.0120``)."""
     parts = [] if model.val_loss is None else [f"val loss {model.val_loss:.4f}"]
     if model.probes:
         parts += [f"{model.probe_exact}/{model.probes} exact", f"NLL {_number(model.probe_nll, '.2f')}"]
+    if model.retained_probes:
+        parts += [
+            f"kept {model.retained_exact}/{model.retained_probes} exact",
+            f"NLL {_number(model.retained_nll, '.2f')}",
+        ]
+    if model.retention_loss is not None:
+        parts.append(f"retain loss {model.retention_loss:.4f}")
+        if model.retention_delta is not None:
+            parts.append(f"delta {model.retention_delta:+.4f}")
     return ", ".join(parts) or "nothing to evaluate"
 
 

@@ -115,3 +115,36 @@ def test_dlm_eval_of_a_document_with_nothing_removed_shows_no_retention(
     assert not [line for line in lines if line.startswith(("kept", "retain"))]
     assert "" not in lines
     assert len(lines) == 3 + 2 * 4  # the header, two models, two probes of four lines each
+
+
+@pytest.mark.slow
+def test_dlm_metrics_shows_the_retention_figures_of_each_evaluation_and_none_for_a_run_without_history(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = _trained(tmp_path, tiny_base)
+    _run("eval", str(doc), "--adapter", "v2", "--against", "v1")
+    lines = _run("metrics", str(doc)).stdout.splitlines()
+    number, exact = r"[\d.]+", r"\d/2 exact, NLL [\d.]+"
+    kept = (
+        rf"run 2 sft: kept: base {exact} -> v0002 {exact}; "
+        rf"retain: loss {number} -> {number} \(\d+ rows?\), [+-]{number} against the previous adapter"
+    )
+    assert sum(bool(re.fullmatch(kept, line)) for line in lines) == 1, lines
+    scores = rf"\d/1 exact, NLL {number}, kept {exact}, retain loss {number}"  # the split holds no row out
+    evaluated = rf"run 3 eval: v0002 {scores}, delta [+-]{number}; v0001 {scores}"
+    assert sum(bool(re.fullmatch(evaluated, line)) for line in lines) == 1, lines
+    assert not [line for line in lines if line.startswith("run 1 ") and ("kept" in line or "retain" in line)]
+    assert "" not in lines
+
+    runs = {run["run_id"]: run for run in _json("metrics", str(doc))["runs"]}
+    first_base, first_adapter = runs[1]["evaluations"]
+    assert first_adapter["retained_probes"] == 0 and first_adapter["retention_loss"] is None
+    assert first_base["retention_rows"] == 0 and first_adapter["retention_delta"] is None
+    base, adapter = runs[2]["evaluations"]
+    assert (base["retained_probes"], adapter["retained_probes"]) == (2, 2)
+    assert adapter["retention_rows"] > 0 and adapter["retention_loss"] is not None
+    assert adapter["retention_delta"] == pytest.approx(
+        adapter["retention_loss"] - adapter["retention_previous_loss"]
+    )
+    newer, older = runs[3]["evaluations"]
+    assert newer["retention_previous_loss"] == older["retention_loss"] and older["retention_delta"] is None

@@ -22,7 +22,9 @@ it held out and each one that duplicates a training row
 Every run also carries what it evaluated (``evaluations``: the base and
 each phase's adapter after a train run's phases, the models ``dlm eval``
 compared) and the val loss at each evaluation step of its training
-(``val_steps``), as ``dlmstore.eval`` recorded them.
+(``val_steps``), as ``dlmstore.eval`` recorded them; with the replay
+history's retention figures: the probes of earlier versions asked and the
+retention slice's loss, with its delta against the previous adapter.
 
 What a person comparing runs asks first is carried by every run: how long
 it took (``duration_seconds``, from ``started_at`` to ``finished_at``; the
@@ -204,6 +206,17 @@ class RunEvaluation:
         best_val_loss: That loss.
         stopped_early: Whether early stopping ended the phase (a train run's adapter); null otherwise.
         stop_reason: Why the phase ended where it did (a train run's adapter); null otherwise.
+        retained_probes: Probes of earlier versions of the document (the replay history's) it was
+            asked, which the document no longer holds.
+        retained_exact: Of those, answered exactly.
+        retained_nll: Their mean reference NLL; null without them.
+        retained_f1: Their mean token-F1; null without them.
+        retention_loss: Its loss on the retention slice's rows the document no longer holds; null
+            without them.
+        retention_rows: Rows of the retention slice evaluated.
+        retention_previous_loss: The previous adapter's loss on the same rows (a train run's
+            adapter; ``dlm eval``'s first adapter with ``--against``); null otherwise.
+        retention_delta: retention_loss less retention_previous_loss (above 0: it forgot some).
     """
 
     phase: str
@@ -220,6 +233,14 @@ class RunEvaluation:
     best_val_loss: float | None = None
     stopped_early: bool | None = None
     stop_reason: str | None = None
+    retained_probes: int = 0
+    retained_exact: int = 0
+    retained_nll: float | None = None
+    retained_f1: float | None = None
+    retention_loss: float | None = None
+    retention_rows: int = 0
+    retention_previous_loss: float | None = None
+    retention_delta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -382,7 +403,9 @@ def run_metrics(
         evaluations: dict[int, list[RunEvaluation]] = {}
         for row in conn.execute(
             "SELECT run_id, phase, model, adapter_version, val_loss, val_perplexity, val_rows, probes, probe_nll, "
-            "probe_exact, probe_f1, best_step, best_val_loss, stopped_early, stop_reason FROM evaluations "
+            "probe_exact, probe_f1, best_step, best_val_loss, stopped_early, stop_reason, retained_probes, "
+            "retained_exact, retained_nll, retained_f1, retention_loss, retention_rows, retention_previous_loss, "
+            "retention_delta FROM evaluations "
             f"WHERE run_id IN (SELECT r.id {chosen}) ORDER BY id",
             (*params, limit),
         ):
