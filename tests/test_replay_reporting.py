@@ -23,7 +23,7 @@ FRONT = (
 PROSE = "".join(f"::prose::\nNote {i} on what the store keeps and why it keeps it.\n\n" for i in range(8))
 V1 = (
     PROSE
-    + "::prose::\nA note the second version drops.\n\n"
+    + "".join(f"::prose::\nDropped note {i}: the second version removes it.\n\n" for i in range(4))
     + "::instruction::\n### Q !probe\nWhat is the harbour of Tellin called?\n### A\nGrey Quay.\n\n"
     + "### Q !probe\nWho mapped the Orrin shoals?\n### A\nAda Morrow.\n"
 )
@@ -111,7 +111,7 @@ def test_dlm_eval_of_a_document_with_nothing_removed_shows_no_retention(
     for model in (adapter, base):
         assert model["retained"] == [] and model["retention_loss"] is None and model["retention_rows"] == 0
     lines = _run("eval", str(doc)).stdout.splitlines()
-    assert lines[0] == "run 3 eval: 0 val rows, 2 probes"
+    assert lines[0] == "run 3 eval: 1 val row, 2 probes"
     assert not [line for line in lines if line.startswith(("kept", "retain"))]
     assert "" not in lines
     assert len(lines) == 3 + 2 * 4  # the header, two models, two probes of four lines each
@@ -148,3 +148,65 @@ def test_dlm_metrics_shows_the_retention_figures_of_each_evaluation_and_none_for
     )
     newer, older = runs[3]["evaluations"]
     assert newer["retention_previous_loss"] == older["retention_loss"] and older["retention_delta"] is None
+
+
+@pytest.mark.slow
+def test_the_report_shows_each_runs_replay_draw_and_retention_and_marks_the_probes_of_earlier_versions(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = _trained(tmp_path, tiny_base)
+    data = _json("report", str(doc))
+    second, first = data["training"]
+    assert first["replay"] == {"generation": 1, "candidates": 0, "drawn": 0, "skipped": None}
+    assert first["retention"] == []  # the document held everything its history did
+    draw = second["replay"]
+    assert (draw["generation"], draw["skipped"]) == (2, None) and 0 < draw["drawn"] == draw["candidates"]
+    assert [(item["phase"], item["model"]) for item in second["retention"]] == [
+        ("sft", "base"),
+        ("sft", "v0002"),
+    ]
+    base, adapter = second["retention"]
+    assert base["retained_probes"] == adapter["retained_probes"] == 2 and adapter["retention_rows"] > 0
+    assert base["retention_delta"] is None and adapter["retention_delta"] is not None
+    table = data["probes"]
+    assert (table["run_id"], table["models"]) == (2, ["base", "v0002"])
+    assert [row["retained"] for row in table["rows"]] == [False, True, True]
+    assert {row["question"] for row in table["rows"] if row["retained"]} == OLD_QUESTIONS
+    assert table["retention"] == second["retention"]
+
+    page = _run("report", str(doc), "-o", "-").stdout
+    drawn = draw["drawn"]
+    replay = rf'<p class="meta" data-replay="{drawn}">replay: {drawn} rows? drawn of {drawn} candidates? \(generation 2\)</p>'
+    assert re.search(replay, page)
+    assert page.count("data-replay=") == 1  # the first run had nothing to draw: no line
+    line = re.search(r'<p class="meta" data-retention="sft">retention after sft: (.*?)</p>', page)
+    assert line is not None, page
+    number = r"[\d.]+"
+    kept = rf"kept \d/2 exact, NLL {number}; retention slice loss {number} \(\d+ rows?\)"
+    assert re.fullmatch(
+        rf"base {kept} · v0002 {kept}, [+-]{number} against the previous adapter", line.group(1)
+    ), line.group(1)
+    assert page.count('<span class="meta">earlier version</span>') == 2
+    assert 'data-retention="probes"' in page
+
+    _run("eval", str(doc), "--adapter", "v2", "--against", "v1")
+    table = _json("report", str(doc))["probes"]
+    assert (table["run_id"], table["phase"], table["models"]) == (3, "eval", ["v0002", "v0001"])
+    assert table["retention"][0]["retention_delta"] is not None
+    assert re.search(
+        r"v0002 kept [^<]*, [+-][\d.]+ against v0001", _run("report", str(doc), "-o", "-").stdout
+    )
+
+
+@pytest.mark.slow
+def test_the_report_of_a_document_with_nothing_removed_shows_no_replay_or_retention(
+    tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    doc = _doc(tmp_path, V1, tiny_base)
+    _run("train", str(doc))
+    _run("train", str(doc))  # unchanged: nothing to draw
+    data = _json("report", str(doc))
+    assert all(run["retention"] == [] and run["replay"]["candidates"] == 0 for run in data["training"])
+    assert data["probes"]["retention"] == [] and not any(row["retained"] for row in data["probes"]["rows"])
+    page = _run("report", str(doc), "-o", "-").stdout
+    assert "data-replay=" not in page and "data-retention=" not in page and "earlier version" not in page

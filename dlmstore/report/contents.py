@@ -21,6 +21,10 @@ outside the database: the page describes what the store recorded.
 * **Evaluation**: each phase's val loss beside its train loss (``val_steps``),
   and the probes of the newest run that asked any, each model's answer and
   scores side by side (:mod:`dlmstore.report.evaluation`).
+* **Retention**: what each train run drew from the replay history
+  (``replay_runs``), and what its evaluations, and the newest probe
+  table's, measured of retention: the probes of earlier versions and the
+  retention slice's loss with its delta (``evaluations``).
 * **Contamination**: each train run's validation rows that duplicate
   training rows (``val_splits``, ``val_contamination``), listed under its
   curves.
@@ -45,7 +49,16 @@ from dlmstore.document.rows import text_row_key
 from dlmstore.errors import LockError
 from dlmstore.lock.model import Lock, parse_lock
 from dlmstore.lock.policy import Mismatch, compare
-from dlmstore.report.evaluation import ProbeTable, ValPoint, newest_probes, val_points
+from dlmstore.report.evaluation import (
+    ProbeTable,
+    ReplayDraw,
+    RetentionFigures,
+    ValPoint,
+    newest_probes,
+    replay_draws,
+    retention_figures,
+    val_points,
+)
 from dlmstore.store.contamination import Contamination, recorded
 from dlmstore.store.database import Store
 from dlmstore.store.metrics import ExportSummary, duration_seconds, list_exports
@@ -104,6 +117,11 @@ class TrainingRun:
         error: Why it failed; null when it did not.
         contamination: Its validation split's rows that duplicate training rows; null when it
             drew no split (it failed before, or ran before they were recorded).
+        replay: What it drew from the replay history; null when it recorded no draw (it failed,
+            or ``training.replay.enabled`` is false).
+        retention: What its evaluations measured of retention (the probes of earlier versions,
+            the retention slice's loss), base and adapter after each phase; empty when the
+            document held everything its history did.
     """
 
     run_id: int
@@ -113,6 +131,8 @@ class TrainingRun:
     duration_seconds: float | None = None
     error: str | None = None
     contamination: Contamination | None = None
+    replay: ReplayDraw | None = None
+    retention: list[RetentionFigures] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -348,7 +368,8 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
 
 
 def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: int) -> list[TrainingRun]:
-    """The newest ``limit`` train runs with their steps by phase and their splits (five queries)."""
+    """The newest ``limit`` train runs with their steps by phase, their splits, replay draws and
+    retention figures (seven queries)."""
     runs = conn.execute(
         "SELECT id, status, started_at, finished_at, error FROM runs WHERE command = 'train' "
         "ORDER BY id DESC LIMIT ?",
@@ -365,6 +386,8 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
     methods = {(a.run_id, a.phase): a.method for a in adapters}
     val = val_points(conn, [run["id"] for run in runs])
     splits = recorded(conn, [run["id"] for run in runs])
+    draws = replay_draws(conn, [run["id"] for run in runs])
+    kept = retention_figures(conn, [run["id"] for run in runs])
     result = []
     for run in runs:
         phases = [
@@ -377,9 +400,10 @@ def _training(conn: sqlite3.Connection, adapters: list[ReportAdapter], limit: in
         took = duration_seconds(run["started_at"], run["finished_at"])
         result.append(
             TrainingRun(
-                run["id"], run["status"], run["started_at"], phases, took, run["error"], splits.get(run["id"])
+                run["id"], run["status"], run["started_at"], phases, took, run["error"], splits.get(run["id"]),
+                draws.get(run["id"]), kept.get(run["id"], []),
             )
-        )
+        )  # fmt: skip
     return result
 
 

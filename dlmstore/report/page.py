@@ -25,7 +25,7 @@ from pathlib import Path
 from dlmstore.errors import ReportError
 from dlmstore.plural import plural
 from dlmstore.report.contents import LockEntry, PhaseCurve, StoreReport, TrainingRun
-from dlmstore.report.evaluation import ProbeCell
+from dlmstore.report.evaluation import ProbeCell, ReplayDraw, RetentionFigures
 from dlmstore.report.svg import Series, bar_chart, column_chart, line_chart
 from dlmstore.report.units import human_bytes
 from dlmstore.store.atomic import SameAsInputError, replace_user_file
@@ -172,6 +172,15 @@ def _training(report: StoreReport) -> str:
             parts.append(
                 '<p class="meta">' + " · ".join(_phase_line(run, curve) for curve in run.phases) + "</p>"
             )
+        if run.replay is not None and (run.replay.candidates or run.replay.drawn):
+            parts.append(_replay(run.replay))
+        for phase in dict.fromkeys(item.phase for item in run.retention):
+            figures = [item for item in run.retention if item.phase == phase]
+            parts.append(
+                f'<p class="meta" data-retention="{escape(phase)}">retention after {escape(phase)}: '
+                + " · ".join(_retention(item, "the previous adapter") for item in figures)
+                + "</p>"
+            )
         if run.contamination is not None and run.contamination.rows:
             parts.append(_contamination(run.contamination))
         if not run.phases:
@@ -194,6 +203,29 @@ def _training(report: StoreReport) -> str:
                 figures.append(_figure(f"{key}-run{run.run_id}-{curve.phase}", f"{name}: {label}", svg))
         parts.append(f'<div class="charts">{"".join(figures)}</div>')
     return "\n".join(parts)
+
+
+def _replay(draw: ReplayDraw) -> str:
+    """What a run drew from the replay history, in a line."""
+    if draw.skipped is not None:
+        what = f"off ({escape(draw.skipped)}): {plural(draw.candidates, 'candidate')} left out"
+    else:
+        what = f"{plural(draw.drawn, 'row')} drawn of {plural(draw.candidates, 'candidate')}"
+    return f'<p class="meta" data-replay="{draw.drawn}">replay: {what} (generation {draw.generation})</p>'
+
+
+def _retention(item: RetentionFigures, previous: str) -> str:
+    """``v0002 kept 1/2 exact, NLL 0.40; retention slice loss 3.1020 (4 rows), +0.0120 against ...``."""
+    parts = []
+    if item.retained_probes:
+        nll = "" if item.retained_nll is None else f", NLL {item.retained_nll:.2f}"
+        parts.append(f"kept {item.retained_exact}/{item.retained_probes} exact{nll}")
+    if item.retention_loss is not None:
+        line = f"retention slice loss {item.retention_loss:.4f} ({plural(item.retention_rows, 'row')})"
+        if item.retention_delta is not None:
+            line += f", {item.retention_delta:+.4f} against {escape(previous)}"
+        parts.append(line)
+    return f"{escape(item.model)} {'; '.join(parts)}"
 
 
 def _contamination(found: Contamination) -> str:
@@ -254,11 +286,26 @@ def _probes(report: StoreReport) -> str:
         "token negative log-likelihood, lower is better).</p>"
     )
     rows = [
-        [escape(row.question), escape(row.reference), *(_answer(cell) for cell in row.answers)]
+        [
+            escape(row.question) + ('<br><span class="meta">earlier version</span>' if row.retained else ""),
+            escape(row.reference),
+            *(_answer(cell) for cell in row.answers),
+        ]
         for row in table.rows
     ]
     headers = ["question", "reference", *(f"{model} answer" for model in table.models)]
-    return head + note + _table(headers, rows, set())
+    kept = ""
+    if table.retention:
+        compared = (
+            table.models[1] if table.phase == "eval" and len(table.models) > 1 else "the previous adapter"
+        )
+        kept = (
+            '<p class="meta" data-retention="probes">Probes marked <em>earlier version</em> were held by an '
+            "earlier version of the document and are no longer (the replay history's); retention: "
+            + " · ".join(_retention(item, compared) for item in table.retention)
+            + "</p>"
+        )
+    return head + note + _table(headers, rows, set()) + kept
 
 
 def _answer(cell: ProbeCell) -> str:
