@@ -175,10 +175,10 @@ def _training(report: StoreReport) -> str:
         if run.replay is not None and (run.replay.candidates or run.replay.drawn):
             parts.append(_replay(run.replay))
         for phase in dict.fromkeys(item.phase for item in run.retention):
-            figures = [item for item in run.retention if item.phase == phase]
+            measured = [item for item in run.retention if item.phase == phase]
             parts.append(
                 f'<p class="meta" data-retention="{escape(phase)}">retention after {escape(phase)}: '
-                + " · ".join(_retention(item, "the previous adapter") for item in figures)
+                + " · ".join(_retention(item, "the previous adapter") for item in measured)
                 + "</p>"
             )
         if run.contamination is not None and run.contamination.rows:

@@ -184,7 +184,7 @@ def tokenize_replay(
 def _tokenized(
     store: Store,
     corpus: Corpus,
-    rows: Sequence[Row],
+    rows: tuple[Row, ...],
     *,
     run_id: int,
     tokenizer_sha256: str,
