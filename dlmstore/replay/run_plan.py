@@ -299,13 +299,13 @@ def _read_back(
         except DamagedContent as exc:
             raise TrainingError(
                 f"replay history row {row_key} is damaged in store.db: {exc}",
-                hint="run `dlm cache verify --repair DOC` to remove it, then train again",
+                hint="run `dlm cache verify --repair DOC` to remove it, then run this command again",
             ) from None
         if stored_kind != KINDS[kind]:
             raise TrainingError(
                 f"replay history row {row_key} is damaged in store.db: its content is a {stored_kind} row, "
                 f"recorded {KINDS[kind]}",
-                hint="run `dlm cache verify --repair DOC` to remove it, then train again",
+                hint="run `dlm cache verify --repair DOC` to remove it, then run this command again",
             )
         row = Row(row_key, REPLAY_SECTION, 0, stored_kind, data)
         found[row_key] = DrawnRow(row, phase, weight(last, generation, floor), int(last))
