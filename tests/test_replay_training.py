@@ -376,3 +376,33 @@ def test_the_preference_phase_replays_a_removed_triple_and_never_one_whose_promp
     assert [(phase, "sha256:" + key.hex()) for phase, key in drawn] == [("preference", removed)]
     assert edited not in {"sha256:" + key.hex() for _, key in drawn}
     assert second.phases[1].rows == 2  # the document's triple, then the replayed one
+
+
+@pytest.mark.slow
+def test_two_ranks_replay_the_same_draw_and_measure_retention_together(
+    tmp_path: Path, dlm_home: Path, tiny_base: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    extra = "  replay:\n    retention_fraction: 0.5\n"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dlmstore.cli.main", "train", "--nproc", "2", "--json"]
+    doc = _doc(tmp_path, V1, tiny_base, extra)
+    done = subprocess.run([*command, str(doc)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = _doc(tmp_path, V2, tiny_base, extra)
+    done = subprocess.run([*command, str(doc)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["world_size"] == 2 and summary["replay"]["rows_drawn"] > 0
+    adapter = summary["phases"][0]["evaluation"]["adapter"]
+    assert adapter["retention_rows"] > 0 and adapter["retention_delta"] is not None
+    with _db(dlm_home) as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM replay_draws WHERE run_id = 2").fetchone()[0]
+            == (summary["replay"]["rows_drawn"])
+        )
+        own = conn.execute("SELECT count(*) FROM history WHERE last_generation = 2").fetchone()[0]
+    assert summary["rows_trained"] == own + summary["replay"]["rows_drawn"]  # both ranks' epoch holds them
