@@ -163,6 +163,7 @@ def render_frontmatter_reference() -> str:
         ("training.cache", fm.CacheSettings),
         ("training.preference", fm.PreferenceSettings),
         ("training.preference.hyperparams", fm.PreferenceHyperparams),
+        ("training.replay", fm.ReplaySettings),
         ("training.cpt", fm.CptSettings),
         ("training.gate", fm.GateSettings),
         ("training.audio", fm.AudioSettings),
