@@ -406,3 +406,24 @@ def test_two_ranks_replay_the_same_draw_and_measure_retention_together(
         )
         own = conn.execute("SELECT count(*) FROM history WHERE last_generation = 2").fetchone()[0]
     assert summary["rows_trained"] == own + summary["replay"]["rows_drawn"]  # both ranks' epoch holds them
+
+
+@pytest.mark.slow
+def test_a_row_pruned_from_history_is_forgotten_on_purpose_the_next_run_never_replays_it(
+    tmp_path: Path, dlm_home: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    from dlmstore.train.trainer import train_document
+
+    doc = _doc(tmp_path, V1, tiny_base)
+    old = _keys(doc)
+    train_document(str(doc))
+    doc = _doc(tmp_path, V2, tiny_base)
+    replayed = train_document(str(doc))
+    forgotten = old["A paragraph that the"]
+    assert forgotten in _drawn(dlm_home, replayed.run_id)
+    result = CliRunner().invoke(cli, ["replay", "prune", str(doc), "--row", forgotten])
+    assert result.exit_code == 0, result.output
+    again = train_document(str(doc))
+    assert forgotten not in _drawn(dlm_home, again.run_id)
+    assert again.replay is not None and again.replay.rows_drawn == replayed.replay.rows_drawn - 1  # type: ignore[union-attr]
+    assert again.adapter_sha256 != replayed.adapter_sha256
