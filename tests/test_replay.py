@@ -171,7 +171,7 @@ def _reference_draw(
     scored = sorted(
         (
             (-math.log(value * 2.0**-53) / weight(last, generation, floor), key)
-            for value, (key, last) in zip(u, pool)
+            for value, (key, last) in zip(u, pool, strict=True)
         )
     )
     return tuple(sorted(key for _, key in scored[:k]))
