@@ -122,6 +122,18 @@ class ReplayPlan:
         )
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
+    def lock_record(self) -> dict[str, object] | None:
+        """What ``dlm.lock`` records of the draw (None when nothing was drawn)."""
+        if not self.drawn:
+            return None
+        rows = len(self.rows("sft"))
+        return {
+            "generation": self.generation,
+            "draw_sha256": self.draw_sha256,
+            "rows": rows,
+            "triples": len(self.drawn) - rows,
+        }
+
     def describe(self) -> str:
         """One line for ``dlm train``'s output."""
         from dlmstore.plural import plural

@@ -427,6 +427,23 @@ def latest(store: Store, phase: Phase | None = None) -> AdapterVersion | None:
     return AdapterVersion(**row) if row else None
 
 
+def comparable_adapters(store: Store, base_model: str) -> dict[str, AdapterVersion]:
+    """The newest adapter of each phase trained on ``base_model`` whose weights verify, by phase: what
+    a train run compares its own with (the retention slice's loss). A damaged one is left out, never
+    loaded."""
+    found: dict[str, AdapterVersion] = {}
+    for phase in ("sft", "preference"):
+        adapter = latest(store, phase=phase)
+        if adapter is None or adapter.base_model != base_model:
+            continue
+        try:
+            checked_folder(store, adapter)
+        except StoreError:
+            continue
+        found[phase] = adapter
+    return found
+
+
 def find_version(store: Store, version: int) -> AdapterVersion | None:
     """The registered adapter ``version``, or ``None``."""
     with store.read() as conn:

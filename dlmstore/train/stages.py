@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from dlmstore.train.adapters import AdapterVersion, StagedVersion
     from dlmstore.train.checkpoints import Checkpoint
     from dlmstore.train.data.inputs import DatasetInput, DatasetSpec
-    from dlmstore.train.data.replay_rows import ReplayTokens
     from dlmstore.train.distributed import World
     from dlmstore.train.loops.fit import PhaseFit
     from dlmstore.train.phases import PhasePlan
@@ -339,9 +338,10 @@ def prepare(
     from dlmstore.corpus.holdout import warning
     from dlmstore.eval.probes import extract_probes, marked_keys
     from dlmstore.store.contamination import record
+    from dlmstore.train.adapters import comparable_adapters
     from dlmstore.train.checkpoints import check_identity, rows_sha256
     from dlmstore.train.data.examples import held_out
-    from dlmstore.train.data.replay_rows import joined_preferences, joined_rows, retained_probes
+    from dlmstore.train.data.replay_rows import joined_preferences, joined_rows, replay_for, retained_probes
     from dlmstore.train.loops.validation import val_history
     from dlmstore.train.phases import plan_phases, starting_adapter
 
@@ -354,7 +354,14 @@ def prepare(
         options.phase, setup.settings.preference, path=str(document.path),
         sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
-    replay, tokens = _replay(store, run_id, setup, tokenized, train_rows, phases, begun.tokenizer, options)
+    replay, tokens = replay_for(
+        store, run_id, tokenized.corpus, train_rows.row_keys if phases.sft else (),
+        tokenized.preferences.row_keys if phases.preference else (),
+        phases=[name for name, on in (("sft", phases.sft), ("preference", phases.preference)) if on],
+        seed=setup.seed,
+        tokenizer_sha256=tokenized.result.tokenizer_sha256, tokenizer=begun.tokenizer,
+        use_cache=setup.settings.cache.enabled and not options.no_cache, no_replay=options.no_replay,
+    )  # fmt: skip
     preferences = tokenized.preferences
     if tokens is not None:  # drawn rows train, never in val
         train_rows = joined_rows(train_rows, tokens.sft)
@@ -388,61 +395,10 @@ def prepare(
         replay=replay,
         retention=None if tokens is None else tokens.retention,
         retained=retained_probes(replay),
-        previous=_previous(store, document, replay),
+        previous={}
+        if replay is None or not replay.retention
+        else comparable_adapters(store, document.base_model),
     )
-
-
-def _replay(
-    store: Store,
-    run_id: int,
-    setup: Setup,
-    tokenized: Tokenized,
-    train_rows: TokenizedRows,
-    phases: PhasePlan,
-    tokenizer: Any,
-    options: Options,
-) -> tuple[ReplayPlan | None, ReplayTokens | None]:
-    """What the run replays from history and measures retention on, tokenized (rank 0)."""
-    from dlmstore.train.data.replay_rows import plan_replay, tokenize_replay
-
-    corpus = tokenized.corpus
-    if corpus is None:
-        return None, None
-    asked = [phase for phase, on in (("sft", phases.sft), ("preference", phases.preference)) if on]
-    replay = plan_replay(
-        store, corpus, sft_keys=train_rows.row_keys if phases.sft else (),
-        preference_keys=tokenized.preferences.row_keys if phases.preference else (), phases=asked,
-        seed=setup.seed, no_replay=options.no_replay,
-    )  # fmt: skip
-    if replay is None:
-        return None, None
-    use_cache = setup.settings.cache.enabled and not options.no_cache
-    tokens = tokenize_replay(
-        store, corpus, replay, run_id=run_id, tokenizer_sha256=tokenized.result.tokenizer_sha256,
-        tokenizer=tokenizer, use_cache=use_cache,
-    )  # fmt: skip
-    return replay, tokens
-
-
-def _previous(store: Store, document: Document, replay: ReplayPlan | None) -> dict[str, AdapterVersion]:
-    """The newest adapter of each phase, on the same base, whose weights verify: the retention slice's
-    loss is compared with it (a damaged one is never loaded: the run then records no delta)."""
-    from dlmstore.errors import StoreError
-    from dlmstore.train.adapters import checked_folder, latest
-
-    if replay is None or not replay.retention:
-        return {}
-    found: dict[str, AdapterVersion] = {}
-    for phase in ("sft", "preference"):
-        adapter = latest(store, phase=phase)
-        if adapter is None or adapter.base_model != document.base_model:
-            continue
-        try:
-            checked_folder(store, adapter)
-        except StoreError:
-            continue
-        found[phase] = adapter
-    return found
 
 
 def train_phases(
@@ -592,7 +548,12 @@ def publish(
         store,
         trained.staged,
         lambda: _recording(
-            commit_lock(store, lock, preference=preference, replay=_lock_record(prepared)),
+            commit_lock(
+                store,
+                lock,
+                preference=preference,
+                replay=None if prepared.replay is None else prepared.replay.lock_record(),
+            ),
             prepared,
             trained,
             history,
@@ -601,20 +562,6 @@ def publish(
     kept = remove_finished(store, run_id=prepared.run_id, fresh=options.fresh)
     trained.fits[-1].save_seconds += time.perf_counter() - t0
     return adapters, kept
-
-
-def _lock_record(prepared: Prepared) -> dict[str, Any] | None:
-    """What ``dlm.lock`` records of the run's replay (None when it replayed nothing)."""
-    replay = prepared.replay
-    if replay is None or not replay.drawn:
-        return None
-    rows = len(replay.rows("sft"))
-    return {
-        "generation": replay.generation,
-        "draw_sha256": replay.draw_sha256,
-        "rows": rows,
-        "triples": len(replay.drawn) - rows,
-    }
 
 
 def _history(store: Store, setup: Setup, prepared: Prepared, tokenized: Tokenized | None) -> Pending | None:

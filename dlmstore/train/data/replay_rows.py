@@ -96,6 +96,38 @@ def _current(corpus: Corpus) -> Current:
     return Current.of([(item.row_key, item.supersede_key) for item in described])
 
 
+def replay_for(
+    store: Store,
+    run_id: int,
+    corpus: Corpus | None,
+    sft_keys: Sequence[str],
+    preference_keys: Sequence[str],
+    *,
+    phases: Sequence[str],
+    seed: int,
+    tokenizer_sha256: str,
+    tokenizer: Any,
+    use_cache: bool,
+    no_replay: bool,
+) -> tuple[ReplayPlan | None, ReplayTokens | None]:
+    """What a train run replays from history and measures retention on, tokenized (rank 0): the run
+    trains ``sft_keys`` and ``preference_keys`` of its document (each empty without its phase) in
+    ``phases``."""
+    if corpus is None:
+        return None, None
+    replay = plan_replay(
+        store, corpus, sft_keys=sft_keys, preference_keys=preference_keys, phases=phases, seed=seed,
+        no_replay=no_replay,
+    )  # fmt: skip
+    if replay is None:
+        return None, None
+    tokens = tokenize_replay(
+        store, corpus, replay, run_id=run_id, tokenizer_sha256=tokenizer_sha256, tokenizer=tokenizer,
+        use_cache=use_cache,
+    )  # fmt: skip
+    return replay, tokens
+
+
 def retained_probes(replay: ReplayPlan | None) -> tuple[Probe, ...]:
     """The probes of earlier versions the run asks beside the document's (``Probe.retained``)."""
     if replay is None:
