@@ -72,6 +72,20 @@ def _keys(doc: Path) -> dict[str, str]:
     return named
 
 
+def _fresh_home(
+    tmp_path: Path, name: str, dlm_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path]:
+    """A fresh home named ``name`` (sharing the session's converted bases), made DLM_HOME, and a folder
+    for its document."""
+    home = tmp_path / name
+    home.mkdir()
+    (home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
+    monkeypatch.setenv("DLM_HOME", str(home))
+    folder = tmp_path / f"doc-{name}"
+    folder.mkdir()
+    return home, folder
+
+
 def _drawn(home: Path, run_id: int) -> set[str]:
     with _db(home) as conn:
         return {
@@ -131,12 +145,7 @@ def test_two_fresh_homes_train_v1_then_v2_to_the_same_bytes_and_v2_again_gives_v
 
     shas: list[list[str]] = []
     for name in ("one", "two"):
-        home = tmp_path / name
-        home.mkdir()
-        (home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
-        monkeypatch.setenv("DLM_HOME", str(home))
-        folder = tmp_path / f"doc-{name}"
-        folder.mkdir()
+        home, folder = _fresh_home(tmp_path, name, dlm_home, monkeypatch)
         shas.append([train_document(str(_doc(folder, V1, tiny_base))).adapter_sha256])
         shas[-1].append(train_document(str(_doc(folder, V2, tiny_base))).adapter_sha256)
     assert shas[0] == shas[1]
@@ -248,12 +257,7 @@ def test_a_resumed_replaying_run_gives_the_uninterrupted_bytes_and_a_changed_dra
     front = FRONT.replace("  max_steps: 2\n", "")
     expected: list[str] = []
     for name, interrupt in (("whole", False), ("resumed", True)):
-        home = tmp_path / name
-        home.mkdir()
-        (home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
-        monkeypatch.setenv("DLM_HOME", str(home))
-        folder = tmp_path / f"doc-{name}"
-        folder.mkdir()
+        home, folder = _fresh_home(tmp_path, name, dlm_home, monkeypatch)
         doc = write_doc(folder / "doc.dlm", body=V1, frontmatter=f"base_model: {tiny_base}\n" + front + extra)
         train_document(str(doc))
         doc = write_doc(folder / "doc.dlm", body=V2, frontmatter=f"base_model: {tiny_base}\n" + front + extra)
