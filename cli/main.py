@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "lock": ("lock", "lock_group", "Show and compare a document's reproducibility lock (dlm.lock)."),
     "metrics": ("metrics", "metrics_command", "List the runs recorded for the document at PATH, newest first."),
     "migrate": ("migrate", "migrate_command", "Rewrite the .dlm document at PATH at the current dlm_version."),
+    "pack": (
+        "pack", "pack_command",
+        "Write the document at PATH, its store and the adapters chosen into one .dlm.pack file.",
+    ),
     "prompt": (
         "prompt", "prompt_command", "Answer QUESTION with the base model plus the document's latest adapter (greedy).",
     ),
@@ -61,6 +65,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "tokenize", "tokenize_command", "Tokenize the rows of the document at PATH, through the tokenized cache.",
     ),
     "train": ("train", "train_command", "Train a LoRA adapter on the rows of the document at PATH."),
+    "unpack": ("pack", "unpack_command", "Check every member of PACK, then install its document and store."),
+    "verify": (
+        "pack", "verify_command",
+        "Check every member of PACK, its adapters against store.db, its signature, and optionally a retrain.",
+    ),
 }  # fmt: skip
 
 

@@ -142,6 +142,10 @@ class ResumeError(DatasetError):
     """A loader checkpoint does not match the loader it is being loaded into."""
 
 
+class PackError(DlmError):
+    """A ``.dlm.pack`` cannot be written, read, installed or verified (``dlm pack``/``unpack``/``verify``)."""
+
+
 class Terminated(KeyboardInterrupt):
     """A signal asked the process to stop (SIGTERM): raised where Ctrl-C raises KeyboardInterrupt.
 

@@ -15,6 +15,8 @@ Layout under the home::
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -36,3 +38,25 @@ def store_dir(dlm_id: str) -> Path:
 def bases_dir() -> Path:
     """The directory holding converted base models (not created)."""
     return dlm_home() / "bases"
+
+
+@contextmanager
+def home_at(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """``$DLM_HOME`` set to ``path`` for the block, then as it was (``None``: left alone).
+
+    ``dlm unpack --home`` and ``dlm verify --retrain``'s scratch home use it,
+    so a command run in-process (the tests' ``CliRunner``) changes no other
+    command's home.
+    """
+    if path is None:
+        yield
+        return
+    previous = os.environ.get("DLM_HOME")
+    os.environ["DLM_HOME"] = str(Path(path).expanduser().absolute())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("DLM_HOME", None)
+        else:
+            os.environ["DLM_HOME"] = previous

@@ -128,15 +128,20 @@ def mark_problem(store_path: Path) -> str | None:
     return f"{MARK_NAME} cannot be read as a high-water mark; store.db's losses would go unnoticed"
 
 
-def _write(store_path: Path, mark: Mark) -> None:
+def mark_bytes(mark: Mark) -> bytes:
+    """The bytes of ``high-water.json`` holding ``mark``."""
     data = {
         "format": MARK_FORMAT,
         "expected": dataclasses.asdict(mark.expected),
         "issued": dataclasses.asdict(mark.issued),
     }
+    return (json.dumps(data, indent=2) + "\n").encode()
+
+
+def _write(store_path: Path, mark: Mark) -> None:
     path = store_path / MARK_NAME
     try:
-        write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+        write_bytes_atomic(path, mark_bytes(mark))
     except OSError as exc:
         raise StoreError(
             f"cannot write {path}: {exc.strerror or exc}",

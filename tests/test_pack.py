@@ -1,0 +1,79 @@
+"""``dlm pack``, ``dlm unpack`` and ``dlm verify``: a store that travels, every member checked.
+
+One store is trained per module on the tiny base (``trained_store``); each
+test copies it into its own home, packs it, and unpacks into another home.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dlmstore.cli.main import cli
+
+from .helpers import VALID_ID, export_doc
+
+
+@pytest.fixture
+def doc(tmp_path: Path, tiny_base: Path, trained_store: Path, dlm_home: Path) -> Path:
+    """The trained document, with its store copied into this test's home."""
+    shutil.copytree(trained_store, dlm_home / "store" / VALID_ID)
+    (tmp_path / "project").mkdir()
+    return export_doc(tmp_path / "project", tiny_base)
+
+
+def _dlm(*args: str, home: Path | None = None, code: int = 0) -> Any:
+    env = {"DLM_HOME": str(home)} if home is not None else {}
+    result = CliRunner().invoke(cli, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback; traceback.print_exception(result.exception)
+    assert result.exit_code == code, result.output
+    return result
+
+
+def _json(*args: str, home: Path | None = None) -> Any:
+    return json.loads(_dlm(*args, "--json", home=home).stdout)
+
+
+def _other_home(tmp_path: Path, dlm_home: Path) -> Path:
+    home = tmp_path / "other-home"
+    home.mkdir()
+    (home / "bases").symlink_to((dlm_home / "bases").resolve(), target_is_directory=True)
+    return home
+
+
+def test_a_pack_unpacked_into_a_fresh_home_answers_as_the_original(doc: Path, tmp_path: Path, dlm_home: Path) -> None:
+    packed = _json("pack", str(doc))
+    assert packed["path"] == str(doc) + ".pack" and packed["adapters"] == [1]
+    home = _other_home(tmp_path, dlm_home)
+    installed = _json("unpack", packed["path"], "--home", str(home), "--to", str(tmp_path / "elsewhere"))
+    moved = Path(installed["document"])
+    assert moved == tmp_path / "elsewhere" / doc.name and moved.read_bytes() == doc.read_bytes()
+    assert installed["store"] == str(home / "store" / VALID_ID) and installed["adapters"] == [1]
+    question = "Where is the metadata kept?"
+    here = _json("prompt", str(doc), question, "--max-new-tokens", "8")
+    there = _json("prompt", str(moved), question, "--max-new-tokens", "8", home=home)
+    assert there["answer"] == here["answer"]
+    with sqlite3.connect(home / "store" / VALID_ID / "store.db") as conn:
+        paths = [row[0] for row in conn.execute("SELECT path FROM document_paths")]
+    assert paths == [str(moved.resolve())]
+
+
+def test_the_pack_of_an_unchanged_store_is_the_same_bytes_every_time(doc: Path, tmp_path: Path) -> None:
+    first = _json("pack", str(doc), "-o", str(tmp_path / "one.dlm.pack"))
+    second = _json("pack", str(doc), "-o", str(tmp_path / "two.dlm.pack"))
+    assert first["sha256"] == second["sha256"]
+    assert (tmp_path / "one.dlm.pack").read_bytes() == (tmp_path / "two.dlm.pack").read_bytes()
+
+
+def test_verify_checks_every_member_and_the_adapter_against_store_db(doc: Path) -> None:
+    packed = _json("pack", str(doc))
+    report = _json("verify", packed["path"])
+    assert report["ok"] and report["document_matches"] is True
+    assert [a["version"] for a in report["adapters"]] == [1] and report["signed_by"] is None
