@@ -77,3 +77,37 @@ def test_verify_checks_every_member_and_the_adapter_against_store_db(doc: Path) 
     report = _json("verify", packed["path"])
     assert report["ok"] and report["document_matches"] is True
     assert [a["version"] for a in report["adapters"]] == [1] and report["signed_by"] is None
+
+
+def _self_contained(folder: Path, tiny_base: Path) -> Path:
+    """A document whose base (``./tiny``) and sources (``./notes``) lie beside it."""
+    folder.mkdir(parents=True)
+    shutil.copytree(tiny_base, folder / "tiny")
+    notes = folder / "notes"
+    (notes / "deep").mkdir(parents=True)
+    (notes / "a.md").write_text("The store keeps its metadata in one SQLite file.\n", encoding="utf-8")
+    (notes / "deep" / "b.txt").write_text("Adapters are published before their rows.\n", encoding="utf-8")
+    doc = export_doc(folder, tiny_base)
+    text = doc.read_text(encoding="utf-8").replace(f"base_model: {tiny_base}", "base_model: ./tiny")
+    text = text.replace("training:\n", "training:\n  sources:\n    - path: ./notes\n", 1)
+    doc.write_text(text, encoding="utf-8")
+    return doc
+
+
+@pytest.mark.slow
+def test_verify_retrain_reproduces_the_packed_adapter_from_its_packed_sources_and_base(
+    tmp_path: Path, tiny_base: Path, dlm_home: Path
+) -> None:
+    doc = _self_contained(tmp_path / "project", tiny_base)
+    trained = _json("train", str(doc))
+    packed = _json("pack", str(doc), "--include-sources", "--include-base")
+    assert packed["sources"] == 2 and packed["base"] == "./tiny"
+    report = _json("verify", packed["path"], "--retrain")
+    assert report["ok"] and report["retrain"]["reproduced"]
+    assert report["retrain"]["sha256"] == trained["adapter_sha256"] == report["retrain"]["packed_sha256"]
+    home = _other_home(tmp_path, dlm_home)
+    to = tmp_path / "colleague"
+    installed = _json("unpack", packed["path"], "--home", str(home), "--to", str(to))
+    assert installed["files_written"] == 1 + 2 + len([p for p in (doc.parent / "tiny").rglob("*") if p.is_file()])
+    assert (to / "notes" / "deep" / "b.txt").read_bytes() == (doc.parent / "notes" / "deep" / "b.txt").read_bytes()
+    assert _json("show", str(to / doc.name), home=home)["dlm_id"] == VALID_ID

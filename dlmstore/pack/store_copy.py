@@ -26,7 +26,7 @@ from dlmstore.store.database import Store
 from dlmstore.store.highwater import Mark, current, mark_bytes, read_mark
 
 #: The tables that hold the token cache (emptied when the cache does not travel).
-CACHE_TABLES = ("cache_uses", "cache_entries", "token_segments")
+CACHE_TABLES = ("cache_uses", "cache_entries", "token_packs")
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,6 @@ def copy_database(store: Store, scratch: Path, *, keep_cache: bool) -> StoreCopy
             live.execute("VACUUM INTO ?", (str(db),))
         conn = sqlite3.connect(db, isolation_level=None)
         try:
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-            if "token_packs" in names:  # TEMPORARY until 0018 lands
-                conn.execute("ALTER TABLE token_packs RENAME TO token_segments")
             if not keep_cache:
                 conn.execute("BEGIN")
                 for table in CACHE_TABLES:
@@ -105,7 +102,7 @@ def _describe(conn: sqlite3.Connection, db: Path, store: Store) -> StoreCopy:
             "SELECT version, path, sha256, phase, run_id, created_at FROM adapters ORDER BY version"
         )
     ]
-    segments = sorted(row[0] for row in conn.execute("SELECT path FROM token_segments"))
+    segments = sorted(row[0] for row in conn.execute("SELECT path FROM token_packs"))
     exports = sorted({row[0] for row in conn.execute("SELECT path FROM exports")})
     newest = conn.execute(
         "SELECT MAX(created_at) FROM adapters UNION ALL SELECT MAX(COALESCE(finished_at, started_at)) FROM runs"
