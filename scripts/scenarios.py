@@ -14,6 +14,7 @@ from scenarios_format import FORMAT, REFUSALS
 from scenarios_garden import GARDEN, RESUME
 from scenarios_home import CACHE, DEDUP, STORES
 from scenarios_lock import LOCK
+from scenarios_pack import PACK
 from scenarios_replay import REPLAY
 from scenarios_tour import ERRORS, TOUR
 from sessions import Scenario
@@ -36,5 +37,6 @@ SCENARIOS: dict[str, Scenario] = {
         PREFIX,
         EXPORT_BENCH,
         REPLAY,
+        PACK,
     )
 }

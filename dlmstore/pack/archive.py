@@ -99,7 +99,7 @@ class PackWriter:
         self._zstd = zstandard.ZstdCompressor(compression_params=params).stream_writer(
             self._file.file, closefd=False
         )
-        self._tar = tarfile.open(fileobj=self._zstd, mode="w|", format=tarfile.PAX_FORMAT)  # type: ignore[call-overload]
+        self._tar = tarfile.open(fileobj=self._zstd, mode="w|", format=tarfile.PAX_FORMAT)
         #: Member -> sha256 hex of its bytes, in the order added.
         self.checksums: dict[str, str] = {}
         #: Member -> its size in bytes.
@@ -149,8 +149,7 @@ class PackWriter:
     def commit(self) -> int:
         """End the stream, fsync and rename onto the output; return the pack's size in bytes."""
         self._tar.close()
-        self._zstd.flush(__import__("zstandard").FLUSH_FRAME)
-        self._zstd.close()
+        self._zstd.close()  # type: ignore[no-untyped-call]  # ends the frame; closefd=False keeps the file
         size = self._file.file.tell()
         self._file.commit()
         return int(size)
@@ -223,7 +222,7 @@ def extract(pack: Path, staging: Path) -> Extracted:
                 source, read_size=_CHUNK, read_across_frames=True
             ) as stream,
             tarfile.open(fileobj=stream, mode="r|") as tar,
-        ):  # type: ignore[call-overload]
+        ):
             for member in _members(tar, pack):
                 if member.name in checksums or member.name.rstrip("/") in checksums:
                     raise PackError(

@@ -105,10 +105,10 @@ def carried(document: Document, *, sources: bool, base: bool) -> Carried:
     tree = os.path.commonpath(places)
     files = list(builtin)
     carried_sources: list[SourceRoot] = []
-    for directive, root, chosen in roots:
+    for written, root, chosen in roots:
         member = _member(layout.SOURCES_DIR, os.path.relpath(root, tree))
         files.extend(TreeFile(f"{member}/{rel}" if rel else member, path) for rel, path in chosen)
-        carried_sources.append(SourceRoot(directive, member, len(chosen)))
+        carried_sources.append(SourceRoot(written, member, len(chosen)))
     if local_base is not None:
         member = _member(f"{layout.BASE_DIR}/local", os.path.relpath(local_base[0], tree))
         files.extend(TreeFile(f"{member}/{rel}", path) for rel, path in local_base[1])

@@ -162,7 +162,8 @@ def parse_header(data: bytes) -> PackHeader:
             f"the pack's format is {version}, newer than the {layout.PACK_FORMAT_VERSION} this dlmstore reads",
             hint="upgrade dlmstore to unpack it",
         )
-    return _build(PackHeader, raw, layout.HEADER)
+    header: PackHeader = _build(PackHeader, raw, layout.HEADER)
+    return header
 
 
 def parse_manifest(data: bytes) -> PackManifest:
@@ -175,7 +176,7 @@ def parse_manifest(data: bytes) -> PackManifest:
     raw["sources"] = [_build(SourceRoot, item, layout.MANIFEST) for item in _list(raw.get("sources", []))]
     if raw.get("base") is not None:
         raw["base"] = _build(PackedBase, raw["base"], layout.MANIFEST)
-    manifest = _build(PackManifest, raw, layout.MANIFEST)
+    manifest: PackManifest = _build(PackManifest, raw, layout.MANIFEST)
     if not isinstance(manifest.entries, dict) or not all(
         isinstance(v, int) for v in manifest.entries.values()
     ):
