@@ -32,7 +32,9 @@ def _dlm(*args: str, home: Path | None = None, code: int = 0) -> Any:
     env = {"DLM_HOME": str(home)} if home is not None else {}
     result = CliRunner().invoke(cli, list(args), env=env)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
-        import traceback; traceback.print_exception(result.exception)
+        import traceback
+
+        traceback.print_exception(result.exception)
     assert result.exit_code == code, result.output
     return result
 
@@ -48,7 +50,9 @@ def _other_home(tmp_path: Path, dlm_home: Path) -> Path:
     return home
 
 
-def test_a_pack_unpacked_into_a_fresh_home_answers_as_the_original(doc: Path, tmp_path: Path, dlm_home: Path) -> None:
+def test_a_pack_unpacked_into_a_fresh_home_answers_as_the_original(
+    doc: Path, tmp_path: Path, dlm_home: Path
+) -> None:
     packed = _json("pack", str(doc))
     assert packed["path"] == str(doc) + ".pack" and packed["adapters"] == [1]
     home = _other_home(tmp_path, dlm_home)
@@ -108,6 +112,37 @@ def test_verify_retrain_reproduces_the_packed_adapter_from_its_packed_sources_an
     home = _other_home(tmp_path, dlm_home)
     to = tmp_path / "colleague"
     installed = _json("unpack", packed["path"], "--home", str(home), "--to", str(to))
-    assert installed["files_written"] == 1 + 2 + len([p for p in (doc.parent / "tiny").rglob("*") if p.is_file()])
-    assert (to / "notes" / "deep" / "b.txt").read_bytes() == (doc.parent / "notes" / "deep" / "b.txt").read_bytes()
+    assert installed["files_written"] == 1 + 2 + len(
+        [p for p in (doc.parent / "tiny").rglob("*") if p.is_file()]
+    )
+    assert (to / "notes" / "deep" / "b.txt").read_bytes() == (
+        doc.parent / "notes" / "deep" / "b.txt"
+    ).read_bytes()
     assert _json("show", str(to / doc.name), home=home)["dlm_id"] == VALID_ID
+
+
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_the_token_cache_travels_only_with_include_cache(
+    doc: Path, tmp_path: Path, dlm_home: Path, with_cache: bool
+) -> None:
+    flags = ["--include-cache"] if with_cache else []
+    packed = _json("pack", str(doc), *flags)
+    home = _other_home(tmp_path, dlm_home)
+    installed = _json("unpack", packed["path"], "--home", str(home), "--to", str(tmp_path / "there"))
+    verified = _json("cache", "verify", installed["document"], home=home)
+    assert verified["problems"] == [] and (verified["entries_checked"] > 0) == with_cache
+    summary = _json("tokenize", installed["document"], home=home)
+    event = summary["tokenization"]
+    assert (event["cache_hits"] > 0, event["cache_misses"] == 0) == (with_cache, with_cache)
+
+
+def test_adapters_all_carries_every_version_and_newest_only_the_last(doc: Path, tmp_path: Path) -> None:
+    _dlm("train", str(doc))  # v0002 beside the trained store's v0001
+    newest = _json("pack", str(doc), "-o", str(tmp_path / "newest.dlm.pack"))
+    every = _json("pack", str(doc), "--adapters", "all", "-o", str(tmp_path / "all.dlm.pack"))
+    chosen = _json("pack", str(doc), "--adapters", "v1", "-o", str(tmp_path / "v1.dlm.pack"))
+    assert (newest["adapters"], every["adapters"], chosen["adapters"]) == ([2], [1, 2], [1])
+    assert _dlm("pack", str(doc), "--adapters", "v7", "-o", str(tmp_path / "x"), code=1).output == (
+        "error: --adapters: the store has no adapter v0007 (it has v0001, v0002)\n"
+    )
+    assert not (tmp_path / "x").exists()
