@@ -115,7 +115,7 @@ def unpack_command(pack: str, home: str | None, to: str | None, force: bool, as_
 @click.option(
     "--retrain", is_flag=True, help="Train the packed document in a scratch home and compare the adapter."
 )
-@json_option("dlmstore.pack.verify:VerifyReport")
+@json_option("dlmstore.pack.verification:VerifyReport")
 def verify_command(pack: str, key: str | None, retrain: bool, as_json: bool) -> None:
     """Check every member of PACK, its adapters against store.db, its signature, and optionally a retrain.
 
@@ -125,7 +125,7 @@ def verify_command(pack: str, key: str | None, retrain: bool, as_json: bool) -> 
         from dlmstore.train.threads import configure
 
         configure()  # threads and how they wait, before torch is imported, as dlm train sets them
-    from dlmstore.pack.verify import verify_pack
+    from dlmstore.pack.verification import verify_pack
 
     report = verify_pack(Path(pack), key=Path(key) if key else None, retrain=retrain)
     if as_json:
@@ -137,7 +137,7 @@ def verify_command(pack: str, key: str | None, retrain: bool, as_json: bool) -> 
 
 
 def _print(report: object) -> None:
-    from dlmstore.pack.verify import VerifyReport
+    from dlmstore.pack.verification import VerifyReport
 
     assert isinstance(report, VerifyReport)
     click.echo(

@@ -8,5 +8,5 @@
 * :mod:`~dlmstore.pack.writer`: ``dlm pack``.
 * :mod:`~dlmstore.pack.install`: ``dlm unpack``.
 * :mod:`~dlmstore.pack.dlm_layout`: packs written by DocumentLanguageModel.
-* :mod:`~dlmstore.pack.signing` and :mod:`~dlmstore.pack.verify`: ``dlm verify``.
+* :mod:`~dlmstore.pack.signing` and :mod:`~dlmstore.pack.verification`: ``dlm verify``.
 """

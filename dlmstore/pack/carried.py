@@ -36,6 +36,9 @@ from dlmstore.pack.manifest import PackedBase, SourceRoot
 from dlmstore.sources.roots import DLM_FOLDER, anchor_dir
 from dlmstore.sources.walk import walk_directive
 
+#: The folders of a converted built-in base (``dlmstore.bases``).
+_CONVERTED = ("tokenizer", "model")
+
 #: The files of a ``.dlm/`` folder that shape a walk.
 _WALK_CONFIG = ("training.yaml", "ignore")
 
@@ -93,7 +96,11 @@ def carried(document: Document, *, sources: bool, base: bool) -> Carried:
             folder = Path(model_source(ref)).parent
             tokenizer_source(ref)
             prefix = f"{layout.BASE_DIR}/builtin/{ref.name}"
-            builtin = [TreeFile(f"{prefix}/{rel}", path) for rel, path in _folder_files(folder)]
+            builtin = [
+                TreeFile(f"{prefix}/{rel}", path)
+                for rel, path in _folder_files(folder)
+                if rel.split("/")[0] in _CONVERTED  # not identity.json: this machine's stat of its GGUF
+            ]
             packed_base = PackedBase("builtin", ref.name, prefix)
         else:
             raise PackError(

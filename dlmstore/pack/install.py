@@ -364,8 +364,14 @@ def _install_builtin(staged: _Staged) -> str | None:
         if (target / part).exists():
             continue  # the home converted its own: kept
         target.mkdir(parents=True, exist_ok=True)
-        with publish_dir(target / part, existing="keep") as folder:
-            shutil.copytree(source / part, folder, dirs_exist_ok=True)
+        if (source / part).is_dir():
+            with publish_dir(target / part, existing="keep") as folder:
+                shutil.copytree(source / part, folder, dirs_exist_ok=True)
+        else:
+            try:
+                write_bytes_atomic(target / part, (source / part).read_bytes(), overwrite=False)
+            except FileExistsError:
+                continue  # written meanwhile by a conversion in another process
         installed = str(target)
     return installed
 
