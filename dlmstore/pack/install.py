@@ -324,6 +324,11 @@ def _refuse_existing(target: Path, staged: _Staged, force: bool) -> None:
             f"a store for {staged.dlm_id} is already at {target}",
             hint="pass --force to replace it with the pack's, or unpack with --home into another home",
         )
+    with FileLock(target / STORE_LOCK_NAME) as lock:
+        if not lock.try_exclusive():  # asked again when it is renamed aside: this refuses before any write
+            raise PackError(
+                f"the store at {target} is in use by another dlm process: not replaced; try again"
+            )
     have, packed = read_mark(target), read_mark(staged.store)
     if have is not None and packed is not None:
         newer = [
