@@ -109,6 +109,11 @@ def test_verify_retrain_reproduces_the_packed_adapter_from_its_packed_sources_an
     report = _json("verify", packed["path"], "--retrain")
     assert report["ok"] and report["retrain"]["reproduced"]
     assert report["retrain"]["sha256"] == trained["adapter_sha256"] == report["retrain"]["packed_sha256"]
+    plain = _json("pack", str(doc), "-o", str(tmp_path / "plain.dlm.pack"))
+    assert _dlm("verify", plain["path"], "--retrain", code=1).output == (
+        "error: the pack carries no training.sources files, so --retrain cannot train what was trained\n"
+        "hint: verify a pack made with --include-sources (and --include-base)\n"
+    )
     home = _other_home(tmp_path, dlm_home)
     to = tmp_path / "colleague"
     installed = _json("unpack", packed["path"], "--home", str(home), "--to", str(to))

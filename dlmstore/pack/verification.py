@@ -29,6 +29,7 @@ from dlmstore.errors import PackError
 from dlmstore.home import home_at
 from dlmstore.pack import layout
 from dlmstore.pack.install import stage, unpack
+from dlmstore.pack.manifest import PackManifest
 from dlmstore.store.connection import DB_NAME, read_only
 
 
@@ -123,6 +124,8 @@ def verify_pack(pack: Path, *, key: Path | None = None, retrain: bool = False) -
                 f"{pack} is not signed: --key cannot be checked", hint="ask for a pack made with --sign"
             )
         adapters, matches = _check_adapters(staged.store, staged.adapters, staged.document)
+        if retrain and staged.manifest is not None:
+            _can_retrain(staged.document, staged.manifest)
     found = _retrain(pack, adapters) if retrain else None
     return VerifyReport(
         pack=str(pack),
@@ -190,6 +193,18 @@ def _document_matches(conn: sqlite3.Connection, run_id: int | None, document: Pa
         return None
     digest = hashlib.sha256(document.read_bytes()).hexdigest()
     return str(row[0]).removeprefix("sha256:") == digest
+
+
+def _can_retrain(document: Path, manifest: PackManifest) -> None:
+    """Refuse a retrain that could not train what was trained: the sources or a local base left out."""
+    from dlmstore.document.parser import parse_document
+
+    settings = parse_document(document).frontmatter
+    if settings.training.sources and not manifest.sources:
+        raise PackError(
+            "the pack carries no training.sources files, so --retrain cannot train what was trained",
+            hint="verify a pack made with --include-sources (and --include-base)",
+        )
 
 
 def _retrain(pack: Path, adapters: list[AdapterCheck]) -> Retrain:
