@@ -5,7 +5,7 @@ baseline it is measured against in the same run:
 
 * **shared cold**: a second document (a new store) over the same tree as a
   document already tokenized, its first `dlm tokenize`: with sharing (the
-  first store's packs hard-linked) against without (``--no-share``: the
+  first store's segments hard-linked) against without (``--no-share``: the
   tokenizer again), as a speedup (goal >= 20x); per 100,000 files against
   the warm `dlm tokenize` of ``--tiny`` generated files (goal: no slower);
 * **extra disk** of the shared store: bytes of its token files that are not
@@ -82,8 +82,8 @@ def fresh(home: Path, dlm_id: str) -> None:
 def disk(home: Path, dlm_id: str) -> tuple[int, int]:
     """Bytes on disk of a store's token files: all of them, and those that are no other file's link."""
     total = own = 0
-    for pack in (home / "store" / dlm_id / "tokens").glob("pack-*.bin"):
-        st = pack.stat()
+    for segment in (home / "store" / dlm_id / "tokens").glob("segment-*.bin"):
+        st = segment.stat()
         total += st.st_blocks * 512
         own += st.st_blocks * 512 if st.st_nlink == 1 else 0
     return total, own
@@ -342,7 +342,7 @@ def main() -> None:
           f"vs warm {per_100k_warm:.2f} s (walked {tiny_walked * 100_000 / tiny_count:.2f} s)  "
           f"{verdict(tiny_shared_100k <= per_100k_warm)}; the stdlib's {per_100k_shared:.2f} s per 100K files "
           "is its larger files (100 MB of tokens)")  # fmt: skip
-    print(f"  extra disk of shared packs ~0: {shared_own:,} bytes (without sharing {alone_disk:,})  "
+    print(f"  extra disk of shared segments ~0: {shared_own:,} bytes (without sharing {alone_disk:,})  "
           f"{verdict(shared_own <= alone_disk * 0.01)}")  # fmt: skip
     print(f"  near-dup signatures cold <= {GOALS['near_share']:.0%} of the cold tokenize: "
           f"{near_s / pass_s:.1%} in this process, {dedup_s / pass_s:.1%} in the pass  "

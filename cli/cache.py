@@ -87,7 +87,7 @@ def prune_command(path: str, older_than: object, as_json: bool) -> None:
         f"not used since {result.cutoff}"
     )
     click.echo(
-        f"files: {result.packs_removed:,} empty and {plural(result.packs_compacted, 'sparse token file')}, "
+        f"files: {result.segments_removed:,} empty and {plural(result.segments_compacted, 'sparse token file')}, "
         f"{plural(result.orphan_files_removed, 'orphan')}, {plural(result.temp_files_removed, 'temp file')}, "
         f"{plural(result.staging_dirs_removed, 'base conversion leftover')}"
     )
@@ -110,7 +110,7 @@ def clear_command(path: str, force: bool, as_json: bool) -> None:
     if summary.entry_count == 0:
         # Nothing to do is success: no question, no store created. An existing store still
         # records its dead runs as failed, as every command that writes does.
-        # (Pack files no entry names are debris: `dlm cache verify --repair` removes them.)
+        # (Segment files no entry names are debris: `dlm cache verify --repair` removes them.)
         if summary.exists:
             from dlmstore.store.runs import fail_dead_runs
 
@@ -171,7 +171,7 @@ def verify_command(path: str, repair: bool, as_json: bool) -> None:
             click.echo(f"{state}: {problem.kind}: {problem.path}: {problem.detail}")
         click.echo(
             f"checked {plural(result.entries_checked, 'entry', 'entries')} in "
-            f"{plural(result.packs_checked, 'token file')}: "
+            f"{plural(result.segments_checked, 'token file')}: "
             f"{plural(len(result.problems), 'problem')}, {result.remaining:,} remaining"
         )
     if result.store_in_use:

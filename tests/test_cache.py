@@ -15,7 +15,7 @@ import pytest
 
 from dlmstore.cache.admin import cache_summary, clear, prune, verify
 from dlmstore.cache.entries import TokenCache, cache_bytes, evict
-from dlmstore.cache.packs import as_array
+from dlmstore.cache.segments import as_array
 from dlmstore.cache.uses import FOLD_AFTER, entries_used_by, fold
 from dlmstore.corpus.tokenize import tokenize_document
 from dlmstore.errors import StoreError
@@ -109,30 +109,34 @@ def test_eviction_reads_only_the_entries_it_evicts(store: Store) -> None:
 def test_packs_left_without_entries_are_deleted(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b"])
-    (pack,) = (store.path / "tokens").glob("pack-*.bin")
+    (segment,) = (store.path / "tokens").glob("segment-*.bin")
     evict(store, max_bytes=0, protect_run_id=None)
-    assert not pack.exists()
-    assert sqlite3.connect(store.db_path).execute("SELECT COUNT(*) FROM token_packs").fetchone() == (0,)
+    assert not segment.exists()
+    assert sqlite3.connect(store.db_path).execute("SELECT COUNT(*) FROM token_segments").fetchone() == (0,)
 
 
-def test_prune_drops_entries_unused_since_the_cutoff_and_compacts_their_pack(store: Store) -> None:
+def test_prune_drops_entries_unused_since_the_cutoff_and_compacts_their_segment(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b", "c", "d"])
     conn = sqlite3.connect(store.db_path)
     conn.execute("UPDATE cache_entries SET last_access_at = '2000-01-01T00:00:00.000Z' WHERE row_key != 'a'")
     conn.commit()
     result = prune(store, older_than=timedelta(days=30))
-    assert (result.entries_removed, result.bytes_removed, result.packs_compacted) == (3, 60, 1)
+    assert (result.entries_removed, result.bytes_removed, result.segments_compacted) == (3, 60, 1)
     assert as_array(*_cache(store).lookup(["a"], run_id=run).tokens["a"]).tolist() == list(range(10))
-    (pack,) = (store.path / "tokens").glob("pack-*.bin")
-    assert pack.stat().st_size == 20  # only a's bytes are left on disk
+    (segment,) = (store.path / "tokens").glob("segment-*.bin")
+    assert segment.stat().st_size == 20  # only a's bytes are left on disk
 
 
 def _debris(store: Store) -> tuple[Path, Path, Path]:
-    """An old unregistered pack, an old temp file and a new unregistered pack in tokens/."""
+    """An old unregistered segment, an old temp file and a new unregistered segment in tokens/."""
     tokens = store.path / "tokens"
     tokens.mkdir()
-    orphan, temp, fresh = tokens / "pack-OLD.bin", tokens / ".pack-x.bin.tmp", tokens / "pack-NEW.bin"
+    orphan, temp, fresh = (
+        tokens / "segment-OLD.bin",
+        tokens / ".segment-x.bin.tmp",
+        tokens / "segment-NEW.bin",
+    )
     for path in (orphan, temp, fresh):
         path.write_bytes(b"\0" * 8)
     old = time.time() - 7200
@@ -168,10 +172,10 @@ def test_clear_removes_every_entry_and_file(store: Store) -> None:
 def test_verify_reports_a_damaged_entry_and_repair_drops_it(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b"])
-    (pack,) = (store.path / "tokens").glob("pack-*.bin")
-    data = bytearray(pack.read_bytes())
+    (segment,) = (store.path / "tokens").glob("segment-*.bin")
+    data = bytearray(segment.read_bytes())
     data[0] ^= 1
-    pack.write_bytes(bytes(data))
+    segment.write_bytes(bytes(data))
     result = verify(store)
     assert [(p.kind, p.repaired) for p in result.problems] == [("bad_entry", False)]
     repaired = verify(store, repair=True)
@@ -185,10 +189,10 @@ def test_a_lookup_that_only_counts_reads_no_entry_but_the_one_that_serves_tokens
 ) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b"])
-    (pack,) = (store.path / "tokens").glob("pack-*.bin")
-    data = bytearray(pack.read_bytes())
+    (segment,) = (store.path / "tokens").glob("segment-*.bin")
+    data = bytearray(segment.read_bytes())
     data[0] ^= 1  # inside "a"
-    pack.write_bytes(bytes(data))
+    segment.write_bytes(bytes(data))
     counted = _cache(store).lookup(["a", "b"], run_id=run, verify=False)
     assert (counted.tokens, counted.counts, counted.damaged) == ({}, {"a": 10, "b": 10}, ())
     served = _cache(store).lookup(["a", "b"], run_id=run)
@@ -197,24 +201,26 @@ def test_a_lookup_that_only_counts_reads_no_entry_but_the_one_that_serves_tokens
     assert _cache(store).lookup(["a"], run_id=run, verify=False).counts == {}  # dropped: re-tokenized next
 
 
-def test_a_lookup_that_only_counts_still_misses_entries_of_a_missing_or_truncated_pack(store: Store) -> None:
+def test_a_lookup_that_only_counts_still_misses_entries_of_a_missing_or_truncated_segment(
+    store: Store,
+) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b"])
-    (pack,) = (store.path / "tokens").glob("pack-*.bin")
-    pack.write_bytes(pack.read_bytes()[:-1])  # the last entry, "b", is cut short
+    (segment,) = (store.path / "tokens").glob("segment-*.bin")
+    segment.write_bytes(segment.read_bytes()[:-1])  # the last entry, "b", is cut short
     counted = _cache(store).lookup(["a", "b"], run_id=run, verify=False)
     assert (counted.counts, counted.damaged) == ({"a": 10}, ("b",))
-    pack.unlink()
+    segment.unlink()
     assert _cache(store).lookup(["a"], run_id=run, verify=False).damaged == ("a",)
 
 
 def test_a_damaged_entry_is_never_trained_on_even_after_a_pass_that_only_counted(tmp_path: Path) -> None:
     doc = write_doc(tmp_path / "doc.dlm", body="Some prose to tokenize.\n")
     _, expected = tokenize_document(str(doc))
-    (pack,) = (store_dir(VALID_ID) / "tokens").glob("pack-*.bin")
-    data = bytearray(pack.read_bytes())
+    (segment,) = (store_dir(VALID_ID) / "tokens").glob("segment-*.bin")
+    data = bytearray(segment.read_bytes())
     data[0] ^= 0xFF
-    pack.write_bytes(bytes(data))
+    segment.write_bytes(bytes(data))
     counted, _ = tokenize_document(str(doc), materialize=False)  # `dlm tokenize`: reads no entry
     assert (counted.tokenization.cache_hits, counted.damaged_entries) == (1, 0)
     trained, rows = tokenize_document(str(doc))  # what `dlm train` runs: every entry checked
@@ -223,16 +229,16 @@ def test_a_damaged_entry_is_never_trained_on_even_after_a_pass_that_only_counted
     assert rows.values.tolist() == expected.values.tolist()
 
 
-def test_verify_reports_a_missing_pack_and_wrong_totals(store: Store) -> None:
+def test_verify_reports_a_missing_segment_and_wrong_totals(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a"])
-    for pack in (store.path / "tokens").glob("pack-*.bin"):
-        pack.unlink()
+    for segment in (store.path / "tokens").glob("segment-*.bin"):
+        segment.unlink()
     conn = sqlite3.connect(store.db_path)
     conn.execute("UPDATE cache_totals SET bytes = 999")
     conn.commit()
     kinds = sorted(p.kind for p in verify(store).problems)
-    assert kinds == ["bad_entry", "missing_pack", "wrong_totals"]
+    assert kinds == ["bad_entry", "missing_segment", "wrong_totals"]
     verify(store, repair=True)
     assert verify(store).problems == [] and cache_bytes(store) == 0
 

@@ -1,6 +1,6 @@
 """Debris of killed writers: `dlm cache verify` finds it all, `--repair` removes it, a live writer's is safe.
 
-A writer killed at the wrong moment leaves a pack temp file, or a pack
+A writer killed at the wrong moment leaves a segment temp file, or a segment
 renamed into place whose rows never committed, a dataset shard's temp
 file, or a base conversion's staging folder. Which of these is debris is
 decided by the store lock (``dlmstore.store.flock``), never by the file's
@@ -57,11 +57,11 @@ def doc(tmp_path: Path) -> Path:
     return doc
 
 
-def _killed_pack_writer_leftovers() -> list[str]:
-    """What kill -9 leaves in tokens/: a temp pack, and a pack renamed into place but never registered."""
+def _killed_segment_writer_leftovers() -> list[str]:
+    """What kill -9 leaves in tokens/: a temp segment, and a segment renamed into place but never registered."""
     tokens = store_dir(VALID_ID) / "tokens"
-    temp = tokens / ".pack-01M8ZZZZZZZZZZZZZZZZZZZZZZ.bin.x1y2z3.tmp"
-    unregistered = tokens / "pack-01M8ZZZZZZZZZZZZZZZZZZZZZY.bin"
+    temp = tokens / ".segment-01M8ZZZZZZZZZZZZZZZZZZZZZZ.bin.x1y2z3.tmp"
+    unregistered = tokens / "segment-01M8ZZZZZZZZZZZZZZZZZZZZZY.bin"
     temp.write_bytes(b"\1\0" * 10)
     unregistered.write_bytes(b"\1\0" * 10)
     return [f"tokens/{unregistered.name}", f"tokens/{temp.name}"]
@@ -83,12 +83,14 @@ def holder() -> Iterator[subprocess.Popen[str]]:
     proc.communicate("")
 
 
-def test_verify_reports_what_a_killed_pack_writer_left_however_new_and_repair_removes_it(doc: Path) -> None:
-    orphan, temp = _killed_pack_writer_leftovers()
+def test_verify_reports_what_a_killed_segment_writer_left_however_new_and_repair_removes_it(
+    doc: Path,
+) -> None:
+    orphan, temp = _killed_segment_writer_leftovers()
     code, stdout, stderr = _dlm("cache", "verify", str(doc))
     assert (code, stderr) == (1, "")
     assert stdout.splitlines() == [
-        f"problem: orphan_file: {orphan}: pack file not registered in store.db",
+        f"problem: orphan_file: {orphan}: segment file not registered in store.db",
         f"problem: temp_file: {temp}: leftover temporary file",
         "checked 2 entries in 1 token file: 2 problems, 2 remaining",
     ]
@@ -103,8 +105,8 @@ def test_verify_reports_what_a_killed_pack_writer_left_however_new_and_repair_re
     )
 
 
-def test_prune_removes_what_a_killed_pack_writer_left_however_new(doc: Path) -> None:
-    _killed_pack_writer_leftovers()
+def test_prune_removes_what_a_killed_segment_writer_left_however_new(doc: Path) -> None:
+    _killed_segment_writer_leftovers()
     code, stdout, _ = _dlm("cache", "prune", str(doc), "--json")
     assert code == 0
     result = json.loads(stdout)
@@ -118,8 +120,8 @@ def test_prune_removes_what_a_killed_pack_writer_left_however_new(doc: Path) -> 
 def test_while_another_process_holds_the_store_repair_leaves_young_files_alone_and_says_so(
     doc: Path, holder: subprocess.Popen[str]
 ) -> None:
-    orphan, temp = _killed_pack_writer_leftovers()
-    old = store_dir(VALID_ID) / "tokens" / ".pack-01M8ZZZZZZZZZZZZZZZZZZZZZX.bin.old.tmp"
+    orphan, temp = _killed_segment_writer_leftovers()
+    old = store_dir(VALID_ID) / "tokens" / ".segment-01M8ZZZZZZZZZZZZZZZZZZZZZX.bin.old.tmp"
     old.write_bytes(b"")
     hour_and_a_bit = time.time() - 3700
     os.utime(old, (hour_and_a_bit, hour_and_a_bit))
@@ -136,30 +138,30 @@ def test_while_another_process_holds_the_store_repair_leaves_young_files_alone_a
 
 
 def _truncate_after_the_first_entry() -> Path:
-    """Cut the one pack after its first entry: that entry still reads back, the other is gone."""
-    (pack,) = (store_dir(VALID_ID) / "tokens").glob("pack-*.bin")
+    """Cut the one segment after its first entry: that entry still reads back, the other is gone."""
+    (segment,) = (store_dir(VALID_ID) / "tokens").glob("segment-*.bin")
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
     (first_end,) = conn.execute("SELECT bytes FROM cache_entries WHERE byte_offset = 0").fetchone()
     conn.close()
-    os.truncate(pack, first_end)
-    return pack
+    os.truncate(segment, first_end)
+    return segment
 
 
-def test_a_truncated_pack_stays_healed_after_repair(doc: Path) -> None:
+def test_a_truncated_segment_stays_healed_after_repair(doc: Path) -> None:
     _truncate_after_the_first_entry()
     code, stdout, _ = _dlm("cache", "verify", "--repair", str(doc))
     assert code == 0
-    assert [line.split(":")[1].strip() for line in stdout.splitlines()[:-1]] == ["short_pack", "bad_entry"]
+    assert [line.split(":")[1].strip() for line in stdout.splitlines()[:-1]] == ["short_segment", "bad_entry"]
     assert _dlm("cache", "verify", str(doc))[:2] == (
         0,
         "checked 1 entry in 1 token file: 0 problems, 0 remaining\n",
     )
 
 
-def test_a_truncated_pack_healed_by_the_next_run_leaves_nothing_for_repair(doc: Path) -> None:
+def test_a_truncated_segment_healed_by_the_next_run_leaves_nothing_for_repair(doc: Path) -> None:
     _truncate_after_the_first_entry()
-    assert _dlm("tokenize", str(doc))[0] == 0  # the lost entry misses and is written to a new pack
-    assert _dlm("cache", "verify", "--repair", str(doc))[:2] == (  # the pass settled the short pack
+    assert _dlm("tokenize", str(doc))[0] == 0  # the lost entry misses and is written to a new segment
+    assert _dlm("cache", "verify", "--repair", str(doc))[:2] == (  # the pass settled the short segment
         0,
         "checked 2 entries in 2 token files: 0 problems, 0 remaining\n",
     )
@@ -253,7 +255,7 @@ def test_a_filesystem_without_flock_opens_the_store_and_sweeps_only_old_files(
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
-    orphan, temp = _killed_pack_writer_leftovers()
+    orphan, temp = _killed_segment_writer_leftovers()
     code, stdout, stderr = _dlm("cache", "verify", "--repair", str(doc))
     assert (code, stderr) == (0, IN_USE_NOTE + "\n")  # it cannot know it is alone, so it assumes not
     assert (store_dir(VALID_ID) / orphan).exists() and (store_dir(VALID_ID) / temp).exists()
@@ -264,3 +266,20 @@ def test_docs_cache_md_explains_every_kind_of_problem_verify_reports() -> None:
 
     text = (REPO / "docs" / "cache.md").read_text(encoding="utf-8")
     assert [kind for kind in PROBLEM_KINDS if f"| `{kind}` |" not in text] == []
+
+
+def test_a_segment_written_before_the_rename_keeps_its_pack_name_and_is_read_not_swept(doc: Path) -> None:
+    """Stores made before migration 0018 named their token files ``tokens/pack-*.bin``; rows record
+    each file's path, so such a file is still read, verified and kept, and never taken for debris."""
+    store = store_dir(VALID_ID)
+    with sqlite3.connect(store / "store.db") as conn:
+        (relpath,) = conn.execute("SELECT path FROM token_segments").fetchone()
+        legacy = relpath.replace("segment-", "pack-")
+        (store / relpath).rename(store / legacy)
+        conn.execute("UPDATE token_segments SET path = ?", (legacy,))
+    code, out, _ = _dlm("cache", "verify", str(doc), "--repair", "--json")
+    assert code == 0 and json.loads(out)["problems"] == []
+    code, out, _ = _dlm("tokenize", str(doc), "--json")
+    event = json.loads(out)["tokenization"]
+    assert code == 0 and (event["cache_hits"], event["cache_misses"]) == (2, 0)
+    assert (store / legacy).is_file() and not list((store / "tokens").glob("segment-*"))

@@ -176,11 +176,11 @@ def test_verify_exits_1_on_a_problem_and_repair_fixes_it(runner: CliRunner, doc:
     _tokenize(runner, doc)
     clean = runner.invoke(cli, ["cache", "verify", str(doc)])
     assert clean.exit_code == 0 and clean.output.endswith("0 problems, 0 remaining\n")
-    for pack in (store_dir(VALID_ID) / "tokens").glob("pack-*.bin"):
-        pack.write_bytes(pack.read_bytes()[:3])
+    for segment in (store_dir(VALID_ID) / "tokens").glob("segment-*.bin"):
+        segment.write_bytes(segment.read_bytes()[:3])
     broken = runner.invoke(cli, ["cache", "verify", str(doc), "--json"])
     assert broken.exit_code == 1
-    assert json.loads(broken.stdout)["remaining"] == 6  # one short pack and five bad entries
+    assert json.loads(broken.stdout)["remaining"] == 6  # one short segment and five bad entries
     repaired = runner.invoke(cli, ["cache", "verify", str(doc), "--repair"])
     assert repaired.exit_code == 0, repaired.output
     assert runner.invoke(cli, ["cache", "verify", str(doc)]).exit_code == 0

@@ -1,4 +1,4 @@
-"""Encoding a pass's batches on threads (dlmstore.cache.encoders): same tokens, same packs, bounded text."""
+"""Encoding a pass's batches on threads (dlmstore.cache.encoders): same tokens, same segments, bounded text."""
 
 from __future__ import annotations
 
@@ -145,11 +145,11 @@ def test_a_chunk_larger_than_the_budget_is_encoded_alone() -> None:
     assert not any(overlapped) and budget.used == 0 and budget.peak <= 10
 
 
-def _pack_bytes(dlm_id: str) -> list[bytes]:
-    """The bytes of the store's packs in the order they were registered (their names are random)."""
+def _segment_bytes(dlm_id: str) -> list[bytes]:
+    """The bytes of the store's segments in the order they were registered (their names are random)."""
     root = store_dir(dlm_id)
     with sqlite3.connect(root / "store.db") as conn:
-        paths = [path for (path,) in conn.execute("SELECT path FROM token_packs ORDER BY id")]
+        paths = [path for (path,) in conn.execute("SELECT path FROM token_segments ORDER BY id")]
     conn.close()
     return [(root / path).read_bytes() for path in paths]
 
@@ -179,7 +179,7 @@ def _threads_encoding(monkeypatch: pytest.MonkeyPatch, *, parallelism: str) -> s
     return seen
 
 
-def test_several_threads_give_the_same_tokens_and_the_same_pack_bytes_as_one(
+def test_several_threads_give_the_same_tokens_and_the_same_segment_bytes_as_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc = _tree(tmp_path)
@@ -188,8 +188,8 @@ def test_several_threads_give_the_same_tokens_and_the_same_pack_bytes_as_one(
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     assert tokenizer_threads() == 1
     _, one = tokenize_document(str(doc))
-    packs_one = _pack_bytes(VALID_ID)
-    assert len(packs_one) > 1 and one is not None
+    segments_one = _segment_bytes(VALID_ID)
+    assert len(segments_one) > 1 and one is not None
     shutil.rmtree(store_dir(VALID_ID))
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     monkeypatch.setenv("RAYON_NUM_THREADS", "3")
@@ -199,7 +199,7 @@ def test_several_threads_give_the_same_tokens_and_the_same_pack_bytes_as_one(
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
     assert several is not None and summary.tokenization.cache_misses == 43
     assert np.array_equal(several.values, one.values) and np.array_equal(several.offsets, one.offsets)
-    assert _pack_bytes(VALID_ID) == packs_one  # the same packs, byte for byte
+    assert _segment_bytes(VALID_ID) == segments_one  # the same segments, byte for byte
 
 
 def test_a_pass_with_conversations_to_encode_stays_on_one_thread(

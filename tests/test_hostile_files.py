@@ -1,4 +1,4 @@
-"""Files that would hang or exhaust a reader: a FIFO where a pack belongs, and document
+"""Files that would hang or exhaust a reader: a FIFO where a segment belongs, and document
 rows too large to tokenize in bounded memory (FIFO dataset files: test_datasets_bad_input.py).
 
 A FIFO opened for a blocking read waits forever for a writer, so every FIFO
@@ -41,38 +41,38 @@ def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stderr, result.stderr
 
 
-# -- a pack file that is a FIFO ----------------------------------------------------------------
+# -- a segment file that is a FIFO ----------------------------------------------------------------
 
 
 @pytest.fixture
-def fifo_pack(tmp_path: Path, tiny_base: Path) -> Path:
-    """A tokenized document whose only pack file was replaced by a FIFO; returns the document."""
+def fifo_segment(tmp_path: Path, tiny_base: Path) -> Path:
+    """A tokenized document whose only segment file was replaced by a FIFO; returns the document."""
     doc = write_doc(tmp_path / "doc.dlm", body="Some prose.\n", frontmatter=f"base_model: {tiny_base}\n")
     result = CliRunner().invoke(cli, ["tokenize", str(doc)])
     assert result.exit_code == 0, result.output
-    (pack,) = (store_dir(VALID_ID) / "tokens").glob("pack-*.bin")
-    pack.unlink()
-    os.mkfifo(pack)
+    (segment,) = (store_dir(VALID_ID) / "tokens").glob("segment-*.bin")
+    segment.unlink()
+    os.mkfifo(segment)
     return doc
 
 
-def test_cache_verify_reports_a_fifo_pack_as_damage_without_hanging(fifo_pack: Path) -> None:
-    result = run_dlm("cache", "verify", str(fifo_pack))
+def test_cache_verify_reports_a_fifo_pack_as_damage_without_hanging(fifo_segment: Path) -> None:
+    result = run_dlm("cache", "verify", str(fifo_segment))
     no_traceback(result)
     assert result.returncode == 1
     kinds = [line.split(":")[1].strip() for line in result.stdout.splitlines() if line.startswith("problem:")]
-    assert kinds == ["missing_pack", "bad_entry"]
+    assert kinds == ["missing_segment", "bad_entry"]
 
 
-def test_tokenize_treats_a_fifo_pack_as_damage_and_re_tokenizes_without_hanging(fifo_pack: Path) -> None:
-    expected = tokenize_document(str(fifo_pack), no_cache=True)[1]
-    result = run_dlm("-q", "tokenize", str(fifo_pack))  # -q: the warning alone, no progress
+def test_tokenize_treats_a_fifo_pack_as_damage_and_re_tokenizes_without_hanging(fifo_segment: Path) -> None:
+    expected = tokenize_document(str(fifo_segment), no_cache=True)[1]
+    result = run_dlm("-q", "tokenize", str(fifo_segment))  # -q: the warning alone, no progress
     no_traceback(result)
     assert result.returncode == 0
     assert result.stderr.startswith(
         "warning: 1 cache entry pointed at missing or damaged token files; its row was re-tokenized"
     )
-    _, rows = tokenize_document(str(fifo_pack))
+    _, rows = tokenize_document(str(fifo_segment))
     assert rows is not None and expected is not None
     assert rows.values.tolist() == expected.values.tolist()
 

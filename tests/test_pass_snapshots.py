@@ -220,8 +220,8 @@ def test_a_snapshot_whose_entries_went_away_is_not_used(
         if how == "clear":
             conn.execute("DELETE FROM cache_entries WHERE row_key = (SELECT MIN(row_key) FROM cache_entries)")
         else:
-            (pack,) = conn.execute("SELECT path FROM token_packs").fetchone()
-            with open(store_dir(VALID_ID) / pack, "r+b") as handle:
+            (segment,) = conn.execute("SELECT path FROM token_segments").fetchone()
+            with open(store_dir(VALID_ID) / segment, "r+b") as handle:
                 handle.truncate(4)
     walks = _walks(monkeypatch)
     summary = _tokenize(doc)

@@ -2,11 +2,11 @@
 
 Each test writes a small tree and two documents over it with different
 ids (two stores of one home). The first tokenizes; the second takes its
-entries (``dlmstore.cache.share``): its pack hard-linked, or its ranges
+entries (``dlmstore.cache.share``): its segment hard-linked, or its ranges
 copied, and registered in its own manifest. Every fault the module names
 is provoked: another filesystem, a damaged entry, a damaged or other-revision
-store.db, a pack that goes between the lookup and the link, a symlinked
-pack, two passes taking the same keys, and each store cleared or deleted
+store.db, a segment that goes between the lookup and the link, a symlinked
+segment, two passes taking the same keys, and each store cleared or deleted
 under the other. Then what the other commands do to a store another one
 shares tokens with (prune, clear and ``stores gc`` of either), a store on
 a real second filesystem and a home whose filesystem makes no hard links
@@ -76,8 +76,8 @@ def _rows(dlm_id: str, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def _packs(dlm_id: str) -> list[Path]:
-    return sorted((store_dir(dlm_id) / "tokens").glob("pack-*.bin"))
+def _segments(dlm_id: str) -> list[Path]:
+    return sorted((store_dir(dlm_id) / "tokens").glob("segment-*.bin"))
 
 
 def _no_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def _verify(doc: Path) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_first_store_s_pack(
+def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_first_store_s_segment(
     docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = docs
@@ -106,7 +106,7 @@ def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_fi
     event = second.tokenization
     assert (event.cache_hits, event.cache_misses, event.cache_shared) == (FILES + 1, 0, FILES + 1)
     assert second.tokens == first.tokens
-    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    ((theirs,), (mine,)) = _segments(FIRST), _segments(SECOND)
     assert theirs.name != mine.name and os.path.samefile(theirs, mine)  # one inode: no new disk
     assert _rows(SECOND, "SELECT from_store, how, COUNT(*) FROM entry_origins GROUP BY 1, 2") == [
         (FIRST, "link", FILES + 1)
@@ -172,7 +172,7 @@ def test_no_share_and_training_cache_share_false_tokenize_here(
     assert _tokenize(third).tokenization.cache_misses == FILES + 1
 
 
-def test_a_pack_on_another_filesystem_is_copied(
+def test_a_segment_on_another_filesystem_is_copied(
     docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = docs
@@ -181,27 +181,27 @@ def test_a_pack_on_another_filesystem_is_copied(
     link = os.link
 
     def cross_device(source: Any, target: Any, **options: Any) -> None:
-        if Path(target).parent.name == "tokens":  # a pack linked from another store: "another filesystem"
+        if Path(target).parent.name == "tokens":  # a segment linked from another store: "another filesystem"
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         link(source, target, **options)
 
     monkeypatch.setattr(os, "link", cross_device)
     event = _tokenize(two).tokenization
     assert (event.cache_misses, event.cache_shared) == (0, FILES + 1)
-    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    ((theirs,), (mine,)) = _segments(FIRST), _segments(SECOND)
     assert not os.path.samefile(theirs, mine)
     assert _rows(SECOND, "SELECT DISTINCT how FROM entry_origins") == [("copy",)]
     assert _verify(two)[0] == 0
 
 
-def test_a_few_rows_of_a_large_pack_are_copied_not_linked(tmp_path: Path) -> None:
+def test_a_few_rows_of_a_large_segment_are_copied_not_linked(tmp_path: Path) -> None:
     _tree(tmp_path)
     _tokenize(_doc(tmp_path / "one.dlm", FIRST))
     one_file = _doc(tmp_path / "two.dlm", SECOND, include="mod03.py")
     event = _tokenize(one_file).tokenization
     assert (event.cache_hits, event.cache_misses, event.cache_shared) == (2, 0, 2)  # the file and the body
-    (mine,) = _packs(SECOND)
-    (theirs,) = _packs(FIRST)
+    (mine,) = _segments(SECOND)
+    (theirs,) = _segments(FIRST)
     assert not os.path.samefile(theirs, mine) and mine.stat().st_size < theirs.stat().st_size
     assert _rows(SECOND, "SELECT how, COUNT(*) FROM entry_origins GROUP BY 1") == [("copy", 2)]
 
@@ -212,15 +212,15 @@ def test_a_damaged_entry_in_the_other_store_is_not_taken(docs: tuple[Path, Path]
     ((offset, nbytes),) = _rows(
         FIRST, "SELECT byte_offset, bytes FROM cache_entries ORDER BY byte_offset LIMIT 1"
     )
-    (pack,) = _packs(FIRST)
-    with open(pack, "r+b") as f:  # a flipped byte inside the first entry (bit rot)
+    (segment,) = _segments(FIRST)
+    with open(segment, "r+b") as f:  # a flipped byte inside the first entry (bit rot)
         f.seek(offset + nbytes // 2)
         byte = f.read(1)
         f.seek(offset + nbytes // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
     event = _tokenize(two).tokenization
     assert (event.cache_misses, event.cache_shared) == (1, FILES)  # that row went through the tokenizer
-    assert _verify(two)[0] == 0  # the damaged range is dead space of the linked pack, registered nowhere
+    assert _verify(two)[0] == 0  # the damaged range is dead space of the linked segment, registered nowhere
     _, rows = tokenize_document(str(two))
     _, fresh = tokenize_document(str(two), no_cache=True)
     assert rows is not None and fresh is not None and rows.values.tolist() == fresh.values.tolist()
@@ -263,20 +263,20 @@ def test_a_store_cleared_between_the_lookup_and_the_link_leaves_its_rows_to_the_
     assert _verify(two)[0] == 0
 
 
-def test_a_pack_that_is_a_symlink_in_the_other_store_is_not_followed(
+def test_a_segment_that_is_a_symlink_in_the_other_store_is_not_followed(
     docs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     one, two = docs
     _tokenize(one)
-    (pack,) = _packs(FIRST)
+    (segment,) = _segments(FIRST)
     elsewhere = tmp_path / "elsewhere.bin"
-    shutil.move(pack, elsewhere)
-    pack.symlink_to(elsewhere)
+    shutil.move(segment, elsewhere)
+    segment.symlink_to(elsewhere)
     event = _tokenize(two).tokenization
     assert (event.cache_misses, event.cache_shared) == (FILES + 1, 0)
 
 
-def test_a_key_another_pass_registered_first_is_taken_once_and_the_extra_pack_removed(
+def test_a_key_another_pass_registered_first_is_taken_once_and_the_extra_segment_removed(
     docs: tuple[Path, Path],
 ) -> None:
     from dlmstore.bases import resolve_base
@@ -294,7 +294,7 @@ def test_a_key_another_pass_registered_first_is_taken_once_and_the_extra_pack_re
             sequence_len=sequence_len, run_id=1,
         )  # fmt: skip
     assert len(taken.tokens) == len(keys) and taken.ids == []  # the tokens serve; nothing registered twice
-    assert len(_packs(SECOND)) == 1  # the pack that registered nothing was removed again
+    assert len(_segments(SECOND)) == 1  # the segment that registered nothing was removed again
     assert _verify(two)[0] == 0
 
 
@@ -330,7 +330,7 @@ def test_clearing_the_second_store_leaves_the_first_whole(docs: tuple[Path, Path
     _tokenize(one)
     _tokenize(two)
     assert CliRunner().invoke(cli, ["cache", "clear", str(two), "--force"]).exit_code == 0
-    assert _packs(SECOND) == [] and len(_packs(FIRST)) == 1
+    assert _segments(SECOND) == [] and len(_segments(FIRST)) == 1
     assert _verify(one)[0] == 0
     assert _tokenize(one).tokenization.cache_misses == 0
 
@@ -385,12 +385,12 @@ def test_prune_clear_or_gc_of_one_store_leaves_the_other_store_that_shares_its_t
 ) -> None:
     one, two = docs
     _tokenize(one)
-    assert _tokenize(two).tokenization.cache_shared == FILES + 1  # the first store's pack, linked
+    assert _tokenize(two).tokenization.cache_shared == FILES + 1  # the first store's segment, linked
     (doc, dlm_id), (other, other_id) = ((one, FIRST), (two, SECOND))[:: 1 if acting == "first" else -1]
     _, keys, tokens, offsets = _materialized(other)
     result = CliRunner().invoke(cli, _MAINTENANCE[command](doc))
     assert result.exit_code == 0, result.output
-    assert _packs(dlm_id) == []  # every token file of the acting store is gone (the store too, for gc)
+    assert _segments(dlm_id) == []  # every token file of the acting store is gone (the store too, for gc)
     assert store_dir(dlm_id).exists() == (command != "stores gc")
     assert _verify(other) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
     _no_tokenizer(monkeypatch)
@@ -399,16 +399,16 @@ def test_prune_clear_or_gc_of_one_store_leaves_the_other_store_that_shares_its_t
     assert (event.cache_hits, event.cache_misses, event.cache_shared) == (FILES + 1, 0, 0)
     assert summary.damaged_entries == 0
     assert again == [keys, tokens, offsets]
-    assert len(_packs(other_id)) == 1
+    assert len(_segments(other_id)) == 1
 
 
-def test_a_prune_that_rewrites_a_shared_pack_leaves_the_other_store_s_link_whole(
+def test_a_prune_that_rewrites_a_shared_segment_leaves_the_other_store_s_link_whole(
     docs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, two = docs
     _tokenize(one)
     _tokenize(two)
-    (linked,) = _packs(SECOND)
+    (linked,) = _segments(SECOND)
     _, keys, tokens, offsets = _materialized(two)
     # The first store's entries were last used long ago; then a pass over one of the files uses
     # two of them (the file and the body) again.
@@ -419,13 +419,13 @@ def test_a_prune_that_rewrites_a_shared_pack_leaves_the_other_store_s_link_whole
     conn.close()
     _doc(one, FIRST, include="mod03.py")
     assert _tokenize(one).tokenization.cache_hits == 2
-    (theirs,) = _packs(FIRST)
+    (theirs,) = _segments(FIRST)
     result = CliRunner().invoke(cli, ["cache", "prune", str(one), "--older-than", "1d", "--json"])
     assert result.exit_code == 0, result.output
     pruned = json.loads(result.output)
-    assert (pruned["entries_removed"], pruned["packs_compacted"]) == (11, 1)  # 2 of 13 live: rewritten
-    (rewritten,) = _packs(FIRST)
-    assert rewritten != theirs and not theirs.exists() and _packs(SECOND) == [linked]
+    assert (pruned["entries_removed"], pruned["segments_compacted"]) == (11, 1)  # 2 of 13 live: rewritten
+    (rewritten,) = _segments(FIRST)
+    assert rewritten != theirs and not theirs.exists() and _segments(SECOND) == [linked]
     assert _verify(one)[0] == 0
     assert _verify(two) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
     _no_tokenizer(monkeypatch)
@@ -469,7 +469,7 @@ def test_a_no_share_pass_takes_nothing_from_another_store_and_writes_nothing_the
     assert sorted(opened) == [f"mod{number:02d}.py" for number in range(FILES)]  # no stat record borrowed
     assert summary.dedup is not None and summary.dedup.signatures_computed == FILES + 1  # none borrowed
     assert _rows(SECOND, "SELECT COUNT(*) FROM entry_origins") == [(0,)]
-    ((theirs,), (mine,)) = _packs(FIRST), _packs(SECOND)
+    ((theirs,), (mine,)) = _segments(FIRST), _segments(SECOND)
     assert not os.path.samefile(theirs, mine) and mine.stat().st_nlink == theirs.stat().st_nlink == 1
     assert [list(rows.row_keys), rows.values.tolist(), rows.offsets.tolist()] == [keys, tokens, offsets]
     assert _files(store_dir(FIRST)) == before  # the other store: not a byte, name or time changed

@@ -283,7 +283,7 @@ def test_a_store_that_found_damage_writes_nothing_more_not_even_the_failed_run(d
     tables = {table for (table,) in conn.execute("SELECT tbl_name FROM sqlite_master")}
     conn.close()
     size = _page_size(db)
-    spared = tuple(tables - {"cache_entries", "token_packs"})
+    spared = tuple(tables - {"cache_entries", "token_segments"})
     _scribble(db, [(page - 1) * size for page in _root_pages(db, skip=spared)], size)
     code, _, stderr = _run(doc, "tokenize")
     assert (code, stderr.splitlines()[0]) == (1, f"error: {db} is damaged: database disk image is malformed")
@@ -322,9 +322,9 @@ def garbage_in_an_object_name_of_the_schema(db: Path) -> None:
     ``UnicodeDecodeError`` instead of the ``DatabaseError`` SQLite meant.
     """
     data = bytearray(db.read_bytes())
-    at = data.find(b"tabletoken_packstoken_packs")
+    at = data.find(b"tabletrain_stepstrain_steps")
     data[at + 5 : at + 16] = b"\xbc\xff\xfe" * 3 + b"\xbc\xff"
-    create = data.find(b"CREATE TABLE token_packs")
+    create = data.find(b"CREATE TABLE train_steps")
     data[create : create + 6] = b"CRXATE"
     db.write_bytes(bytes(data))
 

@@ -50,7 +50,7 @@ def test_stores_lists_each_store_with_its_document_size_last_run_and_cache(tmp_p
     document.write_text("---\n---\n")
     dlm_id = _store(document, runs=2)
     (store_dir(dlm_id) / "tokens").mkdir()
-    (store_dir(dlm_id) / "tokens" / "pack-1.bin").write_bytes(b"\0" * 1000)
+    (store_dir(dlm_id) / "tokens" / "segment-1.bin").write_bytes(b"\0" * 1000)
 
     report = list_stores()
 

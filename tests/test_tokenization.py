@@ -22,12 +22,12 @@ BODY = """Intro prose about caching.
 
 ::instruction::
 ### Q
-What is a pack?
+What is a segment?
 ### A
 A file of token arrays.
 
 ### Q
-What is a pack?
+What is a segment?
 ### A
 An append-only file.
 
@@ -163,13 +163,13 @@ def test_a_deleted_source_file_just_leaves_its_entry_unused(doc: Path) -> None:
 
 
 def _pack_files(dlm_id: str = VALID_ID) -> list[Path]:
-    return sorted((store_dir(dlm_id) / "tokens").glob("pack-*.bin"))
+    return sorted((store_dir(dlm_id) / "tokens").glob("segment-*.bin"))
 
 
 def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -> None:
     _, expected = tokenize_document(str(doc))
-    for pack in _pack_files():
-        pack.unlink()
+    for segment in _pack_files():
+        segment.unlink()
     summary, rows = tokenize_document(str(doc))
     assert summary.tokenization.cache_misses == summary.tokenization.total_rows
     # every entry was damaged: one per row, four per preference row (its parts)
@@ -182,10 +182,10 @@ def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -
 
 def test_corrupted_or_truncated_pack_bytes_are_misses_not_errors(doc: Path) -> None:
     _, expected = tokenize_document(str(doc))
-    (pack,) = _pack_files()
-    data = bytearray(pack.read_bytes())
+    (segment,) = _pack_files()
+    data = bytearray(segment.read_bytes())
     data[3] ^= 0xFF
-    pack.write_bytes(bytes(data[: len(data) - 7]))
+    segment.write_bytes(bytes(data[: len(data) - 7]))
     summary, rows = tokenize_document(str(doc))
     assert summary.damaged_entries >= 2  # the flipped entry and the truncated last one
     assert np.array_equal(rows.values, expected.values)

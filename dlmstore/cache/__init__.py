@@ -4,7 +4,7 @@
 * :mod:`.trl_encoding` — rows to ids as TRL computes them, straight from the Rust backend where equal
 * :mod:`.snapshot` — answer a warm count from the last all-hits pass, proven by ``stat``
 * :mod:`.entries` — lookup, store and LRU eviction of cache entries in SQL
-* :mod:`.packs` — append-only token files with checksummed entries
+* :mod:`.segments` — append-only token files with checksummed entries
 * :mod:`.fingerprint` — a tokenizer's identity from its files
 * :mod:`.admin` — ``dlm cache show|prune|clear|verify``
 """

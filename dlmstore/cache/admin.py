@@ -1,13 +1,13 @@
 """Looking after the tokenized cache: show, prune, clear and verify.
 
 These back ``dlm cache show|prune|clear|verify`` and are the functions the
-tests call. All of them are SQL over ``cache_entries`` / ``token_packs`` plus
+tests call. All of them are SQL over ``cache_entries`` / ``token_segments`` plus
 a listing of ``<store>/tokens/``:
 
 * :func:`cache_summary` is read-only and creates nothing (a document that
   was never tokenized reports an empty cache);
 * :func:`prune` drops entries not used since a cutoff (one indexed DELETE),
-  deletes packs left empty, rewrites packs that are mostly dead space, and
+  deletes segments left empty, rewrites segments that are mostly dead space, and
   removes the debris of killed writers (:func:`_debris`);
 * :func:`clear` drops everything;
 * :func:`verify` checks store.db with SQLite's ``integrity_check`` and
@@ -15,7 +15,7 @@ a listing of ``<store>/tokens/``:
   file against the rows, and with ``repair`` fixes what is broken (never
   touching a damaged store.db).
 
-A concurrent writer's pack is on disk a moment before its rows commit, so
+A concurrent writer's segment is on disk a moment before its rows commit, so
 an unregistered file is debris only when no other process has the store
 open; the store lock (``dlmstore.store.flock``) says whether one has.
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from dlmstore.cache.entries import drop_dead_packs, settle_packs, unlink_packs
-from dlmstore.cache.packs import PACK_DIR, PackReader, as_array, write_pack
+from dlmstore.cache.entries import drop_dead_segments, settle_segments, unlink_segments
+from dlmstore.cache.segments import SEGMENT_DIR, SegmentReader, as_array, write_segment
 from dlmstore.cache.uses import fold
 from dlmstore.clock import iso_before, utc_now
 from dlmstore.home import store_dir
@@ -46,7 +46,7 @@ from dlmstore.store.runs import fail_dead_runs
 #: verify leave them alone. With the store to themselves, they take every one.
 ORPHAN_GRACE_S = 3600.0
 
-#: Packs whose live bytes fall below this fraction are rewritten by prune.
+#: Segments whose live bytes fall below this fraction are rewritten by prune.
 COMPACT_BELOW = 0.5
 
 
@@ -92,7 +92,7 @@ def cache_summary(dlm_id: str) -> CacheSummary:
     import sqlite3
 
     path = store_dir(dlm_id)
-    tokens_dir = str(path / PACK_DIR)
+    tokens_dir = str(path / SEGMENT_DIR)
     db = path / DB_NAME
     if not db.is_file():
         return CacheSummary(dlm_id, tokens_dir, False, 0, 0, None, None, None, None)
@@ -131,8 +131,8 @@ class PruneResult:
         cutoff: Entries not used since this time were dropped (ISO-8601 UTC).
         entries_removed: Entries dropped.
         bytes_removed: Bytes of token data they held.
-        packs_removed: Token files deleted because no entry was left in them.
-        packs_compacted: Token files rewritten because most of their bytes were dead.
+        segments_removed: Token files deleted because no entry was left in them.
+        segments_compacted: Token files rewritten because most of their bytes were dead.
         orphan_files_removed: Token files no row registered, deleted.
         temp_files_removed: Temp files of writes that never finished, deleted.
         staging_dirs_removed: Leftover folders of base conversions that never finished, deleted.
@@ -144,8 +144,8 @@ class PruneResult:
     cutoff: str
     entries_removed: int
     bytes_removed: int
-    packs_removed: int
-    packs_compacted: int
+    segments_removed: int
+    segments_compacted: int
     orphan_files_removed: int
     temp_files_removed: int
     staging_dirs_removed: int
@@ -164,12 +164,12 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
             (cutoff,),
         ).fetchone()
         conn.execute("DELETE FROM cache_entries WHERE last_access_at < ?", (cutoff,))
-        dead = drop_dead_packs(conn)
+        dead = drop_dead_segments(conn)
         # A row's signature lives as long as one of its entries (dlmstore.corpus.signatures).
         signatures = conn.execute(
             "DELETE FROM row_signatures WHERE row_key NOT IN (SELECT row_key FROM cache_entries)"
         ).rowcount
-    unlink_packs(store, dead)
+    unlink_segments(store, dead)
     compacted = _compact(store)
     debris = _debris(store, grace_s=grace_s, remove=True)
     return PruneResult(
@@ -179,19 +179,19 @@ def prune(store: Store, *, older_than: timedelta, grace_s: float = ORPHAN_GRACE_
 
 
 def _compact(store: Store) -> int:
-    """Rewrite packs that are mostly dead space; return how many."""
+    """Rewrite segments that are mostly dead space; return how many."""
     with store.read() as conn:
         sparse = conn.execute(
-            "SELECT id, path, dtype FROM token_packs WHERE live_bytes > 0 AND live_bytes < bytes * ?",
+            "SELECT id, path, dtype FROM token_segments WHERE live_bytes > 0 AND live_bytes < bytes * ?",
             (COMPACT_BELOW,),
         ).fetchall()
-    reader = PackReader(store.path)
+    reader = SegmentReader(store.path)
     done = 0
-    for pack_id, relpath, dtype in sparse:
+    for segment_id, relpath, dtype in sparse:
         with store.read() as conn:
             entries = conn.execute(
-                "SELECT id, byte_offset, bytes, checksum FROM cache_entries WHERE pack_id = ? ORDER BY byte_offset",
-                (pack_id,),
+                "SELECT id, byte_offset, bytes, checksum FROM cache_entries WHERE segment_id = ? ORDER BY byte_offset",
+                (segment_id,),
             ).fetchall()
         arrays, ids = [], []
         for entry in entries:
@@ -201,23 +201,23 @@ def _compact(store: Store) -> int:
                 ids.append(entry["id"])
         if not arrays:
             continue
-        new = write_pack(store.path, arrays, arrays[0].dtype)
+        new = write_segment(store.path, arrays, arrays[0].dtype)
         with store.write() as conn:
             new_id = conn.execute(
-                "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at) VALUES (?, ?, ?, 0, ?)",
+                "INSERT INTO token_segments (path, dtype, bytes, live_bytes, created_at) VALUES (?, ?, ?, 0, ?)",
                 (new.relpath, new.dtype, new.bytes, utc_now()),
             ).lastrowid
             conn.execute(
-                "UPDATE cache_entries SET pack_id = ?, byte_offset = j.value ->> 1 "
-                "FROM json_each(?) AS j WHERE cache_entries.id = j.value ->> 0 AND cache_entries.pack_id = ?",
+                "UPDATE cache_entries SET segment_id = ?, byte_offset = j.value ->> 1 "
+                "FROM json_each(?) AS j WHERE cache_entries.id = j.value ->> 0 AND cache_entries.segment_id = ?",
                 (
                     new_id,
                     json.dumps([[i, e.byte_offset] for i, e in zip(ids, new.entries, strict=True)]),
-                    pack_id,
+                    segment_id,
                 ),
             )
-            dead = drop_dead_packs(conn)
-        unlink_packs(store, dead)
+            dead = drop_dead_segments(conn)
+        unlink_segments(store, dead)
         done += 1
     reader.close()
     return done
@@ -227,7 +227,7 @@ def _compact(store: Store) -> int:
 class Debris:
     """Files and folders no row or live process owns (see :func:`_debris`)."""
 
-    orphans: list[str]  # unregistered pack files in tokens/
+    orphans: list[str]  # unregistered segment files in tokens/
     temps: list[str]  # temp files of atomic writes that never finished
     staging: list[str]  # base-conversion staging folders under <home>/bases/
     store_in_use: bool  # the store lock was not ours alone: young files were left alone
@@ -236,7 +236,7 @@ class Debris:
 def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
     """What crashed writers left behind, removed too when ``remove``.
 
-    * unregistered ``tokens/pack-*.bin`` (a pass killed between its pack's
+    * unregistered ``tokens/segment-*.bin`` (``pack-*.bin`` before migration 0018; a pass killed between its segment's
       rename and the commit of its rows) and any ``tokens/*.tmp``;
     * temp files of atomic writes (``.<name>.<random>.tmp``) anywhere in the
       store directory or in a dataset directory registered in it
@@ -257,14 +257,14 @@ def _debris(store: Store, *, grace_s: float, remove: bool) -> Debris:
     alone = store.flock.try_exclusive()
     try:
         with store.read() as conn:
-            known = {row["path"] for row in conn.execute("SELECT path FROM token_packs")}
+            known = {row["path"] for row in conn.execute("SELECT path FROM token_segments")}
             datasets = [Path(row["path"]) for row in conn.execute("SELECT path FROM datasets")]
         cutoff = None if alone else time.time() - grace_s
         orphans: list[str] = []
         temps: list[str] = []
-        tokens = store.path / PACK_DIR
+        tokens = store.path / SEGMENT_DIR
         for path in _files(tokens, recurse=False):
-            relpath = f"{PACK_DIR}/{path.name}"
+            relpath = f"{SEGMENT_DIR}/{path.name}"
             if relpath in known or not _old_enough(path, cutoff):
                 continue
             (temps if path.name.endswith(".tmp") else orphans).append(relpath)
@@ -306,7 +306,7 @@ def _old_enough(path: Path, cutoff: float | None) -> bool:
 
 
 def _shown(path: Path, store_path: Path) -> str:
-    """``path`` relative to the store when inside it (as pack paths are), else absolute."""
+    """``path`` relative to the store when inside it (as segment paths are), else absolute."""
     return str(path.relative_to(store_path)) if path.is_relative_to(store_path) else str(path)
 
 
@@ -326,15 +326,15 @@ class ClearResult:
 
 
 def clear(store: Store) -> ClearResult:
-    """Drop every cache entry and every pack file of the store."""
+    """Drop every cache entry and every segment file of the store."""
     fail_dead_runs(store)
     with store.write() as conn:
         count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
         conn.execute("DELETE FROM cache_entries")
         conn.execute("DELETE FROM cache_uses")
-        conn.execute("DELETE FROM token_packs")
+        conn.execute("DELETE FROM token_segments")
     files = 0
-    directory = store.path / PACK_DIR
+    directory = store.path / SEGMENT_DIR
     if directory.is_dir():
         for entry in os.scandir(directory):
             if entry.is_file(follow_symlinks=False):
@@ -349,7 +349,7 @@ class Problem:
 
     Attributes:
         kind: What is wrong: ``damaged_database``, ``lost_history``, ``unreadable_mark``,
-            ``missing_pack``, ``short_pack``, ``bad_entry``, ``wrong_totals``, ``orphan_file``,
+            ``missing_segment``, ``short_segment``, ``bad_entry``, ``wrong_totals``, ``orphan_file``,
             ``temp_file``, ``staging_dir`` or ``damaged_history_row``.
         path: The file (or entry) concerned, relative to the store.
         detail: What was found, in words.
@@ -367,11 +367,11 @@ PROBLEM_KINDS = (
     "damaged_database",  # SQLite's integrity_check fails; nothing else is checked or repaired
     "lost_history",  # store.db holds less than its high-water mark (its WAL deleted, an old copy)
     "unreadable_mark",  # high-water.json is not a mark; repair writes it afresh
-    "missing_pack",  # a registered pack file is gone
-    "short_pack",  # a registered pack file is shorter than registered
+    "missing_segment",  # a registered segment file is gone
+    "short_segment",  # a registered segment file is shorter than registered
     "bad_entry",  # an entry's bytes are missing or fail their checksum
     "wrong_totals",  # cache_totals disagrees with the entries
-    "orphan_file",  # a pack file no row registers
+    "orphan_file",  # a segment file no row registers
     "temp_file",  # a temp file of an atomic write that never finished
     "staging_dir",  # a staging folder of a base conversion or an export that never finished
     "damaged_history_row",  # a replay history row's content is damaged (dlmstore.replay.verify adds it)
@@ -384,7 +384,7 @@ class VerifyResult:
 
     Attributes:
         entries_checked: Cache entries checked against their bytes.
-        packs_checked: Token files checked against the rows.
+        segments_checked: Token files checked against the rows.
         problems: Everything found, repaired or not.
         store_in_use: Another dlm process had the store open (or locks are unavailable), so files
             younger than an hour were neither reported nor removed.
@@ -392,7 +392,7 @@ class VerifyResult:
     """
 
     entries_checked: int
-    packs_checked: int
+    segments_checked: int
     problems: list[Problem] = field(default_factory=list)
     #: The store lock could not be taken exclusively (another process had the
     #: store open, or the filesystem has no ``flock``), so files younger than
@@ -415,7 +415,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
 
     Args:
         repair: fix what is found: accept lost history (without reusing
-            ids), drop broken entries, shrink short packs to what survives,
+            ids), drop broken entries, shrink short segments to what survives,
             recompute totals, remove debris (see :func:`_debris` for which).
         grace_s: when another process has the store open, leave files
             younger than this alone.
@@ -431,30 +431,30 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         fail_dead_runs(store)
     problems = _history(store, repair)
     with store.read() as conn:
-        packs = conn.execute("SELECT id, path, bytes FROM token_packs").fetchall()
+        segments = conn.execute("SELECT id, path, bytes FROM token_segments").fetchall()
         entries = conn.execute(
             "SELECT e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.checksum "
-            "FROM cache_entries AS e JOIN token_packs AS p ON p.id = e.pack_id"
+            "FROM cache_entries AS e JOIN token_segments AS p ON p.id = e.segment_id"
         ).fetchall()
         totals = tuple(conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone())
         actual = tuple(conn.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cache_entries").fetchone())
     missing: list[str] = []
     short: dict[str, int] = {}
-    for pack in packs:
-        relpath, nbytes = pack["path"], pack["bytes"]
+    for segment in segments:
+        relpath, nbytes = segment["path"], segment["bytes"]
         try:
             st = (store.path / relpath).stat()
         except FileNotFoundError:
             missing.append(relpath)
-            problems.append(Problem("missing_pack", relpath, "registered pack file is missing", repair))
+            problems.append(Problem("missing_segment", relpath, "registered segment file is missing", repair))
             continue
         if not stat.S_ISREG(st.st_mode):  # a FIFO or device: no tokens can come from it
             missing.append(relpath)
             problems.append(
                 Problem(
-                    "missing_pack",
+                    "missing_segment",
                     relpath,
-                    f"registered pack file is {file_kind(st.st_mode)}, not a file",
+                    f"registered segment file is {file_kind(st.st_mode)}, not a file",
                     repair,
                 )
             )
@@ -463,9 +463,9 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         if size < nbytes:
             short[relpath] = size
             problems.append(
-                Problem("short_pack", relpath, f"{size} bytes on disk, {nbytes} registered", repair)
+                Problem("short_segment", relpath, f"{size} bytes on disk, {nbytes} registered", repair)
             )
-    reader = PackReader(store.path)
+    reader = SegmentReader(store.path)
     bad: list[int] = []
     for entry in entries:
         if reader.read(entry["path"], entry["byte_offset"], entry["bytes"], entry["checksum"]) is None:
@@ -492,7 +492,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         _repair_rows(store, bad=bad, missing=missing, short=short)
     debris = _debris(store, grace_s=grace_s, remove=repair)
     problems += [
-        Problem("orphan_file", p, "pack file not registered in store.db", repair) for p in debris.orphans
+        Problem("orphan_file", p, "segment file not registered in store.db", repair) for p in debris.orphans
     ]
     problems += [Problem("temp_file", p, "leftover temporary file", repair) for p in debris.temps]
     problems += [
@@ -508,7 +508,7 @@ def verify(store: Store, *, repair: bool = False, grace_s: float = ORPHAN_GRACE_
         )
         for p in _export_staging(store, remove=repair)
     ]
-    return VerifyResult(len(entries), len(packs), problems, debris.store_in_use)
+    return VerifyResult(len(entries), len(segments), problems, debris.store_in_use)
 
 
 #: The store's folder of exports: ``dlm export``'s default ``-o`` (``dlmstore.export``, a layer above).
@@ -557,7 +557,7 @@ def _history(store: Store, repair: bool) -> list[Problem]:
 
 
 def _repair_rows(store: Store, *, bad: list[int], missing: list[str], short: dict[str, int]) -> None:
-    """Drop bad entries and missing packs, shrink short packs, recompute the totals; one transaction."""
+    """Drop bad entries and missing segments, shrink short segments, recompute the totals; one transaction."""
     with store.write() as conn:
         if bad:
             conn.execute(
@@ -569,12 +569,12 @@ def _repair_rows(store: Store, *, bad: list[int], missing: list[str], short: dic
             "bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries) WHERE id = 1"
         )
         conn.execute(
-            "UPDATE token_packs SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
-            "WHERE pack_id = token_packs.id)"
+            "UPDATE token_segments SET live_bytes = (SELECT COALESCE(SUM(bytes), 0) FROM cache_entries "
+            "WHERE segment_id = token_segments.id)"
         )
-        # As a lookup that meets the damage does: a short pack keeps the
+        # As a lookup that meets the damage does: a short segment keeps the
         # entries that still read back and is registered at the size it has
         # (the next verify does not find it short again), a missing one goes.
         sizes: dict[str, int | None] = {**dict.fromkeys(missing), **short}
-        dead = settle_packs(conn, sizes)
-    unlink_packs(store, dead)
+        dead = settle_segments(conn, sizes)
+    unlink_segments(store, dead)

@@ -1,6 +1,6 @@
 """Encoding the tokenize pass's batches on threads: how many, in what order, and how much text at once.
 
-The pass stores its misses in batches (one pack each, in corpus order).
+The pass stores its misses in batches (one segment each, in corpus order).
 How a batch is encoded is this module's business:
 
 * **One thread** (:func:`tokenizer_threads` is 1): the batch goes to the
@@ -15,7 +15,7 @@ How a batch is encoded is this module's business:
   there is no such barrier, and one thread's Python work overlaps another's
   encoding. The chunks of the next batch are taken up while this one's
   last chunks finish, and the results come back in batch order, so the
-  packs are the same bytes whatever the thread count.
+  segments are the same bytes whatever the thread count.
 
 Text held by the tokenizer is bounded the same way for any thread count:
 a thread starts a chunk only while all chunks being encoded hold at most

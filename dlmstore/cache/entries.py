@@ -9,16 +9,16 @@ Keys are exact, so a lookup never returns stale tokens; an edited file
 simply has a new key and its old entry is orphaned until pruned.
 
 Storage: the manifest is the ``cache_entries`` table of ``store.db``; the
-tokens are byte ranges of pack files (``dlmstore.cache.packs``). A pack is durable
+tokens are byte ranges of segment files (``dlmstore.cache.segments``). A segment is durable
 before its rows commit, so no row ever points at a partial file. Reading
 tokens verifies each entry's CRC-32: a missing, truncated or damaged range is a
 miss (the row is dropped and the caller re-tokenizes), never an exception. A
 lookup that only counts (``verify=False``) reads no entry's bytes and checks
-only that its pack is there and long enough (see :meth:`TokenCache.lookup`).
-A lookup that finds a pack missing or short also settles the manifest in
-the transaction that drops the rows (:func:`settle_packs`): every entry of
-the pack that lies past its end goes, whichever tokenizer made it, the pack
-is registered at the size it has, and a pack left with no entry is dropped
+only that its segment is there and long enough (see :meth:`TokenCache.lookup`).
+A lookup that finds a segment missing or short also settles the manifest in
+the transaction that drops the rows (:func:`settle_segments`): every entry of
+the segment that lies past its end goes, whichever tokenizer made it, the segment
+is registered at the size it has, and a segment left with no entry is dropped
 and its file removed, so ``dlm cache verify`` finds nothing left to repair.
 
 Every batch operation is one SQL statement over a JSON array of keys or ids
@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlmstore.cache.packs import PACK_DIR, PackReader, dtype_name, write_pack
+from dlmstore.cache.segments import SEGMENT_DIR, SegmentReader, dtype_name, write_segment
 from dlmstore.cache.uses import fold, log_use
 from dlmstore.clock import utc_now
 from dlmstore.errors import StoreError
@@ -62,8 +62,8 @@ class Lookup:
     """What a batch lookup found.
 
     Attributes:
-        tokens: row_key -> (the entry's bytes, a read-only view of a pack
-            mapping; its dtype name). ``dlmstore.cache.packs.as_array`` turns it
+        tokens: row_key -> (the entry's bytes, a read-only view of a segment
+            mapping; its dtype name). ``dlmstore.cache.segments.as_array`` turns it
             into a numpy array without copying.
         damaged: keys whose rows pointed at missing or damaged bytes; the
             rows were dropped, the caller re-tokenizes them.
@@ -87,7 +87,7 @@ class Eviction:
 
     entries: int = 0
     bytes: int = 0
-    packs: tuple[str, ...] = field(default=())
+    segments: tuple[str, ...] = field(default=())
 
 
 class TokenCache:
@@ -97,7 +97,7 @@ class TokenCache:
         self.store = store
         self.tokenizer_sha256 = tokenizer_sha256
         self.sequence_len = sequence_len
-        self._reader = PackReader(store.path)
+        self._reader = SegmentReader(store.path)
 
     def lookup(self, row_keys: Sequence[str], *, run_id: int, verify: bool = True) -> Lookup:
         """Find every cached key and log it as used by ``run_id`` (``dlmstore.cache.uses``).
@@ -106,9 +106,9 @@ class TokenCache:
         each entry's bytes are read and checked against its CRC-32 and returned
         in ``tokens``. Without it (``dlm tokenize``, which only counts) no entry's
         bytes are read: ``counts`` gives each found key's token count, and an
-        entry is found when its pack is a regular file long enough to hold it,
-        so a missing, replaced or truncated pack is still a miss. A flipped bit
-        inside a pack is then found by the next pass that uses the tokens (it
+        entry is found when its segment is a regular file long enough to hold it,
+        so a missing, replaced or truncated segment is still a miss. A flipped bit
+        inside a segment is then found by the next pass that uses the tokens (it
         checks the CRC before anything is served) or by ``dlm cache verify``.
         """
         if not row_keys:
@@ -117,13 +117,13 @@ class TokenCache:
         # row of the corpus here, and building a sqlite3.Row per row and
         # reading it by name is a measurable share of the lookup
         # (bench/bench_tokenize.py times the warm pass). Counting needs no
-        # offsets, checksums or pack paths, only where each entry ends in
-        # which pack.
+        # offsets, checksums or segment paths, only where each entry ends in
+        # which segment.
         if verify:
             columns = "e.id, e.row_key, p.path, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count"
-            packs = " JOIN token_packs AS p ON p.id = e.pack_id"
+            segments = " JOIN token_segments AS p ON p.id = e.segment_id"
         else:
-            columns, packs = "e.id, e.row_key, e.pack_id, e.byte_offset + e.bytes, e.token_count", ""
+            columns, segments = "e.id, e.row_key, e.segment_id, e.byte_offset + e.bytes, e.token_count", ""
         extents: dict[int, int] = {}
         paths: dict[int, str] = {}
         counted = None
@@ -141,7 +141,7 @@ class TokenCache:
                 # than one index search per key through json_each.
                 wanted = set(row_keys)
                 cursor.execute(
-                    f"SELECT {columns} FROM cache_entries AS e{packs} "
+                    f"SELECT {columns} FROM cache_entries AS e{segments} "
                     "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ?",
                     (self.tokenizer_sha256, self.sequence_len),
                 )
@@ -150,16 +150,16 @@ class TokenCache:
                 rows = cursor.execute(
                     f"SELECT {columns} FROM json_each(?) AS k "
                     "JOIN cache_entries AS e ON e.row_key = k.value "
-                    f"AND e.tokenizer_sha256 = ? AND e.sequence_len = ?{packs}",
+                    f"AND e.tokenizer_sha256 = ? AND e.sequence_len = ?{segments}",
                     (json.dumps(list(row_keys)), self.tokenizer_sha256, self.sequence_len),
                 ).fetchall()
             if not verify and counted is None:
-                # Where each pack ends on disk (-1: missing or not a regular
-                # file): one ``open``/``fstat`` per pack, none per entry.
+                # Where each segment ends on disk (-1: missing or not a regular
+                # file): one ``open``/``fstat`` per segment, none per entry.
                 size = self._reader.size
-                for pack_id, relpath in cursor.execute("SELECT id, path FROM token_packs"):
-                    extents[pack_id] = -1 if (found := size(relpath)) is None else found
-                    paths[pack_id] = relpath
+                for segment_id, relpath in cursor.execute("SELECT id, path FROM token_segments"):
+                    extents[segment_id] = -1 if (found := size(relpath)) is None else found
+                    paths[segment_id] = relpath
         if counted is not None:
             found_counts, found_ids = counted
             if found_ids:
@@ -171,7 +171,7 @@ class TokenCache:
         good: list[int] = []
         bad: list[int] = []
         damaged: list[str] = []
-        damaged_packs: set[str] = set()
+        damaged_segments: set[str] = set()
         if verify:
             read = self._reader.read
             for entry_id, row_key, relpath, offset, nbytes, dtype, expected, _ in rows:
@@ -179,20 +179,20 @@ class TokenCache:
                 if data is None:
                     bad.append(entry_id)
                     damaged.append(row_key)
-                    damaged_packs.add(relpath)
+                    damaged_segments.add(relpath)
                     continue
                 tokens[row_key] = (data, dtype)
                 counts[row_key] = nbytes // (2 if dtype == "uint16" else 4)  # what was read, not the row
                 good.append(entry_id)
         else:
-            for entry_id, row_key, pack_id, end, count in rows:
-                if end <= extents.get(pack_id, -1):
+            for entry_id, row_key, segment_id, end, count in rows:
+                if end <= extents.get(segment_id, -1):
                     counts[row_key] = count
                     good.append(entry_id)
                 else:
                     bad.append(entry_id)
                     damaged.append(row_key)
-                    damaged_packs.add(paths[pack_id])
+                    damaged_segments.add(paths[segment_id])
         dead: tuple[str, ...] = ()
         if good or bad:
             with self.store.write() as conn:
@@ -202,9 +202,9 @@ class TokenCache:
                         "DELETE FROM cache_entries WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(bad),),
                     )
-                    # A bad entry in a short or missing pack: the manifest follows the file.
-                    dead = settle_packs(conn, {path: self._reader.size(path) for path in damaged_packs})
-        unlink_packs(self.store, dead)
+                    # A bad entry in a short or missing segment: the manifest follows the file.
+                    dead = settle_segments(conn, {path: self._reader.size(path) for path in damaged_segments})
+        unlink_segments(self.store, dead)
         return Lookup(tokens, tuple(damaged), counts, good, changes)
 
     def _count_most(
@@ -213,17 +213,17 @@ class TokenCache:
         """The token counts and entry ids of ``wanted`` keys, from one scan of this tokenizer's entries.
 
         A warm pass that only counts asks for most of the cache: instead of
-        checking each entry against its pack's size, one aggregate finds how
-        far into each pack this tokenizer's entries reach, and when every
-        pack is a regular file that long (the usual case) no entry can be
-        short. ``None`` when some pack falls short: the caller then checks
+        checking each entry against its segment's size, one aggregate finds how
+        far into each segment this tokenizer's entries reach, and when every
+        segment is a regular file that long (the usual case) no entry can be
+        short. ``None`` when some segment falls short: the caller then checks
         entry by entry, so only the entries that lie past the end are misses.
         """
         size = self._reader.size
         for relpath, reach in cursor.execute(
             "SELECT p.path, MAX(e.byte_offset + e.bytes) FROM cache_entries AS e "
-            "JOIN token_packs AS p ON p.id = e.pack_id "
-            "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ? GROUP BY e.pack_id",
+            "JOIN token_segments AS p ON p.id = e.segment_id "
+            "WHERE e.tokenizer_sha256 = ? AND e.sequence_len = ? GROUP BY e.segment_id",
             (self.tokenizer_sha256, self.sequence_len),
         ).fetchall():
             extent = size(relpath)
@@ -242,44 +242,44 @@ class TokenCache:
     def store_many(
         self, items: Sequence[tuple[str, np.ndarray]], *, run_id: int, dtype: np.dtype
     ) -> list[int]:
-        """Write ``(row_key, tokens)`` pairs as one pack, then register them.
+        """Write ``(row_key, tokens)`` pairs as one segment, then register them.
 
         An entry another process registered meanwhile wins (``ON CONFLICT DO
-        NOTHING``); its bytes in our pack stay unreferenced until pruned.
+        NOTHING``); its bytes in our segment stay unreferenced until pruned.
         Returns the ids of the entries registered (those that lost to another
         process's are not among them).
         """
         if not items:
             return []
         try:
-            pack = write_pack(self.store.path, [tokens for _, tokens in items], dtype)
+            segment = write_segment(self.store.path, [tokens for _, tokens in items], dtype)
         except OSError as exc:
             raise StoreError(
-                f"cannot write token file in {self.store.path / PACK_DIR}: {exc.strerror or exc}",
+                f"cannot write token file in {self.store.path / SEGMENT_DIR}: {exc.strerror or exc}",
                 hint="make the store writable and free some disk space, or run with --no-cache",
             ) from None
         now = utc_now()
         payload = json.dumps(
             [
                 [key, e.byte_offset, e.token_count, e.bytes, e.checksum]
-                for (key, _), e in zip(items, pack.entries, strict=True)
+                for (key, _), e in zip(items, segment.entries, strict=True)
             ]
         )
         with self.store.write() as conn:
-            pack_id = conn.execute(
-                "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
+            segment_id = conn.execute(
+                "INSERT INTO token_segments (path, dtype, bytes, live_bytes, created_at, run_id) "
                 "VALUES (?, ?, ?, 0, ?, ?)",
-                (pack.relpath, pack.dtype, pack.bytes, now, run_id),
+                (segment.relpath, segment.dtype, segment.bytes, now, run_id),
             ).lastrowid
             registered = conn.execute(
-                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, "
+                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, segment_id, "
                 "byte_offset, token_count, dtype, bytes, checksum, created_at, last_access_at, "
                 "last_run_id) "
                 "SELECT j.value ->> 0, ?, ?, ?, j.value ->> 1, j.value ->> 2, ?, j.value ->> 3, "
                 "j.value ->> 4, ?, ?, ? FROM json_each(?) AS j WHERE true "
                 "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id",
                 (
-                    self.tokenizer_sha256, self.sequence_len, pack_id, pack.dtype,
+                    self.tokenizer_sha256, self.sequence_len, segment_id, segment.dtype,
                     now, now, run_id, payload,
                 ),
             ).fetchall()  # fmt: skip
@@ -299,7 +299,7 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
     """Delete least-recently-used entries until the cache fits ``max_bytes``.
 
     Entries last used by ``protect_run_id`` are never evicted, even when the
-    cache stays over the limit. Packs left without live entries are deleted
+    cache stays over the limit. Segments left without live entries are deleted
     after the transaction commits.
     """
     removed = removed_bytes = 0
@@ -327,50 +327,52 @@ def evict(store: Store, *, max_bytes: int, protect_run_id: int | None) -> Evicti
                 (json.dumps(chosen),),
             )
             removed += len(chosen)
-        dead = drop_dead_packs(conn) if removed else ()
-    unlink_packs(store, dead)
+        dead = drop_dead_segments(conn) if removed else ()
+    unlink_segments(store, dead)
     return Eviction(removed, removed_bytes, dead)
 
 
-def drop_dead_packs(conn: sqlite3.Connection) -> tuple[str, ...]:
-    """Delete pack rows no entry points into; return their paths (files go after commit)."""
+def drop_dead_segments(conn: sqlite3.Connection) -> tuple[str, ...]:
+    """Delete segment rows no entry points into; return their paths (files go after commit)."""
     dead = tuple(
         row["path"]
         for row in conn.execute(
-            "SELECT path FROM token_packs WHERE live_bytes = 0 "
-            "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE pack_id = token_packs.id)"
+            "SELECT path FROM token_segments WHERE live_bytes = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM cache_entries WHERE segment_id = token_segments.id)"
         )
     )
     if dead:
         conn.execute(
-            "DELETE FROM token_packs WHERE path IN (SELECT value FROM json_each(?))", (json.dumps(dead),)
+            "DELETE FROM token_segments WHERE path IN (SELECT value FROM json_each(?))", (json.dumps(dead),)
         )
     return dead
 
 
-def settle_packs(conn: sqlite3.Connection, sizes: Mapping[str, int | None]) -> tuple[str, ...]:
-    """Make the rows agree with packs as found on disk: ``{path: bytes on disk, None: missing}``.
+def settle_segments(conn: sqlite3.Connection, sizes: Mapping[str, int | None]) -> tuple[str, ...]:
+    """Make the rows agree with segments as found on disk: ``{path: bytes on disk, None: missing}``.
 
-    Inside the caller's write transaction: every entry of a pack that
-    reaches past the pack's end is deleted (all of a missing pack's), a
-    short pack is registered at the size it has, and the packs left with no
-    entry are dropped. A pack at least as long as registered is left as it
-    is. Returns the dropped packs' paths: unlink them after the commit.
+    Inside the caller's write transaction: every entry of a segment that
+    reaches past the segment's end is deleted (all of a missing segment's), a
+    short segment is registered at the size it has, and the segments left with no
+    entry are dropped. A segment at least as long as registered is left as it
+    is. Returns the dropped segments' paths: unlink them after the commit.
     """
     for relpath, size in sizes.items():
-        pack = first_value(conn, "SELECT id FROM token_packs WHERE path = ?", (relpath,))
-        if pack is None:
+        segment = first_value(conn, "SELECT id FROM token_segments WHERE path = ?", (relpath,))
+        if segment is None:
             continue
         conn.execute(
-            "DELETE FROM cache_entries WHERE pack_id = ? AND byte_offset + bytes > ?",
-            (pack, -1 if size is None else size),
+            "DELETE FROM cache_entries WHERE segment_id = ? AND byte_offset + bytes > ?",
+            (segment, -1 if size is None else size),
         )
         if size is not None:
-            conn.execute("UPDATE token_packs SET bytes = ? WHERE id = ? AND bytes > ?", (size, pack, size))
-    return drop_dead_packs(conn)
+            conn.execute(
+                "UPDATE token_segments SET bytes = ? WHERE id = ? AND bytes > ?", (size, segment, size)
+            )
+    return drop_dead_segments(conn)
 
 
-def unlink_packs(store: Store, relpaths: Sequence[str]) -> None:
+def unlink_segments(store: Store, relpaths: Sequence[str]) -> None:
     for relpath in relpaths:
         (store.path / relpath).unlink(missing_ok=True)
 
@@ -380,9 +382,9 @@ __all__ = [
     "Lookup",
     "TokenCache",
     "cache_bytes",
-    "drop_dead_packs",
+    "drop_dead_segments",
     "dtype_name",
     "evict",
-    "settle_packs",
-    "unlink_packs",
+    "settle_segments",
+    "unlink_segments",
 ]

@@ -9,31 +9,31 @@ second store's pass takes the first store's tokens before it calls the
 tokenizer (:func:`take_shared`, called by ``dlmstore.corpus.tokenize``).
 
 **Each store stays self-contained.** What is taken becomes this store's
-own: a pack file in its own ``tokens/`` registered in its own manifest,
+own: a segment file in its own ``tokens/`` registered in its own manifest,
 with its own CRC-32s, and an ``entry_origins`` row saying where it came
 from. Nothing points into another store, so deleting, clearing, pruning or
 verifying one store never touches another, and ``dlm cache verify`` works
-per store as before. The unit taken is one pack of the other store:
+per store as before. The unit taken is one segment of the other store:
 
 * **hard link** when the entries wanted are at least :data:`LINK_SHARE`
-  of the pack's bytes: the pack file is linked (same inode, no new disk)
+  of the segment's bytes: the segment file is linked (same inode, no new disk)
   under a new name in this store's ``tokens/``, registered at its full
   size, and only the wanted entries' byte ranges are registered; the rest
-  of it is dead space (``token_packs.bytes - live_bytes``), as an evicted
-  entry's range is, and ``dlm cache prune`` rewrites a pack that is mostly
+  of it is dead space (``token_segments.bytes - live_bytes``), as an evicted
+  entry's range is, and ``dlm cache prune`` rewrites a segment that is mostly
   dead.
-* **copy** of the wanted ranges into a new pack of this store when they
-  are a small part of the pack (so one file's row does not drag a whole
-  pass's pack along), and whenever a link cannot be made: another
-  filesystem (``EXDEV``), a filesystem without hard links, a pack at its
+* **copy** of the wanted ranges into a new segment of this store when they
+  are a small part of the segment (so one file's row does not drag a whole
+  pass's segment along), and whenever a link cannot be made: another
+  filesystem (``EXDEV``), a filesystem without hard links, a segment at its
   link limit. A copy costs the wanted bytes, never more.
 
-A hard link is safe because dlm never writes a pack in place: a pack is
-written once, to a temp file renamed into place (``packs.write_pack``);
+A hard link is safe because dlm never writes a segment in place: a segment is
+written once, to a temp file renamed into place (``segments.write_segment``);
 eviction, prune, clear, compaction and ``verify --repair`` drop rows and
-unlink files, and compaction writes a *new* pack. Unlinking removes one
+unlink files, and compaction writes a *new* segment. Unlinking removes one
 name: the other store's link keeps the bytes. (A tool outside dlm that
-rewrote a pack file in place would change both; the CRC-32 checks below
+rewrote a segment file in place would change both; the CRC-32 checks below
 and at every use would find it.)
 
 **Nothing damaged is taken.** Every entry is read back through this
@@ -52,12 +52,12 @@ a ``stat`` per file and the links, not a read of the tree.
 through read-only SQLite connections (``mode=ro``): never created,
 migrated or locked, and waited for at most :data:`SIBLING_TIMEOUT_S`. A
 store at another schema revision, a damaged or unreadable store.db, one
-busy past the timeout, a pack removed between the lookup and the link (a
-store being cleared), a pack name that is not one dlm writes: each is
+busy past the timeout, a segment removed between the lookup and the link (a
+store being cleared), a segment name that is not one dlm writes: each is
 skipped with a debug log line, and its rows are tokenized here. Two
-passes racing to take the same keys each link or copy their own pack;
+passes racing to take the same keys each link or copy their own segment;
 the manifest keeps the first registration of a key (``ON CONFLICT DO
-NOTHING``) and a pack that registered nothing is removed again.
+NOTHING``) and a segment that registered nothing is removed again.
 """
 
 from __future__ import annotations
@@ -74,8 +74,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dlmstore.cache.entries import unlink_packs
-from dlmstore.cache.packs import PACK_DIR, PACK_SUFFIX, PackReader, as_array, write_pack
+from dlmstore.cache.entries import unlink_segments
+from dlmstore.cache.segments import (
+    LEGACY_PREFIX,
+    SEGMENT_DIR,
+    SEGMENT_PREFIX,
+    SEGMENT_SUFFIX,
+    SegmentReader,
+    as_array,
+    write_segment,
+)
 from dlmstore.clock import utc_now
 from dlmstore.sources.statcache import StatCache
 from dlmstore.store.atomic import LINK_REFUSED, fsync_dir
@@ -86,10 +94,10 @@ from dlmstore.ulid import is_valid_ulid, new_ulid
 
 _log = logging.getLogger(__name__)
 
-#: A pack is hard-linked when the entries wanted from it are at least this
+#: A segment is hard-linked when the entries wanted from it are at least this
 #: share of its bytes; below it the wanted ranges are copied. At 0.5 a
-#: linked pack starts at least half live, so ``dlm cache prune`` (which
-#: rewrites packs less than half live) does not rewrite it at once.
+#: linked segment starts at least half live, so ``dlm cache prune`` (which
+#: rewrites segments less than half live) does not rewrite it at once.
 LINK_SHARE = 0.5
 
 #: How long a read of another store's database waits for a writer. In WAL
@@ -97,8 +105,11 @@ LINK_SHARE = 0.5
 #: than this is skipped rather than waited for.
 SIBLING_TIMEOUT_S = 1.0
 
-#: The pack names dlm writes; any other path in another store's manifest is not followed.
-_PACK_PATH = re.compile(rf"{PACK_DIR}/pack-[0-9A-HJKMNP-TV-Z]{{26}}\{PACK_SUFFIX}")
+#: The segment names dlm writes (and wrote before 0018); any other path in another store's manifest
+#: is not followed.
+_SEGMENT_PATH = re.compile(
+    rf"{SEGMENT_DIR}/(?:{SEGMENT_PREFIX}|{LEGACY_PREFIX})[0-9A-HJKMNP-TV-Z]{{26}}\{SEGMENT_SUFFIX}"
+)
 
 
 @dataclass(frozen=True)
@@ -111,9 +122,9 @@ class Shared:
         ids: the ids of the entries registered here (a key another pass
             registered first is in ``tokens`` but not here).
         stores: the document ids of the stores entries were taken from.
-        linked_packs, copied_packs: packs of theirs hard-linked, and packs
+        linked_segments, copied_segments: segments of theirs hard-linked, and segments
             of ours written from their copied ranges.
-        linked_bytes, copied_bytes: the bytes of those packs: linked bytes
+        linked_bytes, copied_bytes: the bytes of those segments: linked bytes
             take no new disk, copied ones do.
     """
 
@@ -121,8 +132,8 @@ class Shared:
     counts: dict[str, int] = field(default_factory=dict)
     ids: list[int] = field(default_factory=list)
     stores: tuple[str, ...] = ()
-    linked_packs: int = 0
-    copied_packs: int = 0
+    linked_segments: int = 0
+    copied_segments: int = 0
     linked_bytes: int = 0
     copied_bytes: int = 0
 
@@ -214,7 +225,7 @@ def take_shared(
     """Take the entries of ``keys`` that other stores of the home hold, registered as this store's own.
 
     Stores are asked in turn (most recently written first) for the keys
-    still wanted; their packs are hard-linked or their ranges copied (see
+    still wanted; their segments are hard-linked or their ranges copied (see
     the module docstring for which, and for what is skipped). Every entry is
     checked against its CRC-32 before it is registered. Keys no store
     holds, or whose bytes fail, are simply not in the result: the caller
@@ -230,17 +241,17 @@ def take_shared(
             if not wanted:
                 break
             try:
-                packs = _entries_of(conn, list(wanted), tokenizer_sha256, sequence_len)
+                segments = _entries_of(conn, list(wanted), tokenizer_sha256, sequence_len)
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 _log.debug("sharing: skipping %s: %s", dlm_id, exc)
                 continue
             before = len(taker.tokens)
-            for relpath, found in packs.items():
+            for relpath, found in segments.items():
                 found = [entry for entry in found if entry.row_key in wanted]
                 if not found:
                     continue
                 try:
-                    got = taker.take_pack(dlm_id, relpath, found)
+                    got = taker.take_segment(dlm_id, relpath, found)
                 except OSError as exc:  # removed meanwhile (a store being cleared), unreadable, ...
                     _log.debug("sharing: skipping %s/%s: %s", dlm_id, relpath, exc)
                     continue
@@ -254,7 +265,7 @@ def take_shared(
     counts = {key: len(data) // (2 if dtype == "uint16" else 4) for key, (data, dtype) in tokens.items()}
     if tokens:
         _log.debug(
-            "sharing: took %d entries from %s (%d packs linked, %d copied)",
+            "sharing: took %d entries from %s (%d segments linked, %d copied)",
             len(tokens), ", ".join(stores), taker.linked, taker.copied,
         )  # fmt: skip
     return Shared(
@@ -266,27 +277,27 @@ def take_shared(
 def _entries_of(
     conn: sqlite3.Connection, keys: list[str], tokenizer_sha256: str, sequence_len: int
 ) -> dict[str, list[_Found]]:
-    """The entries another store holds for ``keys``, by its pack path (names dlm writes only)."""
+    """The entries another store holds for ``keys``, by its segment path (names dlm writes only)."""
     rows = conn.execute(
         "SELECT p.path, e.id, e.row_key, e.byte_offset, e.bytes, e.dtype, e.checksum, e.token_count "
         "FROM json_each(?) AS k JOIN cache_entries AS e ON e.row_key = k.value "
-        "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? JOIN token_packs AS p ON p.id = e.pack_id "
+        "AND e.tokenizer_sha256 = ? AND e.sequence_len = ? JOIN token_segments AS p ON p.id = e.segment_id "
         "ORDER BY p.path, e.byte_offset",
         (json.dumps(keys), tokenizer_sha256, sequence_len),
     ).fetchall()
-    packs: dict[str, list[_Found]] = {}
+    segments: dict[str, list[_Found]] = {}
     skipped: set[object] = set()
     for relpath, *entry in rows:  # ordered by path: each path is checked once
-        found = packs.get(relpath)
+        found = segments.get(relpath)
         if found is None:
             if relpath in skipped:
                 continue
-            if not (isinstance(relpath, str) and _PACK_PATH.fullmatch(relpath)):
+            if not (isinstance(relpath, str) and _SEGMENT_PATH.fullmatch(relpath)):
                 skipped.add(relpath)
                 continue
-            found = packs[relpath] = []
+            found = segments[relpath] = []
         found.append(_Found._make(entry))
-    return packs
+    return segments
 
 
 class _Taker:
@@ -297,29 +308,29 @@ class _Taker:
         self.tokenizer_sha256 = tokenizer_sha256
         self.sequence_len = sequence_len
         self.run_id = run_id
-        self.own = PackReader(store.path)  # our names for linked packs; views of it are handed out
+        self.own = SegmentReader(store.path)  # our names for linked segments; views of it are handed out
         self.tokens: dict[str, tuple[memoryview, str]] = {}
         self.ids: list[int] = []
-        #: Packs linked or written, with their entries' offsets, not registered yet (see register).
+        #: Segments linked or written, with their entries' offsets, not registered yet (see register).
         self.pending: list[tuple[str, int, list[tuple[_Found, int]], str]] = []
         self.linked = self.copied = self.linked_bytes = self.copied_bytes = 0
 
-    def take_pack(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
-        """Link or copy one pack of store ``dlm_id``; register the entries that pass their CRC-32.
+    def take_segment(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
+        """Link or copy one segment of store ``dlm_id``; register the entries that pass their CRC-32.
 
         Returns the keys taken (registered here, or by another pass first).
 
         Raises:
-            OSError: the pack cannot be read (removed meanwhile, permissions).
+            OSError: the segment cannot be read (removed meanwhile, permissions).
         """
         source = self.store.path.parent / dlm_id / relpath
         st = os.lstat(source)
         if not stat.S_ISREG(st.st_mode):
             _log.debug("sharing: skipping %s/%s: not a regular file", dlm_id, relpath)
             return []
-        (self.store.path / PACK_DIR).mkdir(exist_ok=True)
+        (self.store.path / SEGMENT_DIR).mkdir(exist_ok=True)
         if sum(entry.nbytes for entry in found) >= LINK_SHARE * st.st_size:
-            mine = f"{PACK_DIR}/pack-{new_ulid()}{PACK_SUFFIX}"
+            mine = f"{SEGMENT_DIR}/{SEGMENT_PREFIX}{new_ulid()}{SEGMENT_SUFFIX}"
             try:
                 os.link(source, self.store.path / mine, follow_symlinks=False)
             except OSError as exc:
@@ -333,12 +344,12 @@ class _Taker:
     def _linked(self, dlm_id: str, mine: str, found: list[_Found]) -> list[str]:
         linked = os.lstat(self.store.path / mine)
         if not stat.S_ISREG(linked.st_mode):  # replaced by something else between the lstat and the link
-            unlink_packs(self.store, [mine])
+            unlink_segments(self.store, [mine])
             return []
         # Checked through our own name: the bytes registered are the bytes checked.
         good = [(entry, data) for entry in found if (data := self.own.read(mine, *_range(entry))) is not None]
         if not good:
-            unlink_packs(self.store, [mine])
+            unlink_segments(self.store, [mine])
             return []
         placed = [(entry, entry.byte_offset) for entry, _ in good]
         self.pending.append((mine, linked.st_size, placed, "link"))
@@ -347,19 +358,19 @@ class _Taker:
         return self._keep(good)
 
     def _copied(self, dlm_id: str, relpath: str, found: list[_Found]) -> list[str]:
-        theirs = PackReader(self.store.path.parent / dlm_id)
+        theirs = SegmentReader(self.store.path.parent / dlm_id)
         try:
             good = [(e, data) for e in found if (data := theirs.read(relpath, *_range(e))) is not None]
             if not good:
                 return []
             arrays = [as_array(data, entry.dtype) for entry, data in good]
-            pack = write_pack(self.store.path, arrays, arrays[0].dtype)
+            segment = write_segment(self.store.path, arrays, arrays[0].dtype)
         finally:
             theirs.close()
-        placed = [(entry, at.byte_offset) for (entry, _), at in zip(good, pack.entries, strict=True)]
-        self.pending.append((pack.relpath, pack.bytes, placed, "copy"))
+        placed = [(entry, at.byte_offset) for (entry, _), at in zip(good, segment.entries, strict=True)]
+        self.pending.append((segment.relpath, segment.bytes, placed, "copy"))
         self.copied += 1
-        self.copied_bytes += pack.bytes
+        self.copied_bytes += segment.bytes
         return self._keep(good)
 
     def _keep(self, good: list[tuple[_Found, memoryview]]) -> list[str]:
@@ -368,43 +379,43 @@ class _Taker:
         return [entry.row_key for entry, _ in good]
 
     def register(self, dlm_id: str) -> None:
-        """Register the packs taken from store ``dlm_id`` and their entries (with their origin), in one
+        """Register the segments taken from store ``dlm_id`` and their entries (with their origin), in one
         transaction, once every new name is durable (one ``fsync`` of ``tokens/`` for all the links).
 
-        The entries of every pack go in with one statement, in row-key order
+        The entries of every segment go in with one statement, in row-key order
         (so the key index of a new store is filled in order rather than at
         random places), and their origins with another: what a pass takes
-        costs SQLite's work per row, not a statement per pack. A key another
-        pass registered meanwhile keeps its entry; a pack that registered
+        costs SQLite's work per row, not a statement per segment. A key another
+        pass registered meanwhile keeps its entry; a segment that registered
         nothing is dropped and its file removed.
         """
         if not self.pending:
             return
         if any(how == "link" for _, _, _, how in self.pending):
-            fsync_dir(self.store.path / PACK_DIR)  # the new names are durable before a row points at them
+            fsync_dir(self.store.path / SEGMENT_DIR)  # the new names are durable before a row points at them
         now = utc_now()
         with self.store.write() as conn:
-            packs: dict[int, str] = {}
+            segments: dict[int, str] = {}
             rows: list[tuple[str, int, int, int, str, int, str]] = []
             origin: dict[str, tuple[int, str]] = {}
             for relpath, size, placed, how in self.pending:
                 dtype = placed[0][0].dtype
-                (pack_id,) = conn.execute(
-                    "INSERT INTO token_packs (path, dtype, bytes, live_bytes, created_at, run_id) "
+                (segment_id,) = conn.execute(
+                    "INSERT INTO token_segments (path, dtype, bytes, live_bytes, created_at, run_id) "
                     "VALUES (?, ?, ?, 0, ?, ?) RETURNING id",
                     (relpath, dtype, size, now, self.run_id),
                 ).fetchone()
-                packs[pack_id] = relpath
+                segments[segment_id] = relpath
                 for entry, offset in placed:
-                    rows.append((entry.row_key, pack_id, offset, entry.token_count, dtype, entry.nbytes, entry.checksum))  # fmt: skip
+                    rows.append((entry.row_key, segment_id, offset, entry.token_count, dtype, entry.nbytes, entry.checksum))  # fmt: skip
                     origin[entry.row_key] = (entry.entry_id, how)
             rows.sort()
             registered = conn.execute(
-                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, pack_id, byte_offset, "
+                "INSERT INTO cache_entries (row_key, tokenizer_sha256, sequence_len, segment_id, byte_offset, "
                 "token_count, dtype, bytes, checksum, created_at, last_access_at, last_run_id) "
                 "SELECT j.value ->> 0, ?, ?, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, "
                 "j.value ->> 5, j.value ->> 6, ?, ?, ? FROM json_each(?) AS j WHERE true "
-                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key, pack_id",
+                "ON CONFLICT (row_key, tokenizer_sha256, sequence_len) DO NOTHING RETURNING id, row_key, segment_id",
                 (self.tokenizer_sha256, self.sequence_len, now, now, self.run_id, json.dumps(rows)),
             ).fetchall()
             conn.execute(
@@ -412,15 +423,15 @@ class _Taker:
                 "SELECT j.value ->> 0, ?, j.value ->> 1, j.value ->> 2, ?, ? FROM json_each(?) AS j",
                 (dlm_id, self.run_id, now, json.dumps([[i, *origin[key]] for i, key, _ in registered])),
             )
-            empty = packs.keys() - {pack_id for _, _, pack_id in registered}
+            empty = segments.keys() - {segment_id for _, _, segment_id in registered}
             if empty:
                 conn.execute(
-                    "DELETE FROM token_packs WHERE id IN (SELECT value FROM json_each(?))",
+                    "DELETE FROM token_segments WHERE id IN (SELECT value FROM json_each(?))",
                     (json.dumps(sorted(empty)),),
                 )
             self.ids += [entry_id for entry_id, _, _ in registered]
         self.pending.clear()
-        unlink_packs(self.store, [packs[pack_id] for pack_id in sorted(empty)])
+        unlink_segments(self.store, [segments[segment_id] for segment_id in sorted(empty)])
 
 
 def _range(entry: _Found) -> tuple[int, int, str]:

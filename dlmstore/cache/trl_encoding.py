@@ -40,7 +40,7 @@ def encode_rows(
     over the same tokenizer) the rendered chats go through the prefix cache,
     so a system prompt or conversation prefix shared by many rows is
     tokenized once; its output equals the tokenizer's. The arrays are
-    ``dtype`` (default int64; the pass asks for its pack dtype, which holds
+    ``dtype`` (default int64; the pass asks for its segment dtype, which holds
     every id of the vocabulary).
     """
     import numpy as np

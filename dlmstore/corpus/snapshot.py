@@ -11,7 +11,7 @@ checks, in this order, and answers from the snapshot only when all hold:
    :func:`context` (dlmstore's version and these rules, each directive's
    resolved root, the document's real path, the policy) are the same;
 2. no cache entry was deleted or moved since the entries were found
-   (``cache_totals.changes``, kept by triggers), and every pack those
+   (``cache_totals.changes``, kept by triggers), and every segment those
    entries lie in is a regular file long enough to hold them (as a pass
    that only counts checks, ``TokenCache.lookup``);
 3. the proof holds: every folder and file has the stat fields recorded.
@@ -30,7 +30,7 @@ store the document's ``dlm_id`` names, by this dlmstore (the context), so
 what they said then they say now. The ``dlm_id`` itself is read from its
 ``dlm_id:`` line (:func:`~dlmstore.document.parser.declared_id`) only to
 find that store: a document written another way is parsed in full. A pass that materialises tokens (``dlm train``) never uses one:
-it reads and checksums the entries it trains on. Damage inside a pack (a
+it reads and checksums the entries it trains on. Damage inside a segment (a
 flipped bit) is therefore found as a counting pass finds it: by the next
 pass that reads the tokens, or by ``dlm cache verify``.
 
@@ -154,7 +154,7 @@ class PassSnapshot:
     context: str
     proof: SourceProof
     cache_changes: int
-    pack_reach: dict[str, int]
+    segment_reach: dict[str, int]
     entry_ids: array[int]
     counts: SnapshotCounts
     document: SnapshotDocument
@@ -224,7 +224,7 @@ def take(
     reach = dict(
         conn.execute(
             "SELECT p.path, MAX(e.byte_offset + e.bytes) FROM cache_entries AS e "
-            "JOIN token_packs AS p ON p.id = e.pack_id "
+            "JOIN token_segments AS p ON p.id = e.segment_id "
             "WHERE e.id IN (SELECT value FROM json_each(?)) GROUP BY p.path",
             (json.dumps(entry_ids),),
         ).fetchall()
@@ -232,14 +232,14 @@ def take(
     dir_paths, dir_stamps, file_paths, file_stamps = proof.to_blobs()
     conn.execute(
         "INSERT INTO pass_snapshots (document, context, dlm_sha256, tokenizer_sha256, sequence_len, run_id, "
-        "created_at, dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, pack_reach, entry_ids, "
+        "created_at, dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, segment_reach, entry_ids, "
         "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (document) DO UPDATE SET "
         "context = excluded.context, dlm_sha256 = excluded.dlm_sha256, "
         "tokenizer_sha256 = excluded.tokenizer_sha256, sequence_len = excluded.sequence_len, "
         "run_id = excluded.run_id, created_at = excluded.created_at, dir_paths = excluded.dir_paths, "
         "dir_stamps = excluded.dir_stamps, file_paths = excluded.file_paths, "
         "file_stamps = excluded.file_stamps, cache_changes = excluded.cache_changes, "
-        "pack_reach = excluded.pack_reach, entry_ids = excluded.entry_ids, result = excluded.result",
+        "segment_reach = excluded.segment_reach, entry_ids = excluded.entry_ids, result = excluded.result",
         (
             path_text(os.path.realpath(document.path)), where, document.sha256, tokenizer_sha256, sequence_len, run_id,
             utc_now(), dir_paths, dir_stamps, file_paths, file_stamps, cache_changes, json.dumps(reach),
@@ -260,7 +260,7 @@ def _load(conn: sqlite3.Connection, path: Path, dlm_sha256: str) -> PassSnapshot
     takes it again)."""
     row = conn.execute(
         "SELECT run_id, dlm_sha256, tokenizer_sha256, sequence_len, context, dir_paths, dir_stamps, "
-        "file_paths, file_stamps, cache_changes, pack_reach, entry_ids, result FROM pass_snapshots "
+        "file_paths, file_stamps, cache_changes, segment_reach, entry_ids, result FROM pass_snapshots "
         "WHERE document = ? AND dlm_sha256 = ?",
         (path_text(os.path.realpath(path)), dlm_sha256),
     ).fetchone()
@@ -378,15 +378,15 @@ def holds_in(store: Store, snapshot: PassSnapshot, *, tokenizer_sha256: str) -> 
 
 
 def _cache_holds(store: Store, conn: sqlite3.Connection, snapshot: PassSnapshot) -> bool:
-    """Check 2: no entry deleted or moved since, every pack long enough."""
-    from dlmstore.cache.packs import PackReader
+    """Check 2: no entry deleted or moved since, every segment long enough."""
+    from dlmstore.cache.segments import SegmentReader
 
     changes = conn.execute("SELECT changes FROM cache_totals WHERE id = 1").fetchone()
     if changes is None or changes[0] != snapshot.cache_changes:
         return False
-    packs = PackReader(store.path)
-    for relpath, reach in snapshot.pack_reach.items():
-        size = packs.size(relpath)
+    segments = SegmentReader(store.path)
+    for relpath, reach in snapshot.segment_reach.items():
+        size = segments.size(relpath)
         if size is None or size < reach:
             return False
     return True

@@ -22,7 +22,7 @@ without touching entries.
 
 Speed: on all hits the tokenizer is never loaded (its identity comes from
 hashing its files), the lookup is one SQL query, and the tokens are views of
-memory-mapped packs, concatenated once into the output arrays. A pass that
+memory-mapped segments, concatenated once into the output arrays. A pass that
 does not materialize (``dlm tokenize``) reads no entry's bytes at all: it
 needs only the token counts the manifest holds (see ``TokenCache.lookup``
 for when the CRC-32 is checked). On misses, identical contents are
@@ -30,7 +30,7 @@ tokenized once, and the misses are encoded in batches through the fast
 tokenizer (Rust, all cores), each at most 256 rows and 4 MiB of text, which
 bounds the tokenizer's memory; text rows go straight to the Rust
 ``encode_batch_fast`` (``dlmstore.cache.trl_encoding``), and the next batch encodes on
-threads while this one's pack is written (``dlmstore.cache.encoders``: on
+threads while this one's segment is written (``dlmstore.cache.encoders``: on
 several cores, each thread encodes chunks of a batch by itself). No
 per-token Python objects are kept: rows are numpy arrays, the result is
 ``values`` + ``offsets`` (Arrow's list layout).
@@ -103,7 +103,7 @@ def tokenize_pass(
     as one miss (and all its missing parts are tokenized).
 
     Args:
-        store: the document's store (entries and packs live there).
+        store: the document's store (entries and segments live there).
         corpus: the document's rows come from here.
         run_id: the run this pass belongs to (its entries are protected
             from eviction).
@@ -130,8 +130,8 @@ def tokenize_pass(
     """
     from dlmstore.cache.encoders import pipelined, tokenizer_threads
     from dlmstore.cache.entries import TokenCache, cache_bytes, evict
-    from dlmstore.cache.packs import as_array, token_dtype
     from dlmstore.cache.preferences import PARTS, TokenizedPreferences, encode_preferences, part_keys
+    from dlmstore.cache.segments import as_array, token_dtype
     from dlmstore.cache.share import take_shared
     from dlmstore.corpus.pass_result import PassResult
     from dlmstore.progress import Task
@@ -206,7 +206,7 @@ def tokenize_pass(
             tokenizer = load_text_tokenizer()
         if tokenizer is None:
             tokenizer = load_tokenizer()
-        pack_dtype = token_dtype(len(tokenizer))
+        segment_dtype = token_dtype(len(tokenizer))
         if any(row.kind == "messages" for row in missing):
             from dlmstore.prefix import PrefixCachedTokenizer
 
@@ -220,13 +220,13 @@ def tokenize_pass(
             fresh = {
                 row.row_key: ids
                 for row, ids in zip(
-                    texts, encode_rows(tokenizer, texts, prefix=prefix, dtype=pack_dtype), strict=True
+                    texts, encode_rows(tokenizer, texts, prefix=prefix, dtype=segment_dtype), strict=True
                 )
             }
             for row, encoded in zip(triples, encode_preferences(tokenizer, triples), strict=True):
                 for part, key in zip(PARTS, parts[row.row_key], strict=True):
                     if key not in lengths:  # a part already cached is kept as it is
-                        fresh[key] = encoded[part].astype(pack_dtype)
+                        fresh[key] = encoded[part].astype(segment_dtype)
             if signer is not None:
                 signer.sign_rows(texts)
             if nbytes >= TRIM_AFTER_BYTES:
@@ -234,7 +234,7 @@ def tokenize_pass(
             return fresh
 
         # Several threads only where nothing but the Rust backend is called
-        # (see dlmstore.cache.encoders); the pack layout is the same either way.
+        # (see dlmstore.cache.encoders); the segment layout is the same either way.
         threads = 1
         if (
             not missing_preferences
@@ -249,7 +249,7 @@ def tokenize_pass(
         encoded = pipelined(_batches(todo), encode, threads=threads, chunks=_chunks, budget=BATCH_BYTES)
         for batch, fresh in encoded:
             if use_cache:
-                entry_ids += cache.store_many(list(fresh.items()), run_id=run_id, dtype=pack_dtype)
+                entry_ids += cache.store_many(list(fresh.items()), run_id=run_id, dtype=segment_dtype)
             if materialize:
                 arrays.update(fresh)
             lengths.update((key, len(ids)) for key, ids in fresh.items())

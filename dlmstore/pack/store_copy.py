@@ -26,7 +26,7 @@ from dlmstore.store.database import Store
 from dlmstore.store.highwater import Mark, current, mark_bytes, read_mark
 
 #: The tables that hold the token cache (emptied when the cache does not travel).
-CACHE_TABLES = ("cache_uses", "cache_entries", "token_packs")
+CACHE_TABLES = ("cache_uses", "cache_entries", "token_segments")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _describe(conn: sqlite3.Connection, db: Path, store: Store) -> StoreCopy:
             "SELECT version, path, sha256, phase, run_id, created_at FROM adapters ORDER BY version"
         )
     ]
-    segments = sorted(row[0] for row in conn.execute("SELECT path FROM token_packs"))
+    segments = sorted(row[0] for row in conn.execute("SELECT path FROM token_segments"))
     exports = sorted({row[0] for row in conn.execute("SELECT path FROM exports")})
     newest = conn.execute(
         "SELECT MAX(created_at) FROM adapters UNION ALL SELECT MAX(COALESCE(finished_at, started_at)) FROM runs"

@@ -40,4 +40,4 @@ def verify(store: Store, *, repair: bool = False) -> VerifyResult:
             for key, detail in found
         ),
     ]
-    return VerifyResult(result.entries_checked, result.packs_checked, problems, result.store_in_use)
+    return VerifyResult(result.entries_checked, result.segments_checked, problems, result.store_in_use)

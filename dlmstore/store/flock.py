@@ -7,7 +7,7 @@ takes it, :meth:`~dlmstore.store.database.Store.close` drops it. So
 run without asking. Sweeping debris (``dlm cache verify --repair``,
 ``dlm cache prune``) asks for it *exclusively* and without waiting
 (:meth:`FileLock.try_exclusive`): when it gets it, no other process has the
-store open, so every temp file and unregistered pack is a leftover of a
+store open, so every temp file and unregistered segment is a leftover of a
 process that is gone, whatever its age; when it does not, a live writer may
 own the young ones, and only files older than a grace period are touched.
 No wall clock decides whether a file is debris unless another process is

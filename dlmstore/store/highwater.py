@@ -66,7 +66,7 @@ MARK_NAME = "high-water.json"
 MARK_FORMAT = 1
 
 #: ``AUTOINCREMENT`` tables whose ids are history a person sees (run ids,
-#: lock records). Token pack ids are left out: a lost pack row only orphans
+#: lock records). Token segment ids are left out: a lost segment row only orphans
 #: a file that ``dlm cache verify --repair`` removes.
 _SEQUENCES = ("runs", "lock_records")
 

@@ -3,7 +3,7 @@
 ``open(path)`` on a FIFO blocks until something writes to it, and a path
 checked a moment ago may be a symlink to somewhere else by the time it is
 opened. Every read of a file dlm did not write itself (source files, a
-``.dlm/ignore``, a pack, a dataset's ``meta.json``) goes through
+``.dlm/ignore``, a segment, a dataset's ``meta.json``) goes through
 :func:`open_regular`, which closes both holes on the *descriptor*:
 
 * a path that names a FIFO, socket, device or directory is refused

@@ -35,6 +35,7 @@ REVISIONS = (
     "0015",
     "0016",
     "0017",
+    "0018",
 )
 HEAD_REVISION = REVISIONS[-1]
 

@@ -94,16 +94,16 @@ runs = Table(
     sqlite_autoincrement=True,
 )
 
-token_packs = Table(
-    "token_packs",
+token_segments = Table(
+    "token_segments",
     metadata,
-    Column("id", Integer, primary_key=True, comment="Pack id."),
+    Column("id", Integer, primary_key=True, comment="Segment id."),
     Column(
         "path",
         Text,
         nullable=False,
         unique=True,
-        comment="Pack file relative to the store directory, e.g. tokens/pack-....bin.",
+        comment="Segment file relative to the store directory, e.g. tokens/segment-....bin.",
     ),
     Column("dtype", Text, nullable=False, comment="Token dtype of every entry in it: uint16 or uint32."),
     Column("bytes", Integer, nullable=False, comment="Size of the complete file."),
@@ -114,8 +114,9 @@ token_packs = Table(
         server_default="0",
         comment="Bytes still referenced by cache_entries (kept by triggers); 0 means removable.",
     ),
-    Column("created_at", Text, nullable=False, comment="When the pack was registered."),
+    Column("created_at", Text, nullable=False, comment="When the segment was registered."),
     Column("run_id", Integer, ForeignKey("runs.id"), comment="The run that wrote it."),
+    # Named before 0018 renamed the table: SQLite renames no constraint, and the name is not compared.
     CheckConstraint("dtype IN ('uint16', 'uint32')", name="token_packs_dtype"),
     comment="Append-only files of concatenated token arrays; entries point into them.",
     sqlite_autoincrement=True,
@@ -134,9 +135,13 @@ cache_entries = Table(
     ),
     Column("sequence_len", Integer, nullable=False, comment="training.sequence_len of the run."),
     Column(
-        "pack_id", Integer, ForeignKey("token_packs.id"), nullable=False, comment="Pack holding the tokens."
+        "segment_id",
+        Integer,
+        ForeignKey("token_segments.id"),
+        nullable=False,
+        comment="Segment holding the tokens.",
     ),
-    Column("byte_offset", Integer, nullable=False, comment="Where the tokens start in the pack."),
+    Column("byte_offset", Integer, nullable=False, comment="Where the tokens start in the segment."),
     Column("token_count", Integer, nullable=False, comment="Number of tokens (input_ids length)."),
     Column("dtype", Text, nullable=False, comment="uint16 or uint32, never inferred from sizes."),
     Column("bytes", Integer, nullable=False, comment="token_count x itemsize."),
@@ -151,7 +156,7 @@ cache_entries = Table(
     ),
     UniqueConstraint("row_key", "tokenizer_sha256", "sequence_len", name="cache_entries_key"),
     Index("cache_entries_lru", "last_access_at", "last_run_id"),
-    Index("cache_entries_pack_id", "pack_id"),
+    Index("cache_entries_segment_id", "segment_id"),
     comment="The tokenized cache: one row per (row_key, tokenizer_sha256, sequence_len).",
 )
 
@@ -333,7 +338,12 @@ pass_snapshots = Table(
     Column(
         "cache_changes", Integer, nullable=False, comment="cache_totals.changes when the entries were found."
     ),
-    Column("pack_reach", Text, nullable=False, comment="JSON: how many bytes of each pack the entries need."),
+    Column(
+        "segment_reach",
+        Text,
+        nullable=False,
+        comment="JSON: how many bytes of each segment the entries need.",
+    ),
     Column("entry_ids", LargeBinary, nullable=False, comment="The cache entries used, as 64-bit integers."),
     Column(
         "result", Text, nullable=False, comment="JSON: the pass's counts and each directive's provenance."
@@ -604,8 +614,8 @@ entry_origins = Table(
         "how",
         Text,
         nullable=False,
-        comment="link (that store's pack hard-linked beside this store.db) or copy (its bytes copied "
-        "into a pack of this store).",
+        comment="link (that store's segment hard-linked beside this store.db) or copy (its bytes copied "
+        "into a segment of this store).",
     ),
     Column("run_id", Integer, ForeignKey("runs.id"), comment="The run whose pass took it."),
     Column("created_at", Text, nullable=False, comment="When it was taken."),

@@ -1,17 +1,17 @@
-"""Token packs: append-only files of concatenated token arrays.
+"""Token segments: append-only files of concatenated token arrays.
 
 The tokenized cache stores tokens in a few large files rather than one file
 per entry: on a 13K-file corpus, 13K small files cost a directory scan, an
-``open`` and an inode each, while one pack per pass is a single sequential
+``open`` and an inode each, while one segment per pass is a single sequential
 write and a single ``mmap`` to read back. A cache entry is a byte range of a
-pack, recorded in ``store.db`` with its dtype, token count and checksum; the
+segment, recorded in ``store.db`` with its dtype, token count and checksum; the
 file itself is raw little-endian ``uint16`` (vocabulary up to 65,536) or
 ``uint32`` with no header, so the dtype is never guessed from a size.
 
-Writes are atomic: a pack is written to a temp file, fsynced and renamed
+Writes are atomic: a segment is written to a temp file, fsynced and renamed
 into ``<store>/tokens/`` before any row pointing into it is committed, so a
-crash leaves at worst an unreferenced pack (removed by ``dlm cache prune``)
-and never a row pointing at a partial file. Each worker writes its own pack
+crash leaves at worst an unreferenced segment (removed by ``dlm cache prune``)
+and never a row pointing at a partial file. Each worker writes its own segment
 (ULID names never collide), so parallel writers need no coordination.
 
 Checksums are CRC-32 over the entry's bytes (``crc32:`` prefix): they catch
@@ -36,8 +36,13 @@ from dlmstore.store.atomic import atomic_file
 from dlmstore.store.regular_files import open_regular
 from dlmstore.ulid import new_ulid
 
-PACK_DIR = "tokens"
-PACK_SUFFIX = ".bin"
+SEGMENT_DIR = "tokens"
+SEGMENT_SUFFIX = ".bin"
+#: How a segment's file name begins; files written before migration 0018 (when
+#: segments were called packs) begin with :data:`LEGACY_PREFIX` and keep it:
+#: each row records its file's path, so both are read, shared and swept alike.
+SEGMENT_PREFIX = "segment-"
+LEGACY_PREFIX = "pack-"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -60,8 +65,8 @@ def checksum(data: memoryview | bytes) -> str:
 
 
 @dataclass(frozen=True)
-class PackedEntry:
-    """Where one array landed in a pack."""
+class SegmentEntry:
+    """Where one array landed in a segment."""
 
     byte_offset: int
     token_count: int
@@ -70,47 +75,47 @@ class PackedEntry:
 
 
 @dataclass(frozen=True)
-class WrittenPack:
-    """A pack file on disk (durable), not yet registered in the database."""
+class WrittenSegment:
+    """A segment file on disk (durable), not yet registered in the database."""
 
     relpath: str
     dtype: str
     bytes: int
-    entries: tuple[PackedEntry, ...]
+    entries: tuple[SegmentEntry, ...]
 
 
-def write_pack(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) -> WrittenPack:
-    """Write ``arrays`` (cast to ``dtype``) into a new pack under ``store_path``.
+def write_segment(store_path: Path, arrays: Sequence[np.ndarray], dtype: np.dtype) -> WrittenSegment:
+    """Write ``arrays`` (cast to ``dtype``) into a new segment under ``store_path``.
 
     Returns only after the file is fsynced and renamed into place.
 
     Raises:
-        OSError: the pack cannot be written (read-only store, disk full);
+        OSError: the segment cannot be written (read-only store, disk full);
             no partial file is left behind.
     """
     import numpy as np
 
-    directory = store_path / PACK_DIR
+    directory = store_path / SEGMENT_DIR
     directory.mkdir(exist_ok=True)
-    name = f"pack-{new_ulid()}{PACK_SUFFIX}"
-    entries: list[PackedEntry] = []
+    name = f"{SEGMENT_PREFIX}{new_ulid()}{SEGMENT_SUFFIX}"
+    entries: list[SegmentEntry] = []
     offset = 0
     with atomic_file(directory / name) as f:
         for array in arrays:
             data = np.ascontiguousarray(array, dtype=dtype)
             view = memoryview(data.data).cast("B")
             f.write(view)
-            entries.append(PackedEntry(offset, len(data), view.nbytes, checksum(view)))
+            entries.append(SegmentEntry(offset, len(data), view.nbytes, checksum(view)))
             offset += view.nbytes
-    return WrittenPack(f"{PACK_DIR}/{name}", dtype_name(dtype), offset, tuple(entries))
+    return WrittenSegment(f"{SEGMENT_DIR}/{name}", dtype_name(dtype), offset, tuple(entries))
 
 
-class PackReader:
-    """Read-only, memory-mapped access to the packs of one store.
+class SegmentReader:
+    """Read-only, memory-mapped access to the segments of one store.
 
-    Each pack is mapped once, on first use, with the standard ``mmap``
+    Each segment is mapped once, on first use, with the standard ``mmap``
     module: a warm pass that only verifies and counts tokens never imports
-    numpy. A missing or short pack, or a pack path that is not a regular
+    numpy. A missing or short segment, or a segment path that is not a regular
     file (a FIFO is never opened for a blocking read), is not an error here:
     :meth:`read` returns ``None`` and the caller treats the entry as a miss
     (``dlm cache verify`` reports it as damaged).
@@ -124,7 +129,7 @@ class PackReader:
     def _map(self, relpath: str) -> memoryview | None:
         if relpath not in self._maps:
             try:
-                # Non-blocking and fstat-checked: a pack path that is a FIFO or
+                # Non-blocking and fstat-checked: a segment path that is a FIFO or
                 # a device is damage (every entry in it a miss), never a hang.
                 fd, _ = open_regular(self.store_path / relpath)
             except OSError:  # missing, unreadable, or not a regular file
@@ -139,9 +144,9 @@ class PackReader:
         return self._maps[relpath]
 
     def size(self, relpath: str) -> int | None:
-        """The pack's length in bytes, or ``None`` if it is missing or not a regular file.
+        """The segment's length in bytes, or ``None`` if it is missing or not a regular file.
 
-        One ``open`` and ``fstat`` per pack (non-blocking, as for mapping), no
+        One ``open`` and ``fstat`` per segment (non-blocking, as for mapping), no
         mapping and no read: what a lookup that only counts needs.
         """
         if relpath not in self._sizes:
