@@ -44,7 +44,7 @@ from dlmstore.errors import PackError, StoreError
 from dlmstore.home import bases_dir, dlm_home
 from dlmstore.pack import checksums, layout
 from dlmstore.pack.archive import Extracted, extract
-from dlmstore.pack.manifest import PackManifest, load_json, parse_header, parse_manifest
+from dlmstore.pack.manifest import PackManifest, check_format, load_json, parse_header, parse_manifest
 from dlmstore.pack.paths import rewrite
 from dlmstore.store.atomic import StagingDir, publish_dir, stale_staging, write_bytes_atomic
 from dlmstore.store.connection import DB_NAME
@@ -160,11 +160,11 @@ def stage(pack: Path, folder: Path) -> _Staged:
             raise PackError(
                 f"{pack} is not a .dlm.pack (its {layout.HEADER} is neither dlmstore's nor DLM's)"
             )
-        parse_header(header_bytes)
+        check_format(header)
         dlm_pack = read_dlm_pack(root, extracted.checksums)
         store = folder / "store"
         store.mkdir()
-        notes = build_store(dlm_pack, store)
+        notes = build_store(dlm_pack, store, dlm_pack.document)  # the runs' path: rewritten once placed
         return _Staged(
             root, store, dlm_pack.dlm_id, "dlm", dlm_pack.document, ".", list(dlm_pack.adapter_versions), [],
             None, notes, None, len(extracted.sizes), extracted.bytes,
@@ -289,31 +289,35 @@ def _prepare_store(staged: _Staged, target: Path, document: Path, to: Path) -> N
     from dlmstore.store.runs import record_document_path
 
     manifest = staged.manifest
-    if manifest is not None:
+    if manifest is None:  # a store built from DLM's pack: its runs name the staged document
+        _rewrite(staged.store, [(str(staged.document), str(document))])
+    else:
         old_doc_dir = os.path.dirname(manifest.document_path)
         old_tree = os.path.normpath(os.path.join(old_doc_dir, os.path.relpath(".", manifest.document_dir)))
         moves = [(manifest.document_path, str(document)), (manifest.store_path, str(target))]
         if manifest.sources or (manifest.base is not None and manifest.base.kind == "local"):
             moves.append((old_tree, str(to)))
-        try:
-            conn = sqlite3.connect(staged.store / DB_NAME, isolation_level=None)
-            try:
-                conn.execute("BEGIN")
-                rewrite(conn, moves)
-                conn.execute("DELETE FROM document_paths")
-                conn.execute("COMMIT")
-            finally:
-                conn.close()
-        except sqlite3.Error as exc:
-            raise PackError(f"the pack's store.db cannot be read: {exc}") from None
+        _rewrite(staged.store, moves)
     try:
         with open_store_at(staged.store, staged.dlm_id, create=False) as store:
-            if manifest is None:
-                with store.write() as conn:
-                    conn.execute("DELETE FROM document_paths")
             record_document_path(store, document)
     except StoreError as exc:
         raise PackError(f"the pack's store cannot be opened: {exc}") from None
+
+
+def _rewrite(store: Path, moves: list[tuple[str, str]]) -> None:
+    """Rewrite the paths of ``moves`` in the staged store.db and forget the document's old paths."""
+    try:
+        conn = sqlite3.connect(store / DB_NAME, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            rewrite(conn, moves)
+            conn.execute("DELETE FROM document_paths")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise PackError(f"the pack's store.db cannot be read: {exc}") from None
 
 
 def _refuse_existing(target: Path, staged: _Staged, force: bool) -> None:

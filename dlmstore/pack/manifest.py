@@ -147,14 +147,13 @@ def load_json(data: bytes, member: str) -> dict[str, Any]:
     return value
 
 
-def parse_header(data: bytes) -> PackHeader:
-    """The header, checked: a newer format is refused by name.
+def check_format(header: Mapping[str, Any]) -> None:
+    """Refuse a header (dlmstore's or DLM's) without a format version, or with one newer than this reads.
 
     Raises:
-        PackError: it is malformed, or its format is newer than this dlmstore reads.
+        PackError: the version is missing, or newer than :data:`~dlmstore.pack.layout.PACK_FORMAT_VERSION`.
     """
-    raw = load_json(data, layout.HEADER)
-    version = raw.get("pack_format_version")
+    version = header.get("pack_format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise PackError(f"pack member {layout.HEADER} has no valid pack_format_version: not a .dlm.pack")
     if version > layout.PACK_FORMAT_VERSION:
@@ -162,6 +161,16 @@ def parse_header(data: bytes) -> PackHeader:
             f"the pack's format is {version}, newer than the {layout.PACK_FORMAT_VERSION} this dlmstore reads",
             hint="upgrade dlmstore to unpack it",
         )
+
+
+def parse_header(data: bytes) -> PackHeader:
+    """The header of a dlmstore pack, checked (:func:`check_format`).
+
+    Raises:
+        PackError: it is malformed, or its format is newer than this dlmstore reads.
+    """
+    raw = load_json(data, layout.HEADER)
+    check_format(raw)
     header: PackHeader = _build(PackHeader, raw, layout.HEADER)
     return header
 
