@@ -41,7 +41,7 @@ def _corpus(sections: list[tuple[str, str]]) -> tuple[bytes, bytes]:
         index.append({"section_id": section_id, "byte_offset": len(corpus), "length": len(frame),
                       "added_at": STAMP.isoformat(), "weight": 1.0})  # fmt: skip
         corpus += frame
-    index.sort(key=lambda entry: entry["section_id"])
+    index.sort(key=lambda entry: str(entry["section_id"]))
     return corpus, (json.dumps(index, sort_keys=True, indent=2) + "\n").encode()
 
 

@@ -39,12 +39,8 @@ def _dlm(*args: str, code: int = 0) -> Any:
 
 @pytest.fixture
 def members(tmp_path: Path, tiny_base: Path, trained_store: Path) -> dict[str, bytes]:
-    document = (
-        export_doc(tmp_path / "made-by-dlm", tiny_base)
-        if (tmp_path / "made-by-dlm").mkdir() is None
-        else None
-    )
-    assert document is not None
+    (tmp_path / "made-by-dlm").mkdir()
+    document = export_doc(tmp_path / "made-by-dlm", tiny_base)
     adapter = trained_store / "adapter" / "versions" / "v0001"
     return dlm_pack_members(
         document, dlm_id=VALID_ID, base_model=str(tiny_base), adapters={1: adapter}, sections=[KEPT, *REMOVED]
