@@ -44,7 +44,14 @@ from dlmstore.errors import PackError, StoreError
 from dlmstore.home import bases_dir, dlm_home
 from dlmstore.pack import checksums, layout
 from dlmstore.pack.archive import Extracted, extract
-from dlmstore.pack.manifest import PackManifest, check_format, load_json, parse_header, parse_manifest
+from dlmstore.pack.manifest import (
+    PackManifest,
+    check_format,
+    load_json,
+    parse_header,
+    parse_manifest,
+    rollup,
+)
 from dlmstore.pack.paths import rewrite
 from dlmstore.store.atomic import StagingDir, publish_dir, stale_staging, write_bytes_atomic
 from dlmstore.store.connection import DB_NAME
@@ -232,6 +239,12 @@ def _check_manifest(manifest: PackManifest, root: Path, extracted: Extracted) ->
             raise PackError(
                 f"pack member {layout.MANIFEST} disagrees with member {name}: the pack is damaged"
             )
+    unlisted = {layout.HEADER, layout.MANIFEST, layout.CHECKSUMS, layout.SIGNATURE}
+    content = {name: digest for name, digest in extracted.checksums.items() if name not in unlisted}
+    if set(content) != set(manifest.entries) or rollup(content) != manifest.content_sha256:
+        raise PackError(
+            f"pack member {layout.MANIFEST} disagrees with the members' content_sha256: the pack is damaged"
+        )
     if f"{layout.STORE_DIR}/{DB_NAME}" not in extracted.sizes:
         raise PackError(f"the pack holds no {layout.STORE_DIR}/{DB_NAME}: it is damaged")
 
