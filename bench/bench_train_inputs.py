@@ -43,19 +43,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DLM, REPO, timed_process
+from benchlib import DLM, REPO, make_tiny_base, timed_process
 
 WORK = Path(tempfile.gettempdir()) / "dlm-bench-inputs"
 T = 2048
 B = 8
 STEP_T = 512  # the model's step is timed at this length (see the docstring)
 RSS_B, RSS_T = 4, 1024  # the shape of the RSS runs' batches
-TINY_CONFIG = {
-    "vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
-    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
-}  # fmt: skip
 
 
 def env() -> dict[str, str]:
@@ -69,18 +63,7 @@ def env() -> dict[str, str]:
 
 def tiny_base() -> Path:
     """A tiny random SmolLM2-shaped model with SmolLM2's tokenizer (what the tests train)."""
-    folder = WORK / "tiny"
-    if (folder / "model.safetensors").is_file():
-        return folder
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from dlmstore.bases import load_tokenizer, resolve_base
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(**TINY_CONFIG)).save_pretrained(folder)
-    load_tokenizer(resolve_base("smollm2-135m")).save_pretrained(folder)
-    return folder
+    return make_tiny_base(WORK / "tiny")
 
 
 def seed_dataset(base: Path) -> Path:

@@ -104,3 +104,27 @@ def timed_process(
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[:2])} failed:\n{err.read().decode(errors='replace')[-3000:]}")
     return seconds, usage.ru_maxrss * 1024, stdout
+
+
+#: The tests' tiny SmolLM2-shaped model (tests/conftest.py's TINY_SMOLLM2_CONFIG), for benches that train.
+TINY_CONFIG = {
+    "vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
+    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
+}  # fmt: skip
+
+
+def make_tiny_base(folder: Path) -> Path:
+    """A tiny random SmolLM2-shaped model with SmolLM2's tokenizer in ``folder`` (made once, then reused)."""
+    if (folder / "model.safetensors").is_file():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dlmstore.bases import load_tokenizer, resolve_base
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**TINY_CONFIG)).save_pretrained(folder)
+    load_tokenizer(resolve_base("smollm2-135m")).save_pretrained(folder)
+    return folder
