@@ -28,7 +28,6 @@ A truncated or corrupted stream is one :class:`~dlmstore.errors.PackError`.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import tarfile
 from collections.abc import Iterator
@@ -43,7 +42,8 @@ from dlmstore.store.atomic import AtomicFile
 _CHUNK = 1 << 20
 
 
-def _info(name: str, size: int) -> tarfile.TarInfo:
+def _header(name: str, size: int) -> bytes:
+    """The tar header block(s) of a regular file member: mtime 0, uid/gid 0, no owner names, mode 0644."""
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
@@ -51,36 +51,39 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     info.type = tarfile.REGTYPE
-    return info
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
-class _HashingReader(io.RawIOBase):
-    """Reads exactly ``size`` bytes from ``source``, hashing them; refuses a file that changed size."""
+def _padding(size: int) -> bytes:
+    """The zeros that end a member's data on a tar block boundary."""
+    return bytes(-size % tarfile.BLOCKSIZE)
 
-    def __init__(self, source: IO[bytes], size: int, name: str) -> None:
-        self.source = source
-        self.left = size
-        self.name = name
+
+class _HashedOut:
+    """The file the compressed stream goes to, hashing what is written (the pack's own sha256)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
         self.digest = hashlib.sha256()
+        self.size = 0
 
-    def readable(self) -> bool:
-        return True
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.file.write(data)
 
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        want = min(len(view), self.left)
-        if want == 0:
-            return 0
-        got = self.source.readinto(view[:want])  # type: ignore[attr-defined]
-        if not got:
-            raise PackError(f"{self.name} shrank while it was packed; pack again when nothing is writing it")
-        self.digest.update(view[:got])
-        self.left -= got
-        return int(got)
+    def flush(self) -> None:
+        self.file.flush()
 
 
 class PackWriter:
     """A ``.dlm.pack`` being written at ``out`` (published by :meth:`commit`).
+
+    Each member is a tar header, its bytes, and zeros to the next block,
+    written straight into the zstd stream (tarfile's own writer copies in
+    16 KB pieces through two buffers; this is the same format at a third of
+    the cost), and the stream ends as tar ends: two zero blocks, zeros to
+    a 10 KB record.
 
     Args:
         out: the pack's path; its folder must exist.
@@ -93,22 +96,33 @@ class PackWriter:
         import zstandard
 
         self._file = AtomicFile(out, overwrite=overwrite, buffering=_CHUNK)
+        self._out = _HashedOut(self._file.file)
         params = zstandard.ZstdCompressionParameters.from_level(
             level, threads=max(1, min(os.cpu_count() or 1, 8)), write_checksum=True
         )
         self._zstd = zstandard.ZstdCompressor(compression_params=params).stream_writer(
-            self._file.file, closefd=False
+            self._out,  # type: ignore[arg-type]  # write() and flush() are all it calls
+            closefd=False,
+            write_size=_CHUNK,
         )
-        self._tar = tarfile.open(fileobj=self._zstd, mode="w|", format=tarfile.PAX_FORMAT)
+        self._written = 0
         #: Member -> sha256 hex of its bytes, in the order added.
         self.checksums: dict[str, str] = {}
         #: Member -> its size in bytes.
         self.sizes: dict[str, int] = {}
+        #: sha256 hex of the whole pack, once committed.
+        self.sha256 = ""
+
+    def _write(self, data: Any) -> None:
+        self._zstd.write(data)
+        self._written += len(data)
 
     def add_bytes(self, name: str, data: bytes) -> str:
         """Add a member holding ``data``; return its sha256 hex."""
         self._claim(name)
-        self._tar.addfile(_info(name, len(data)), io.BytesIO(data))
+        self._write(_header(name, len(data)))
+        self._write(data)
+        self._write(_padding(len(data)))
         return self._done(name, hashlib.sha256(data).hexdigest(), len(data))
 
     def add_file(self, name: str, path: Path) -> str:
@@ -121,21 +135,31 @@ class PackWriter:
         from dlmstore.store.regular_files import NotRegularFileError, open_regular
 
         self._claim(name)
+        digest = hashlib.sha256()
         try:
             fd, st = open_regular(path)
             with os.fdopen(fd, "rb", buffering=0) as source:
-                size = st.st_size
-                reader = _HashingReader(source, size, str(path))
-                self._tar.addfile(_info(name, size), io.BufferedReader(reader, _CHUNK))
+                size = left = st.st_size
+                self._write(_header(name, size))
+                while left:
+                    chunk = source.read(min(left, _CHUNK))
+                    if not chunk:
+                        raise PackError(
+                            f"{path} shrank while it was packed; pack again when nothing is writing it"
+                        )
+                    digest.update(chunk)
+                    self._write(chunk)
+                    left -= len(chunk)
                 if source.read(1):
                     raise PackError(f"{path} grew while it was packed; pack again when nothing is writing it")
+                self._write(_padding(size))
         except NotRegularFileError as exc:
             raise PackError(
                 f"{path} is not a regular file ({exc}); a pack holds only regular files"
             ) from None
         except OSError as exc:
             raise PackError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return self._done(name, reader.digest.hexdigest(), size)
+        return self._done(name, digest.hexdigest(), size)
 
     def _claim(self, name: str) -> None:
         if name in self.checksums:
@@ -148,11 +172,12 @@ class PackWriter:
 
     def commit(self) -> int:
         """End the stream, fsync and rename onto the output; return the pack's size in bytes."""
-        self._tar.close()
+        end = 2 * tarfile.BLOCKSIZE
+        self._write(bytes(end + (-(self._written + end) % tarfile.RECORDSIZE)))
         self._zstd.close()  # type: ignore[no-untyped-call]  # ends the frame; closefd=False keeps the file
-        size = self._file.file.tell()
         self._file.commit()
-        return int(size)
+        self.sha256 = self._out.digest.hexdigest()
+        return self._out.size
 
     def abort(self) -> None:
         """Drop the temp file; the output path is as it was."""
@@ -221,7 +246,7 @@ def extract(pack: Path, staging: Path) -> Extracted:
             zstandard.ZstdDecompressor(max_window_size=layout.MAX_WINDOW_BYTES).stream_reader(
                 source, read_size=_CHUNK, read_across_frames=True
             ) as stream,
-            tarfile.open(fileobj=stream, mode="r|") as tar,
+            tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar,
         ):
             for member in _members(tar, pack):
                 if member.name in checksums or member.name.rstrip("/") in checksums:

@@ -47,7 +47,7 @@ BASE_DIR = "base"
 REQUIRED = (HEADER, MANIFEST, CHECKSUMS)
 
 #: The zstd level of the stream (DLM's).
-ZSTD_LEVEL = 10
+ZSTD_LEVEL = 3
 
 #: Caps a reader applies before writing anything: a member's size, the whole
 #: pack's unpacked size, and unpacked bytes per compressed byte once past

@@ -17,13 +17,28 @@ from collections.abc import Sequence
 
 
 def rewrite(conn: sqlite3.Connection, moves: Sequence[tuple[str, str]]) -> int:
-    """Rewrite every TEXT value equal to or under each ``old`` of ``moves`` to ``new``; return the values changed.
+    """Rewrite every TEXT value equal to or under an ``old`` of ``moves`` to its ``new``; return the values changed.
 
-    Moves apply in order, each to values no earlier move changed, so an
-    exact path listed before a folder holding it wins.
+    The first move that matches a value wins, so an exact path listed
+    before a folder holding it is rewritten as itself. Each TEXT column is
+    read once, whatever the number of moves.
     """
-    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    moves = [(old, new) for old, new in moves if old != new]
+    if not moves:
+        return 0
+    cases: list[str] = []
+    tests: list[str] = []
+    case_params: list[object] = []
+    test_params: list[object] = []
+    for old, new in moves:
+        prefix = old.rstrip("/") + "/"
+        test = "(c = ? OR substr(c, 1, ?) = ?)"
+        cases.append(f"WHEN {test} THEN ? || substr(c, ?)")
+        case_params += [old, len(prefix), prefix, new, len(old) + 1]
+        tests.append(test)
+        test_params += [old, len(prefix), prefix]
     changed = 0
+    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     for table in tables:
         if table.startswith("sqlite_"):
             continue
@@ -31,20 +46,11 @@ def rewrite(conn: sqlite3.Connection, moves: Sequence[tuple[str, str]]) -> int:
             row[1] for row in conn.execute(f'PRAGMA table_info("{table}")') if str(row[2]).upper() == "TEXT"
         ]
         for column in columns:
-            done: list[str] = []
-            for old, new in moves:
-                if old == new:
-                    continue
-                prefix = old.rstrip("/") + "/"
-                where = f'("{column}" = ? OR substr("{column}", 1, ?) = ?)'
-                guard = "".join(f' AND NOT ("{column}" = ? OR substr("{column}", 1, ?) = ?)' for _ in done)
-                params: list[object] = [new, len(old) + 1, old, len(prefix), prefix]
-                for previous in done:
-                    params += [previous, len(previous.rstrip("/")) + 1, previous.rstrip("/") + "/"]
-                cursor = conn.execute(
-                    f'UPDATE "{table}" SET "{column}" = ? || substr("{column}", ?) WHERE {where}{guard}',
-                    params,
-                )
-                changed += cursor.rowcount
-                done.append(new)
+            quoted = f'"{column}"'
+            sql = (
+                (f'UPDATE "{table}" SET {quoted} = CASE {" ".join(cases)} END WHERE {" OR ".join(tests)}')
+                .replace("(c ", f"({quoted} ")
+                .replace("substr(c,", f"substr({quoted},")
+            )
+            changed += conn.execute(sql, [*case_params, *test_params]).rowcount
     return changed

@@ -266,12 +266,10 @@ def _write(
         unpacked = sum(writer.sizes.values())
         count = len(writer.sizes)
         size = writer.commit()
-    from dlmstore.store.digests import file_sha256
-
     return PackResult(
         path=str(out),
         bytes=size,
-        sha256=file_sha256(out),
+        sha256=f"sha256:{writer.sha256}",
         dlm_id=document.dlm_id,
         content_type=header.content_type,
         adapters=manifest.adapters,
