@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import tarfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +224,62 @@ def unsafe_name(name: str) -> str | None:
     return None
 
 
+class _ReadAhead:
+    """The decompressed stream, read ahead on a thread: zstd decompresses the next megabytes while
+    this thread hashes and writes the last ones (both let go of the GIL). At most
+    :data:`_AHEAD` chunks wait; an error of the stream is raised here, where it is read."""
+
+    def __init__(self, stream: Any) -> None:
+        self._chunks: queue.Queue[bytes | BaseException] = queue.Queue(_AHEAD)
+        self._stop = threading.Event()
+        self._buffer = b""
+        self._done = False
+        self._thread = threading.Thread(
+            target=self._fill, args=(stream,), name="dlm-unpack-read", daemon=True
+        )
+        self._thread.start()
+
+    def _fill(self, stream: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                chunk: bytes | BaseException = stream.read(_CHUNK)
+            except BaseException as exc:  # handed to the reader, who raises it
+                chunk = exc
+            while not self._stop.is_set():
+                try:
+                    self._chunks.put(chunk, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not chunk or isinstance(chunk, BaseException):
+                return
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._done and (size < 0 or len(self._buffer) < size):
+            chunk = self._chunks.get()
+            if isinstance(chunk, BaseException):
+                self._done = True
+                raise chunk
+            if not chunk:
+                self._done = True
+            self._buffer += chunk
+        if size < 0:
+            size = len(self._buffer)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def __enter__(self) -> _ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+#: Chunks of :data:`_CHUNK` bytes the read-ahead keeps waiting, at most.
+_AHEAD = 8
+
+
 def extract(pack: Path, staging: Path) -> Extracted:
     """Read the pack at ``pack`` into the empty folder ``staging``, refusing what the module says.
 
@@ -246,7 +304,8 @@ def extract(pack: Path, staging: Path) -> Extracted:
             zstandard.ZstdDecompressor(max_window_size=layout.MAX_WINDOW_BYTES).stream_reader(
                 source, read_size=_CHUNK, read_across_frames=True
             ) as stream,
-            tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar,
+            _ReadAhead(stream) as ahead,
+            tarfile.open(fileobj=ahead, mode="r|", bufsize=_CHUNK) as tar,  # type: ignore[call-overload]
         ):
             for member in _members(tar, pack):
                 if member.name in checksums or member.name.rstrip("/") in checksums:

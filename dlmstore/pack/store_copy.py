@@ -72,9 +72,13 @@ def copy_database(store: Store, scratch: Path, *, keep_cache: bool) -> StoreCopy
     try:
         with read_only(store.db_path) as live:
             live.isolation_level = None
+            live.execute(
+                "PRAGMA temp_store = FILE"
+            )  # VACUUM's scratch on disk: memory stays flat in the store's size
             live.execute("VACUUM INTO ?", (str(db),))
         conn = sqlite3.connect(db, isolation_level=None)
         try:
+            conn.execute("PRAGMA temp_store = FILE")
             if not keep_cache:
                 conn.execute("BEGIN")
                 for table in CACHE_TABLES:
