@@ -141,12 +141,21 @@ def test_the_token_cache_travels_only_with_include_cache(
     assert (event["cache_hits"] > 0, event["cache_misses"] == 0) == (with_cache, with_cache)
 
 
-def test_adapters_all_carries_every_version_and_newest_only_the_last(doc: Path, tmp_path: Path) -> None:
+def test_adapters_all_carries_every_version_and_newest_only_the_last(
+    doc: Path, tmp_path: Path, dlm_home: Path
+) -> None:
     _dlm("train", str(doc))  # v0002 beside the trained store's v0001
     newest = _json("pack", str(doc), "-o", str(tmp_path / "newest.dlm.pack"))
     every = _json("pack", str(doc), "--adapters", "all", "-o", str(tmp_path / "all.dlm.pack"))
     chosen = _json("pack", str(doc), "--adapters", "v1", "-o", str(tmp_path / "v1.dlm.pack"))
     assert (newest["adapters"], every["adapters"], chosen["adapters"]) == ([2], [1, 2], [1])
+    home = _other_home(tmp_path, dlm_home)
+    installed = _json("unpack", newest["path"], "--home", str(home), "--to", str(tmp_path / "there"))
+    left_out = home / "store" / VALID_ID / "adapter" / "versions" / "v0001"
+    assert _dlm("eval", installed["document"], "--adapter", "1", home=home, code=1).output.startswith(
+        f"error: adapter v0001: its folder {left_out} is not there (removed, or left out of the pack this "
+        "store was unpacked from: `dlm pack --adapters` chooses the versions a pack carries)\n"
+    )
     assert _dlm("pack", str(doc), "--adapters", "v7", "-o", str(tmp_path / "x"), code=1).output == (
         "error: --adapters: the store has no adapter v0007 (it has v0001, v0002)\n"
     )

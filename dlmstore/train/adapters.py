@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -468,6 +469,12 @@ def checked_folder(store: Store, adapter: AdapterVersion, *, hint: str = DAMAGED
     """
     folder = store.path / adapter.path
     weights = folder / WEIGHTS
+    if not os.path.lexists(folder):
+        raise StoreError(
+            f"adapter v{adapter.version:04d}: its folder {folder} is not there (removed, or left out of the "
+            "pack this store was unpacked from: `dlm pack --adapters` chooses the versions a pack carries)",
+            hint=hint,
+        )
     try:
         found = file_sha256(weights)
     except OSError as exc:
