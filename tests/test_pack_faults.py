@@ -324,7 +324,7 @@ def test_a_different_file_where_the_document_goes_is_refused_and_left_as_it_was(
 
 
 def _rolled_up(entries: list[Entry]) -> list[Entry]:
-    """``entries`` with the manifest's ``content_sha256`` recomputed over them as they are now."""
+    """``entries`` with the manifest's ``entries`` and ``content_sha256`` redone over them as they are now."""
     import hashlib
 
     from dlmstore.pack.manifest import rollup
@@ -333,6 +333,7 @@ def _rolled_up(entries: list[Entry]) -> list[Entry]:
     content = {info.name: hashlib.sha256(data).hexdigest() for info, data in entries if info.name not in skip}
     manifest = json.loads(next(data for info, data in entries if info.name == "manifest.json"))
     manifest["content_sha256"] = rollup(content)
+    manifest["entries"] = {info.name: len(data) for info, data in entries if info.name in content}
     return [(info, json.dumps(manifest).encode()) if info.name == "manifest.json" else (info, data)
             for info, data in entries]  # fmt: skip
 
@@ -418,12 +419,12 @@ def test_a_damaged_adapter_is_never_packed(doc: Path, dlm_home: Path, tmp_path: 
 # --- killed ---------------------------------------------------------------------------------------------------
 
 
-def _big_base_doc(doc: Path) -> Path:
-    """The document with a local base folder holding 300 MB of random bytes: packing it takes seconds."""
+def _big_base_doc(doc: Path, megabytes: int = 300) -> Path:
+    """The document with a local base folder holding random bytes (300 MB: packing it takes seconds)."""
     base = doc.parent / "bigbase"
     base.mkdir()
     with open(base / "weights.bin", "wb") as f:
-        for _ in range(300):
+        for _ in range(megabytes):
             f.write(os.urandom(1 << 20))
     text = doc.read_text()
     lines = [
@@ -471,21 +472,65 @@ def test_a_pack_killed_midway_leaves_no_pack_at_the_output(doc: Path, dlm_home: 
         )
 
 
+def _stores(home: Path) -> Any:
+    listed = CliRunner().invoke(cli, ["stores", "--json"], env={"DLM_HOME": str(home)})
+    assert listed.exit_code == 0, listed.output
+    return json.loads(listed.stdout)["stores"]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("over", [False, True], ids=["into-an-empty-home", "over-its-store-with-force"])
 def test_an_unpack_killed_midway_leaves_the_home_as_it_was_and_the_next_one_sweeps(
-    doc: Path, dlm_home: Path, tmp_path: Path
+    doc: Path, dlm_home: Path, tmp_path: Path, over: bool
 ) -> None:
     doc = _big_base_doc(doc)
     assert CliRunner().invoke(cli, ["pack", str(doc), "--include-base"]).exit_code == 0
     pack = doc.with_name(doc.name + ".pack")
     home = tmp_path / "colleague"
     (home / "store").mkdir(parents=True)
-    process = _dlm_process(home, "unpack", str(pack), "--to", str(tmp_path / "to"))
+    force = ["--force"] if over else []
+    if over:  # the store is there already, and --force is to replace it
+        assert _unpack(pack, home, tmp_path / "to").exit_code == 0
+    before = _stores(home)
+    db_before = (home / "store" / VALID_ID / "store.db").read_bytes() if over else b""
+    process = _dlm_process(home, "unpack", str(pack), "--to", str(tmp_path / "to"), *force)
     _when(lambda: any(p.name.startswith(".unpack-") for p in (home / "store").iterdir()), process)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=PATIENCE_S)
-    listed = CliRunner().invoke(cli, ["stores", "--json"], env={"DLM_HOME": str(home)})
-    assert listed.exit_code == 0 and json.loads(listed.stdout)["stores"] == []
-    again = CliRunner().invoke(cli, ["unpack", str(pack), "--home", str(home), "--to", str(tmp_path / "to")])
+    assert _stores(home) == before
+    if over:
+        assert (home / "store" / VALID_ID / "store.db").read_bytes() == db_before
+    again = _unpack(pack, home, tmp_path / "to", *force)
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in (home / "store").iterdir()) == [VALID_ID]
+
+
+def test_a_file_where_a_packed_folder_goes_is_refused_before_the_document_is_written(
+    doc: Path, home: Path, tmp_path: Path
+) -> None:
+    doc = _big_base_doc(doc, megabytes=1)
+    assert CliRunner().invoke(cli, ["pack", str(doc), "--include-base"]).exit_code == 0
+    to = tmp_path / "to"
+    to.mkdir()
+    (to / "bigbase").write_text("not a folder\n")
+    result = _unpack(doc.with_name(doc.name + ".pack"), home, to)
+    assert result.exit_code == 1 and result.output == (
+        f"error: {to / 'bigbase'} is already there and is not a folder: refused (a file of yours is never "
+        "overwritten)\nhint: move it away, or unpack with --to another folder\n"
+    )
+    assert [p.name for p in to.iterdir()] == ["bigbase"] and (to / "bigbase").read_text() == "not a folder\n"
+    assert sorted(p.name for p in (home / "store").iterdir()) == []
+
+
+def test_two_members_unpacking_to_one_file_leave_the_folder_as_it_was(
+    pack: Path, home: Path, tmp_path: Path, doc: Path
+) -> None:
+    # A consistent but crafted pack: a source file that lands where the document does, written after it.
+    entries = _listed(_rolled_up([*_entries(pack), _file(f"sources/{doc.name}", b"not the document\n")]))
+    to = tmp_path / "to"
+    result = _unpack(_write(tmp_path / "bad.dlm.pack", entries), home, to)
+    assert result.exit_code == 1 and result.output == (
+        f"error: {to / doc.name} appeared while unpacking: refused (a file of yours is never overwritten)\n"
+    )
+    assert not to.exists()  # the document written first is removed again, and the folder made for it
+    assert sorted(p.name for p in (home / "store").iterdir()) == []

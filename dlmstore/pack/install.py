@@ -10,14 +10,16 @@ with the packed document's own, the signature's shape. Then:
 1. the user's files are planned: the document in ``--to`` (default: the
    pack's folder), the sources and a local base around it as they lay
    around it when packed (:mod:`~dlmstore.pack.carried`). A file already
-   there with the same bytes is kept; one with other bytes is refused by
-   name, before anything is written (a user's file is never overwritten);
+   there with the same bytes is kept; one with other bytes, or a file
+   where one of their folders goes, is refused by name, before anything
+   is written (a user's file is never overwritten);
 2. the staged store.db has its absolute paths rewritten for the new
    places (:mod:`~dlmstore.pack.paths`), is opened once as a store (which
    migrates a pack made by an older dlmstore, and checks its high-water
    mark), and records the document's new path;
 3. the user's files are written, each atomically; a built-in base goes to
-   the home's ``bases/`` unless the home has it already;
+   the home's ``bases/`` unless the home has it already (should this or
+   step 4 fail, the user's files and folders written are removed again);
 4. the store is renamed into ``<home>/store/<dlm_id>``: the one step that
    makes the unpack visible. A store already there is refused unless
    ``--force``; even then one whose history is newer than the pack's (more
@@ -132,16 +134,21 @@ def unpack(pack: Path, *, to: Path | None = None, force: bool = False) -> Unpack
         plan, kept = _plan(staged, to)
         _prepare_store(staged, target, document, to)
         _refuse_existing(target, staged, force)
-        written = _write_user_files(staged, plan)
-        base = _install_builtin(staged)
-        replaced = _publish(staged.store, target, force)
+        written: list[Path] = []
+        try:
+            _write_user_files(plan, written)
+            base = _install_builtin(staged)
+            replaced = _publish(staged.store, target, force)
+        except BaseException:
+            _remove(written)  # the store was not installed: neither are the user's files
+            raise
     return UnpackResult(
         document=str(document),
         store=str(target),
         dlm_id=staged.dlm_id,
         format=staged.format,
         adapters=staged.adapters,
-        files_written=written,
+        files_written=len(plan),
         files_kept=kept,
         base=base,
         replaced=replaced,
@@ -271,6 +278,13 @@ def _plan(staged: _Staged, to: Path) -> tuple[list[tuple[Path, Path]], int]:
     plan: list[tuple[Path, Path]] = []
     kept = 0
     for source, target in wanted:
+        for folder in reversed(target.parents):
+            if folder.is_relative_to(to) and os.path.lexists(folder) and not folder.is_dir():
+                raise PackError(
+                    f"{folder} is already there and is not a folder: refused (a file of yours is never "
+                    "overwritten)",
+                    hint="move it away, or unpack with --to another folder",
+                )
         if os.path.lexists(target):
             if not target.is_file() or target.is_symlink() or not _same_bytes(source, target):
                 raise PackError(
@@ -361,18 +375,32 @@ def _refuse_existing(target: Path, staged: _Staged, force: bool) -> None:
             )
 
 
-def _write_user_files(staged: _Staged, plan: list[tuple[Path, Path]]) -> int:
+def _write_user_files(plan: list[tuple[Path, Path]], written: list[Path]) -> None:
+    """Write each file of ``plan``, appending to ``written`` each file and folder made, in order."""
     for source, target in plan:
         try:
+            written += [folder for folder in reversed(target.parents) if not os.path.lexists(folder)]
             target.parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(target, source.read_bytes(), overwrite=False)
+            written.append(target)
         except FileExistsError:
             raise PackError(
                 f"{target} appeared while unpacking: refused (a file of yours is never overwritten)"
             ) from None
         except OSError as exc:
             raise PackError(f"cannot write {target}: {exc.strerror or exc}") from None
-    return len(plan)
+
+
+def _remove(written: list[Path]) -> None:
+    """Remove what :func:`_write_user_files` made, newest first (a folder only if still empty)."""
+    for path in reversed(written):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder something else wrote into meanwhile: kept
 
 
 def _install_builtin(staged: _Staged) -> str | None:
