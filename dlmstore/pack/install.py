@@ -26,7 +26,8 @@ with the packed document's own, the signature's shape. Then:
    runs, lock records or adapter versions) is kept. ``--force`` holds the
    old store's lock exclusively (refusing while another dlm process has it
    open), renames it aside, renames the new one in and only then removes
-   the old; a failure in between renames the old one back.
+   the old; a failure in between renames the old one back, and the next
+   unpack puts back one that a kill between the two renames left aside.
 
 A pack written by DocumentLanguageModel (no ``tool`` in its header) is
 read by :mod:`~dlmstore.pack.dlm_layout`, which builds the store instead
@@ -62,6 +63,9 @@ from dlmstore.store.highwater import read_mark
 
 #: How staging folders of unpacks begin (in ``<home>/store/``).
 STAGING_PREFIX = ".unpack-"
+
+#: How a store that ``--force`` renamed aside is named until the pack's store is in its place.
+REPLACED_PREFIX = f"{STAGING_PREFIX}replaced-"
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ def unpack(pack: Path, *, to: Path | None = None, force: bool = False) -> Unpack
         stores.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create {stores}: {exc.strerror or exc}") from None
+    _restore_replaced(stores)
     stale_staging(stores, STAGING_PREFIX, remove=True)
     with StagingDir(stores, prefix=STAGING_PREFIX, owned=True) as staging:
         staged = stage(pack, staging.path)
@@ -435,17 +440,34 @@ def _publish(store: Path, target: Path, force: bool) -> bool:
             raise PackError(f"cannot install the store at {target}: {exc.strerror or exc}") from None
         return False
     assert force
-    aside = target.with_name(f"{STAGING_PREFIX}replaced-{target.name}-{os.getpid()}")
+    aside = target.with_name(f"{REPLACED_PREFIX}{target.name}-{os.getpid()}")
     with FileLock(target / STORE_LOCK_NAME) as lock:
         if not lock.try_exclusive():
             raise PackError(
                 f"the store at {target} is in use by another dlm process: not replaced; try again"
             )
-        os.rename(target, aside)
-    try:
-        os.rename(store, target)
-    except OSError as exc:
-        os.rename(aside, target)
-        raise PackError(f"cannot install the store at {target}: {exc.strerror or exc}") from None
+        os.rename(target, aside)  # the lock's file goes along, held until the new store is in place
+        try:
+            os.rename(store, target)
+        except OSError as exc:
+            os.rename(aside, target)
+            raise PackError(f"cannot install the store at {target}: {exc.strerror or exc}") from None
     shutil.rmtree(aside, ignore_errors=True)
     return True
+
+
+def _restore_replaced(stores: Path) -> None:
+    """Finish what a killed ``unpack --force`` left in ``stores``: the store it renamed aside goes back
+    when no store took its place (killed between the two renames), and is removed when one did. One
+    whose lock is held is being replaced now, and is left."""
+    for aside in sorted(stores.glob(f"{REPLACED_PREFIX}*")):
+        target = stores / aside.name.removeprefix(REPLACED_PREFIX).rpartition("-")[0]
+        if aside.is_symlink() or not aside.is_dir() or target.parent != stores:
+            continue
+        with FileLock(aside / STORE_LOCK_NAME) as lock:
+            if not lock.try_exclusive():
+                continue
+            if os.path.lexists(target):
+                shutil.rmtree(aside, ignore_errors=True)
+            elif (aside / DB_NAME).is_file():
+                os.rename(aside, target)
