@@ -95,6 +95,29 @@ def make_lock(**changes: Any) -> Lock:
     return Lock(**values)
 
 
+# --- stores ---------------------------------------------------------------------------------
+
+
+def as_written_before_0018(store: Path) -> list[str]:
+    """Give each token segment of ``store`` the name stores made before migration 0018 gave it.
+
+    Segments were called packs then, written as ``tokens/pack-<ULID>.bin``;
+    the file and its ``token_segments`` row are renamed together, as a store
+    that wrote them then and migrated since holds them. Returns their paths.
+    """
+    import sqlite3
+    from contextlib import closing
+
+    renamed: list[str] = []
+    with closing(sqlite3.connect(store / "store.db")) as conn, conn:
+        for segment_id, relpath in conn.execute("SELECT id, path FROM token_segments").fetchall():
+            legacy = relpath.replace("tokens/segment-", "tokens/pack-")
+            (store / relpath).rename(store / legacy)
+            conn.execute("UPDATE token_segments SET path = ? WHERE id = ?", (legacy, segment_id))
+            renamed.append(legacy)
+    return renamed
+
+
 # --- token datasets -------------------------------------------------------------------------
 
 

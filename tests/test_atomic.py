@@ -42,10 +42,10 @@ def test_a_file_appears_only_when_the_block_ends_and_then_whole(work: Path) -> N
 
 
 def test_the_temp_file_is_a_hidden_tmp_file_beside_the_target_so_sweepers_find_it(work: Path) -> None:
-    with atomic_file(work / "pack-1.bin") as f:
+    with atomic_file(work / "segment-1.bin") as f:
         f.write(b"x")
         (temp,) = work.iterdir()
-    assert temp.name.startswith(".pack-1.bin.") and temp.name.endswith(".tmp")
+    assert temp.name.startswith(".segment-1.bin.") and temp.name.endswith(".tmp")
 
 
 def test_an_exception_in_the_block_leaves_the_old_content_and_no_temp_file(work: Path) -> None:

@@ -106,7 +106,7 @@ def test_eviction_reads_only_the_entries_it_evicts(store: Store) -> None:
     assert evict(store, max_bytes=3998, protect_run_id=new).entries == 2
 
 
-def test_packs_left_without_entries_are_deleted(store: Store) -> None:
+def test_segments_left_without_entries_are_deleted(store: Store) -> None:
     run = _run(store)
     _fill(store, run, ["a", "b"])
     (segment,) = (store.path / "tokens").glob("segment-*.bin")

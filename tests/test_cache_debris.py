@@ -28,7 +28,7 @@ from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
 from dlmstore.store.flock import FileLock
 
-from .helpers import REPO, VALID_ID, write_doc
+from .helpers import REPO, VALID_ID, as_written_before_0018, write_doc
 
 IN_USE_NOTE = (
     "note: another dlm process may have this store open (its lock could not be taken); files younger "
@@ -272,13 +272,13 @@ def test_a_segment_written_before_the_rename_keeps_its_pack_name_and_is_read_not
     """Stores made before migration 0018 named their token files ``tokens/pack-*.bin``; rows record
     each file's path, so such a file is still read, verified and kept, and never taken for debris."""
     store = store_dir(VALID_ID)
-    with sqlite3.connect(store / "store.db") as conn:
-        (relpath,) = conn.execute("SELECT path FROM token_segments").fetchone()
-        legacy = relpath.replace("segment-", "pack-")
-        (store / relpath).rename(store / legacy)
-        conn.execute("UPDATE token_segments SET path = ?", (legacy,))
+    (legacy,) = as_written_before_0018(store)
+    assert legacy.startswith("tokens/pack-")
     code, out, _ = _dlm("cache", "verify", str(doc), "--repair", "--json")
     assert code == 0 and json.loads(out)["problems"] == []
+    code, out, _ = _dlm("cache", "prune", str(doc), "--json")
+    pruned = json.loads(out)
+    assert code == 0 and (pruned["segments_removed"], pruned["orphan_files_removed"]) == (0, 0)
     code, out, _ = _dlm("tokenize", str(doc), "--json")
     event = json.loads(out)["tokenization"]
     assert code == 0 and (event["cache_hits"], event["cache_misses"]) == (2, 0)

@@ -58,7 +58,7 @@ def _first_entry_end() -> int:
 CLEAN = (0, "checked 2 entries in 2 token files: 0 problems, 0 remaining\n")
 
 
-def test_a_truncated_pack_healed_by_dlm_tokenize_leaves_cache_verify_with_nothing_to_report(
+def test_a_truncated_segment_healed_by_dlm_tokenize_leaves_cache_verify_with_nothing_to_report(
     doc: Path,
 ) -> None:
     segment = _segment()
@@ -73,7 +73,7 @@ def test_a_truncated_pack_healed_by_dlm_tokenize_leaves_cache_verify_with_nothin
     ]
 
 
-def test_a_pack_truncated_to_nothing_is_dropped_with_its_file_by_the_pass_that_heals_it(doc: Path) -> None:
+def test_a_segment_truncated_to_nothing_is_dropped_with_its_file_by_the_pass_that_heals_it(doc: Path) -> None:
     segment = _segment()
     os.truncate(segment, 0)
     assert _dlm("tokenize", str(doc))[0] == 0
@@ -84,7 +84,7 @@ def test_a_pack_truncated_to_nothing_is_dropped_with_its_file_by_the_pass_that_h
     )
 
 
-def test_a_missing_pack_healed_by_dlm_tokenize_leaves_no_row_pointing_at_it(doc: Path) -> None:
+def test_a_missing_segment_healed_by_dlm_tokenize_leaves_no_row_pointing_at_it(doc: Path) -> None:
     segment = _segment()
     segment.unlink()
     assert _dlm("tokenize", str(doc))[0] == 0
@@ -95,7 +95,7 @@ def test_a_missing_pack_healed_by_dlm_tokenize_leaves_no_row_pointing_at_it(doc:
     )
 
 
-def test_a_truncated_pack_healed_by_a_pass_that_reads_the_tokens_leaves_the_manifest_consistent(
+def test_a_truncated_segment_healed_by_a_pass_that_reads_the_tokens_leaves_the_manifest_consistent(
     doc: Path,
 ) -> None:
     os.truncate(_segment(), _first_entry_end())
@@ -104,7 +104,7 @@ def test_a_truncated_pack_healed_by_a_pass_that_reads_the_tokens_leaves_the_mani
     assert _dlm("cache", "verify", str(doc))[:2] == CLEAN
 
 
-def test_entries_of_another_tokenizer_in_the_cut_off_part_of_a_pack_go_with_it(doc: Path) -> None:
+def test_entries_of_another_tokenizer_in_the_cut_off_part_of_a_segment_go_with_it(doc: Path) -> None:
     segment = _segment()
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
     conn.execute(

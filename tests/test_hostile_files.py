@@ -56,7 +56,7 @@ def fifo_segment(tmp_path: Path, tiny_base: Path) -> Path:
     return doc
 
 
-def test_cache_verify_reports_a_fifo_pack_as_damage_without_hanging(fifo_segment: Path) -> None:
+def test_cache_verify_reports_a_fifo_segment_as_damage_without_hanging(fifo_segment: Path) -> None:
     result = run_dlm("cache", "verify", str(fifo_segment))
     no_traceback(result)
     assert result.returncode == 1
@@ -64,7 +64,9 @@ def test_cache_verify_reports_a_fifo_pack_as_damage_without_hanging(fifo_segment
     assert kinds == ["missing_segment", "bad_entry"]
 
 
-def test_tokenize_treats_a_fifo_pack_as_damage_and_re_tokenizes_without_hanging(fifo_segment: Path) -> None:
+def test_tokenize_treats_a_fifo_segment_as_damage_and_re_tokenizes_without_hanging(
+    fifo_segment: Path,
+) -> None:
     expected = tokenize_document(str(fifo_segment), no_cache=True)[1]
     result = run_dlm("-q", "tokenize", str(fifo_segment))  # -q: the warning alone, no progress
     no_traceback(result)

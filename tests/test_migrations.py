@@ -347,8 +347,13 @@ def test_every_revision_downgrades_cleanly_and_upgrades_again(tmp_path: Path) ->
 
 
 def _at_0006_with_a_trained_run(db: Path) -> Config:
+    return _seeded_up_to(db, "0006")
+
+
+def _seeded_up_to(db: Path, last: str) -> Config:
+    """The database at revision ``last``, with the seed rows of every revision up to it."""
     config = _config(db)
-    for revision in REVISIONS[: REVISIONS.index("0006") + 1]:
+    for revision in REVISIONS[: REVISIONS.index(last) + 1]:
         command.upgrade(config, revision)
         conn = sqlite3.connect(db)
         for statement in SEEDS[revision]:
@@ -421,3 +426,45 @@ def test_downgrading_0007_keeps_the_sft_rows_and_drops_the_preference_ones(tmp_p
     ]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "train_step_metrics" not in tables and not any(t.endswith("_0007") for t in tables)
+
+
+def test_0018_names_the_dtype_check_for_segments_and_never_hands_out_a_deleted_segments_id_again(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "store.db"
+    config = _seeded_up_to(db, "0017")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO token_packs (path, dtype, bytes, created_at) VALUES ('tokens/pack-2.bin', 'uint16', 0, 'x')"
+    )
+    # Deleted as a prune drops a file no entry points into any more.
+    conn.execute("DELETE FROM token_packs WHERE path = 'tokens/pack-2.bin'")
+    conn.commit()
+    conn.close()
+    command.upgrade(config, "0018")
+    conn = sqlite3.connect(db)
+    with pytest.raises(sqlite3.IntegrityError, match="^CHECK constraint failed: token_segments_dtype$"):
+        conn.execute(
+            "INSERT INTO token_segments (path, dtype, bytes, created_at) VALUES ('tokens/x.bin', 'uint8', 0, 'x')"
+        )
+    cursor = conn.execute(
+        "INSERT INTO token_segments (path, dtype, bytes, created_at) VALUES ('tokens/segment-3.bin', 'uint16', 0, 'x')"
+    )
+    assert cursor.lastrowid == 3  # not 2, the id the deleted file had
+    conn.commit()
+    conn.close()
+    command.downgrade(config, "0017")
+    conn = sqlite3.connect(db)
+    with pytest.raises(sqlite3.IntegrityError, match="^CHECK constraint failed: token_packs_dtype$"):
+        conn.execute(
+            "INSERT INTO token_packs (path, dtype, bytes, created_at) VALUES ('tokens/x.bin', 'uint8', 0, 'x')"
+        )
+    cursor = conn.execute(
+        "INSERT INTO token_packs (path, dtype, bytes, created_at) VALUES ('tokens/pack-4.bin', 'uint16', 0, 'x')"
+    )
+    assert cursor.lastrowid == 4
+    assert conn.execute("SELECT path, live_bytes FROM token_packs ORDER BY id").fetchall() == [
+        ("tokens/p1.bin", 8),
+        ("tokens/segment-3.bin", 0),
+        ("tokens/pack-4.bin", 0),
+    ]

@@ -33,6 +33,8 @@ from dlmstore.cli.main import cli
 from dlmstore.corpus.tokenize import TokenizeSummary, tokenize_document
 from dlmstore.home import store_dir
 
+from .helpers import as_written_before_0018
+
 FIRST = "01KPQ1FFEDGPPSMWRAS18SAZST"
 SECOND = "01KPQ1FFEDGPPSMWRAS18SAZSV"
 FILES = 12
@@ -114,6 +116,21 @@ def test_a_second_document_over_the_same_tree_tokenizes_nothing_and_links_the_fi
     assert _verify(two) == (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
     again = _tokenize(two)  # its own entries now
     assert (again.tokenization.cache_hits, again.tokenization.cache_shared) == (FILES + 1, 0)
+
+
+def test_a_segment_the_first_store_wrote_before_the_rename_as_a_pack_is_linked_like_any_other(
+    docs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = docs
+    _tokenize(one)
+    (legacy,) = as_written_before_0018(store_dir(FIRST))
+    _no_tokenizer(monkeypatch)
+    event = _tokenize(two).tokenization
+    assert (event.cache_hits, event.cache_misses, event.cache_shared) == (FILES + 1, 0, FILES + 1)
+    (mine,) = _segments(SECOND)  # its own link takes today's name
+    assert os.path.samefile(store_dir(FIRST) / legacy, mine)
+    checked = (0, "checked 13 entries in 1 token file: 0 problems, 0 remaining\n")
+    assert _verify(one) == _verify(two) == checked
 
 
 def test_a_second_document_reads_no_file_the_first_store_s_stat_records_prove_unchanged(

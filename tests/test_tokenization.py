@@ -162,13 +162,13 @@ def test_a_deleted_source_file_just_leaves_its_entry_unused(doc: Path) -> None:
     assert summary.tokenization.cache_hits == summary.tokenization.total_rows
 
 
-def _pack_files(dlm_id: str = VALID_ID) -> list[Path]:
+def _segment_files(dlm_id: str = VALID_ID) -> list[Path]:
     return sorted((store_dir(dlm_id) / "tokens").glob("segment-*.bin"))
 
 
-def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -> None:
+def test_a_deleted_segment_file_is_a_miss_retokenized_with_one_warning(doc: Path) -> None:
     _, expected = tokenize_document(str(doc))
-    for segment in _pack_files():
+    for segment in _segment_files():
         segment.unlink()
     summary, rows = tokenize_document(str(doc))
     assert summary.tokenization.cache_misses == summary.tokenization.total_rows
@@ -180,9 +180,9 @@ def test_a_deleted_pack_file_is_a_miss_retokenized_with_one_warning(doc: Path) -
     assert third.tokenization.cache_hits == third.tokenization.total_rows and third.warnings == []
 
 
-def test_corrupted_or_truncated_pack_bytes_are_misses_not_errors(doc: Path) -> None:
+def test_corrupted_or_truncated_segment_bytes_are_misses_not_errors(doc: Path) -> None:
     _, expected = tokenize_document(str(doc))
-    (segment,) = _pack_files()
+    (segment,) = _segment_files()
     data = bytearray(segment.read_bytes())
     data[3] ^= 0xFF
     segment.write_bytes(bytes(data[: len(data) - 7]))

@@ -136,7 +136,7 @@ class CacheSettings(_Strict):
     share: bool = Field(
         default=True,
         description="dlmstore extension: a row this store has not tokenized is first looked up in the "
-        "other stores of the home, and its tokens are taken from there (the pack hard-linked, else "
+        "other stores of the home, and its tokens are taken from there (the segment hard-linked, else "
         "copied) instead of tokenizing it again; `false`, or `--no-share`, tokenizes it here.",
     )
 

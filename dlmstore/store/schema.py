@@ -116,8 +116,7 @@ token_segments = Table(
     ),
     Column("created_at", Text, nullable=False, comment="When the segment was registered."),
     Column("run_id", Integer, ForeignKey("runs.id"), comment="The run that wrote it."),
-    # Named before 0018 renamed the table: SQLite renames no constraint, and the name is not compared.
-    CheckConstraint("dtype IN ('uint16', 'uint32')", name="token_packs_dtype"),
+    CheckConstraint("dtype IN ('uint16', 'uint32')", name="token_segments_dtype"),
     comment="Append-only files of concatenated token arrays; entries point into them.",
     sqlite_autoincrement=True,
 )
