@@ -19,5 +19,10 @@ def iso_before(delta: timedelta) -> str:
     return _format(datetime.now(UTC) - delta)
 
 
+def utc_text(moment: datetime) -> str:
+    """``moment`` in the stored format; a naive one is taken as UTC (as DocumentLanguageModel writes them)."""
+    return _format(moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC))
+
+
 def _format(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
