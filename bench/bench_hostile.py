@@ -35,6 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import peak_process
 
 from dlmstore.document.loading import MAX_ALIAS_EXPANSION, MAX_VALUES
 from dlmstore.document.parser import parse_document
@@ -132,28 +135,10 @@ def parse_peak_mb(path: Path) -> float:
     return peak / 1e6
 
 
-#: ``dlm show PATH`` in a child that reports its own peak RSS (VmHWM) on exit. The
-#: child's ``ru_maxrss`` would not do: after a vfork it includes the parent's.
-_SHOW = """
-import atexit, sys
-def report():
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                sys.stderr.write(f"VmHWM {line.split()[1]}\\n")
-atexit.register(report)
-from dlmstore.cli.main import cli
-cli(["show", sys.argv[1]], prog_name="dlm")
-"""
-
-
 def show_process(path: Path, env: dict[str, str]) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (MB; 0 without /proc) and exit code of ``dlm show PATH``."""
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _SHOW, str(path)], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    peaks = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("VmHWM ")]
-    return wall, int(peaks[-1]) / 1024 if peaks else 0.0, done.returncode
+    wall, peak, done = peak_process(["show", str(path)], env)
+    return wall, peak / 2**20, done.returncode
 
 
 def timed(test: Callable[[str], object], name: str) -> float:

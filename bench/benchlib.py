@@ -1,7 +1,7 @@
 """Helpers shared by the bench scripts: paths, generated corpora, one measured process.
 
-Imported by the bench scripts (``bench_datasets``, ``bench_hostile_io``,
-``bench_preference``, ``bench_ray_build``, ``bench_startup``,
+Imported by the bench scripts (``bench_datasets``, ``bench_hostile``, ``bench_hostile_io``,
+``bench_pack``, ``bench_preference``, ``bench_ray_build``, ``bench_startup``,
 ``bench_tokenize``, ``bench_train_inputs``, ``bench_walk``), which run
 as scripts from the repository root, so ``bench/`` is on ``sys.path``.
 """
@@ -104,6 +104,30 @@ def timed_process(
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[:2])} failed:\n{err.read().decode(errors='replace')[-3000:]}")
     return seconds, usage.ru_maxrss * 1024, stdout
+
+
+#: ``dlm ARGS...`` in a child that reports its own peak RSS (VmHWM) at exit. The
+#: child's ``ru_maxrss`` would not do: after a vfork it includes the parent's.
+_PEAK = """
+import atexit, sys
+def report():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                sys.stderr.write(f"VmHWM {line.split()[1]}\\n")
+atexit.register(report)
+from dlmstore.cli.main import cli
+cli(sys.argv[1:], prog_name="dlm")
+"""
+
+
+def peak_process(args: list[str], env: dict[str, str]) -> tuple[float, int, subprocess.CompletedProcess[str]]:
+    """Wall seconds, peak RSS (bytes, the child's own VmHWM; 0 without /proc) and the finished ``dlm ARGS...``."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    peaks = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("VmHWM ")]
+    return wall, int(peaks[-1]) * 1024 if peaks else 0, done
 
 
 #: The tests' tiny SmolLM2-shaped model (tests/conftest.py's TINY_SMOLLM2_CONFIG), for benches that train.
