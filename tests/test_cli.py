@@ -61,7 +61,9 @@ def test_show_imports_neither_torch_nor_transformers(tmp_path: Path) -> None:
 RUNS_A_MODEL = {("train",), ("eval",), ("prompt",), ("export",)}
 
 #: How each other command is run by the torch probe, in this order (one store, built up as it goes),
-#: and the exit it ends with: ``lock`` has no lock to show before a training run.
+#: and the exit it ends with: ``lock`` has no lock to show before a training run, ``pack`` no adapter to
+#: carry, and ``unpack`` and ``verify`` are given a file that is not a pack (each reads it as far as
+#: it can: through the zstd reader, never a model).
 WITHOUT_TORCH: dict[tuple[str, ...], tuple[list[str], int]] = {
     ("init",): (["init", "new.dlm"], 0),
     ("show",): (["show", "doc.dlm"], 0),
@@ -76,6 +78,9 @@ WITHOUT_TORCH: dict[tuple[str, ...], tuple[list[str], int]] = {
     ("lock", "show"): (["lock", "show", "doc.dlm"], 1),
     ("lock", "diff"): (["lock", "diff", "doc.dlm"], 1),
     ("migrate",): (["migrate", "doc.dlm"], 0),
+    ("pack",): (["pack", "doc.dlm"], 1),
+    ("unpack",): (["unpack", "notes/a.md", "--to", "unpacked"], 1),
+    ("verify",): (["verify", "notes/a.md"], 1),
     ("cache", "clear"): (["cache", "clear", "doc.dlm", "--force"], 0),
     ("stores",): (["stores"], 0),
     ("stores", "gc"): (["stores", "gc"], 0),
