@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from dlmstore.home import home_at
 
 GOLDEN_DIR = Path("tests/golden/determinism")
 INDEX = Path(".determinism/lock.json")
@@ -121,20 +122,13 @@ def tuple_hash(runtime: dict[str, object]) -> str:
 
 @contextmanager
 def _fresh_home(bases: Path) -> Iterator[Path]:
-    previous = os.environ.get("DLM_HOME")
     with tempfile.TemporaryDirectory(prefix="dlm-golden-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
         bases.mkdir(parents=True, exist_ok=True)
         (home / "bases").symlink_to(bases, target_is_directory=True)
-        os.environ["DLM_HOME"] = str(home)
-        try:
+        with home_at(home):
             yield Path(tmp)
-        finally:
-            if previous is None:
-                os.environ.pop("DLM_HOME", None)
-            else:
-                os.environ["DLM_HOME"] = previous
 
 
 def train_golden_once() -> str:
