@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 import time
 from collections.abc import Iterator
@@ -325,14 +326,22 @@ class ClearResult:
     files_removed: int
 
 
+def clear_rows(conn: sqlite3.Connection) -> None:
+    """Delete every row of the cache's tables in the caller's transaction (its files stay: see :func:`clear`).
+
+    ``dlm pack`` without ``--include-cache`` empties its copy of store.db the same way.
+    """
+    conn.execute("DELETE FROM cache_entries")
+    conn.execute("DELETE FROM cache_uses")
+    conn.execute("DELETE FROM token_segments")
+
+
 def clear(store: Store) -> ClearResult:
     """Drop every cache entry and every segment file of the store."""
     fail_dead_runs(store)
     with store.write() as conn:
         count, size = conn.execute("SELECT entry_count, bytes FROM cache_totals WHERE id = 1").fetchone()
-        conn.execute("DELETE FROM cache_entries")
-        conn.execute("DELETE FROM cache_uses")
-        conn.execute("DELETE FROM token_segments")
+        clear_rows(conn)
     files = 0
     directory = store.path / SEGMENT_DIR
     if directory.is_dir():

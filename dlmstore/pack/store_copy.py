@@ -20,13 +20,11 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlmstore.cache.admin import clear_rows
 from dlmstore.errors import PackError
 from dlmstore.store.connection import read_only
 from dlmstore.store.database import Store
 from dlmstore.store.highwater import Mark, current, mark_bytes, read_mark
-
-#: The tables that hold the token cache (emptied when the cache does not travel).
-CACHE_TABLES = ("cache_uses", "cache_entries", "token_segments")
 
 
 @dataclass(frozen=True)
@@ -81,8 +79,7 @@ def copy_database(store: Store, scratch: Path, *, keep_cache: bool) -> StoreCopy
             conn.execute("PRAGMA temp_store = FILE")
             if not keep_cache:
                 conn.execute("BEGIN")
-                for table in CACHE_TABLES:
-                    conn.execute(f"DELETE FROM {table}")
+                clear_rows(conn)
                 conn.execute("COMMIT")
                 conn.execute("VACUUM")
             copy = _describe(conn, db, store)
