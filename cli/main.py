@@ -188,7 +188,10 @@ def _would_be_lost(frame: FrameType | None) -> bool:
     ``except:``: every Cython module with memoryviews registers them with
     ``collections.abc`` inside ``try: ... except: pass``, and a SIGTERM that
     landed there, in ``numpy.random``'s first import halfway through a Ray
-    build, was lost the same way.
+    build, was lost the same way. Raised inside a module that sets
+    ``SIGNALS_WAIT`` (``dlmstore.store.atomic``), it may land between a temp
+    file's creation and the line that records it: the temp file is left behind
+    (a Ctrl-C during ``dlm tokenize`` left a ``.high-water.json.*.tmp`` so).
     """
     while frame is not None:
         code = frame.f_code
@@ -197,6 +200,8 @@ def _would_be_lost(frame: FrameType | None) -> bool:
         ):
             return True
         if frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+            return True
+        if frame.f_globals.get("SIGNALS_WAIT") is True:
             return True
         frame = frame.f_back
     return False

@@ -298,6 +298,45 @@ def test_a_signal_that_lands_in_an_import_that_swallows_it_still_stops_the_comma
         pytest.fail(f"{sig.name} that came inside an import was lost")
 
 
+@pytest.mark.parametrize(
+    ("sig", "raised"), [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)]
+)
+def test_a_signal_that_lands_between_a_temp_files_creation_and_its_record_waits_and_leaves_no_temp_file(
+    sig: signal.Signals, raised: type[BaseException], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised just after mkstemp made the temp file, before AtomicFile recorded its name, the
+    # exception left a .high-water.json.*.tmp that `dlm cache verify` then reported (a Ctrl-C during
+    # `dlm tokenize`, as its run row was written).
+    import tempfile
+
+    from dlmstore.cli.main import _sigterm_raises
+    from dlmstore.store import atomic
+
+    made = tempfile.mkstemp
+
+    def mkstemp_then_signalled(**kwargs: Any) -> tuple[int, str]:
+        made_now = made(**kwargs)
+        os.kill(os.getpid(), sig)
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:  # the handler runs here, the temp file made, not yet recorded
+            pass
+        return made_now
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp_then_signalled)
+    store = tmp_path / "store"
+    store.mkdir()
+    target = store / "high-water.json"
+    with pytest.raises(raised), _sigterm_raises():
+        atomic.write_bytes_atomic(target, b"{}")
+        monkeypatch.undo()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+        pytest.fail(f"{sig.name} that came inside an atomic write was lost")
+    assert sorted(p.name for p in store.iterdir()) == ["high-water.json"]
+    assert target.read_bytes() == b"{}"
+
+
 #: A command stopped by each signal: its exit status and its one line.
 STOPPED = [(signal.SIGTERM, 143, "error: terminated by SIGTERM"), (signal.SIGINT, 130, "error: interrupted")]
 

@@ -36,6 +36,11 @@ on it:
 A directory rename cannot replace a non-empty directory, so ``replace``
 removes the old one first: a reader may briefly see no directory, never a
 partial one.
+
+A SIGTERM or Ctrl-C that lands while this module's own code runs waits
+until it is out (:data:`SIGNALS_WAIT`): raised between ``mkstemp`` and the
+line that records the temp file, or inside :meth:`~AtomicFile.abort`, it
+would leave a temp file behind that nothing removes.
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import NotRegularFileError
 
 Existing = Literal["refuse", "replace", "keep"]
+
+#: Read by dlm's signal handler (``cli.main``): a SIGTERM or Ctrl-C that lands in this module's
+#: code is sent again a moment later, once the temp file or folder it makes is recorded or removed.
+SIGNALS_WAIT = True
 
 
 class AtomicFile:
