@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -67,6 +67,26 @@ if TYPE_CHECKING:
     show_default=True,
     help="Train data-parallel on this many processes of this machine (gloo on CPU, NCCL on CUDA).",
 )
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="After the run, keep watching the document and its training.sources: each save that changes "
+    "a row trains a run of at most --watch-max-steps steps. Ctrl-C ends it.",
+)
+@click.option(
+    "--watch-debounce-ms",
+    type=click.IntRange(min=0),
+    default=400,
+    show_default=True,
+    help="With --watch: how long no save must come after one before its run starts.",
+)
+@click.option(
+    "--watch-max-steps",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="With --watch: the most steps of each run after the first.",
+)
 @lock_mode_options
 @json_option("dlmstore.train.summary:TrainSummary", help="Print the run summary as JSON.")
 @click.pass_context
@@ -74,7 +94,7 @@ def train_command(
     ctx: click.Context, path: str, phase: str, no_cache: bool, no_share: bool, no_replay: bool,
     max_steps: int | None,
     epochs: int | None, seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int,
-    lock_mode: str, as_json: bool,
+    watch: bool, watch_debounce_ms: int, watch_max_steps: int, lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
@@ -94,9 +114,15 @@ def train_command(
     interrupted run's checkpoints are kept until it is resumed to the end or
     a run started with --fresh completes. --nproc N trains on N processes,
     each on its own share of every epoch.
+
+    --watch keeps going after the run: each save of the document or of a
+    file under its training.sources starts a run of at most
+    --watch-max-steps steps through the cache, and a save that changes no
+    row is skipped with one line (docs/training.md, "Watch mode").
     """
     if resume and fresh:
         raise click.UsageError("--resume and --fresh cannot be combined; pass one of them")
+    _check_watch_options(ctx, watch, nproc, as_json)
     from dlmstore.torch_loader import require_torch
 
     if nproc > 1:
@@ -120,6 +146,14 @@ def train_command(
 
     from .progress import progress_shown
 
+    if watch:
+        options = {
+            "phase": phase, "no_cache": no_cache, "max_steps": max_steps, "epochs": epochs, "seed": seed,
+            "lock_mode": lock_mode, "datasets": datasets, "resume": resume, "fresh": fresh,
+            "no_share": no_share, "no_replay": no_replay,
+        }  # fmt: skip
+        _watch(path, watch_debounce_ms, watch_max_steps, options)
+        return
     world = current_world()
     with progress_shown(as_json=as_json or not world.is_main):  # only rank 0 reports
         summary = train_document(
@@ -133,6 +167,66 @@ def train_command(
         from dlmstore.train.distributed import exit_rank
 
         exit_rank()
+
+
+def _check_watch_options(ctx: click.Context, watch: bool, nproc: int, as_json: bool) -> None:
+    """--watch's usage errors: its options without it, and what it cannot be combined with."""
+    from click.core import ParameterSource
+
+    if not watch:
+        for name in ("watch_debounce_ms", "watch_max_steps"):
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(f"{flag} only applies with --watch; add --watch or leave {flag} out")
+        return
+    if nproc > 1:
+        raise click.UsageError("--watch trains in this process; leave out --nproc")
+    if as_json:
+        raise click.UsageError("--watch prints a line per run, not JSON; leave out --json")
+
+
+def _watch(path: str, debounce_ms: int, max_steps: int, options: dict[str, Any]) -> None:
+    """The first run's summary, then a line as each save's run starts and one as it ends; until Ctrl-C."""
+    from dlmstore.watch.cycles import watch_document
+
+    from .progress import progress_shown
+    from .render import printable
+
+    with progress_shown(as_json=False):
+        for cycle in watch_document(path, debounce_ms=debounce_ms, max_steps=max_steps, options=options):
+            if cycle.number == 0:
+                if cycle.summary is not None:
+                    _print_summary(cycle.summary, False)
+                    click.echo(f"watching {path} and its sources; Ctrl-C stops", err=True)
+                continue
+            head = f"cycle {cycle.number}: {_saved(cycle.saved)}"
+            if cycle.stage == "skipped":
+                click.echo(f"{head}: no row changed ({plural(cycle.rows, 'row')}), skipped")
+            elif cycle.stage == "failed":
+                click.echo(f"error: {printable(cycle.error or '')}", err=True)
+                if cycle.hint:
+                    click.echo(f"hint: {printable(cycle.hint)}", err=True)
+            elif cycle.stage == "training":
+                click.echo(f"{head}: {plural(cycle.added, 'row')} added, {cycle.removed} removed; training",
+                           err=True)  # fmt: skip
+            elif cycle.summary is not None:
+                summary = cycle.summary
+                sft = next((part for part in summary.phases if part.phase == "sft"), summary.phases[-1])
+                loss = "n/a" if sft.final_loss is None else f"{sft.final_loss:.4f}"
+                for message in [*summary.warnings, *summary.lock_warnings]:
+                    warn(message)
+                click.echo(f"{head}: run {summary.run_id}: {plural(sft.steps_this_run, 'step')} on "
+                           f"{plural(cycle.rows, 'row')}, final loss {loss} -> v{summary.adapter_version:04d} "
+                           f"in {cycle.seconds:.1f} s")  # fmt: skip
+
+
+def _saved(paths: tuple[str, ...]) -> str:
+    """``doc.dlm saved`` / ``3 files saved``."""
+    import os
+
+    if len(paths) == 1:
+        return f"{os.path.basename(paths[0])} saved"
+    return f"{plural(len(paths), 'file')} saved"
 
 
 def _print_summary(summary: TrainSummary, as_json: bool) -> None:
