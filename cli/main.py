@@ -61,6 +61,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("report", "report_command", "Write an HTML report of the store of the document at PATH."),
     "show": ("show", "show_command", "Summarise the .dlm document at PATH (read-only)."),
     "stores": ("stores", "stores_group", "List every store under the dlm home (read-only)."),
+    "templates": (
+        "templates", "templates_group", "List the gallery of starter documents for `dlm init PATH --template NAME`.",
+    ),
     "tokenize": (
         "tokenize", "tokenize_command", "Tokenize the rows of the document at PATH, through the tokenized cache.",
     ),

@@ -87,6 +87,10 @@ class BaseModelError(DlmError):
     """A base model name cannot be resolved to a tokenizer or model."""
 
 
+class TemplateError(DlmError):
+    """A template of the gallery is unknown, or its files are missing or malformed."""
+
+
 class TorchUnavailableError(DlmError):
     """Work that runs a model needs torch, and torch cannot be loaded in this process."""
 

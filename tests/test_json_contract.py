@@ -151,6 +151,8 @@ def test_every_command_prints_json_its_schema_validates(
     base = str(tiny_base)
     runs = [
         ["init", str(tmp_path / "new.dlm"), "--base-model", base],
+        ["init", str(tmp_path / "from-template.dlm"), "--template", "tool-use", "--base-model", base],
+        ["templates", "list"],
         ["show", str(doc)],
         ["migrate", str(doc), "--dry-run"],
         ["tokenize", str(doc)],

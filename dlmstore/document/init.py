@@ -76,12 +76,14 @@ class InitResult:
         dlm_id: Its fresh document id (a ULID).
         base_model: The ``base_model`` written into its frontmatter.
         store_path: The store folder created for it.
+        template: The gallery template it was written from (``--template``), or null.
     """
 
     path: str
     dlm_id: str
     base_model: str
     store_path: str
+    template: str | None = None
 
 
 def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> InitResult:
@@ -91,12 +93,26 @@ def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> Init
         DocumentError: ``path`` exists or cannot be written.
         BaseModelError: ``base_model`` is not an accepted name.
     """
+    dlm_id = new_ulid()
+    text = TEMPLATE.format(dlm_id=dlm_id, dlm_version=CURRENT_DLM_VERSION, base_model=yaml_scalar(base_model))
+    return write_new_document(path, text, dlm_id=dlm_id, base_model=base_model)
+
+
+def write_new_document(
+    path: str | Path, text: str, *, dlm_id: str, base_model: str, template: str | None = None
+) -> InitResult:
+    """Write ``text`` as a new document at ``path`` and create (migrate) the store of ``dlm_id``.
+
+    ``base_model`` is resolved first, so a name dlmstore cannot resolve
+    writes nothing. The file is written atomically and never over an
+    existing one (the one rule of ``dlm init``, with or without a template).
+
+    Raises:
+        DocumentError: ``path`` exists, its folder does not, or it cannot be written.
+        BaseModelError: ``base_model`` is not an accepted name.
+    """
     target = Path(path).expanduser().absolute()
     resolve_base(base_model, relative_to=target.parent)
-    dlm_id = new_ulid()
-    text = TEMPLATE.format(
-        dlm_id=dlm_id, dlm_version=CURRENT_DLM_VERSION, base_model=_yaml_scalar(base_model)
-    )
     if not target.parent.is_dir():
         raise DocumentError(path, "directory does not exist", hint=f"mkdir -p {target.parent}")
     try:
@@ -111,10 +127,11 @@ def init_document(path: str | Path, *, base_model: str = "smollm2-135m") -> Init
         raise DocumentError(path, f"cannot write: {exc.strerror or exc}") from None
     with open_store(dlm_id) as store:
         record_document_path(store, target)  # so `dlm stores gc` knows the document before any run
-    return InitResult(str(target), dlm_id, base_model, str(store.path))
+    return InitResult(str(target), dlm_id, base_model, str(store.path), template)
 
 
-def _yaml_scalar(value: str) -> str:
+def yaml_scalar(value: str) -> str:
+    """``value`` as a YAML scalar: as written when plain, else quoted (as JSON)."""
     import json
 
     # Plain names stay plain; anything YAML could misread is quoted as JSON
