@@ -84,6 +84,7 @@ WITHOUT_TORCH: dict[tuple[str, ...], tuple[list[str], int]] = {
     ("cache", "clear"): (["cache", "clear", "doc.dlm", "--force"], 0),
     ("stores",): (["stores"], 0),
     ("stores", "gc"): (["stores", "gc"], 0),
+    ("templates", "list"): (["templates", "list"], 0),
     ("data", "build", "pretrain"): (["data", "build", "pretrain", "--from", "texts", "--out", "pretrain"], 0),
     ("data", "build", "sft"): (["data", "build", "sft", "--from", "chats.jsonl", "--out", "sft"], 0),
     ("data", "build-all"): (["data", "build-all", "--cache-dir", "built", "--only", "roam", "--local", "roam=texts"], 0),
@@ -245,6 +246,7 @@ def test_init_writes_a_valid_document_with_a_fresh_id_and_creates_its_store(
         "dlm_id": document.dlm_id,
         "base_model": "smollm2-135m",
         "store_path": str(dlm_home / "store" / document.dlm_id),
+        "template": None,
     }
     assert (dlm_home / "store" / document.dlm_id / "store.db").is_file()
     assert [s.type for s in document.sections] == ["prose", "instruction", "preference"]
