@@ -16,6 +16,7 @@ from scenarios_home import CACHE, DEDUP, STORES
 from scenarios_lock import LOCK
 from scenarios_pack import PACK
 from scenarios_replay import REPLAY
+from scenarios_templates import TEMPLATES
 from scenarios_tour import ERRORS, TOUR
 from sessions import Scenario
 
@@ -38,5 +39,6 @@ SCENARIOS: dict[str, Scenario] = {
         EXPORT_BENCH,
         REPLAY,
         PACK,
+        TEMPLATES,
     )
 }
