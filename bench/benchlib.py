@@ -2,7 +2,7 @@
 
 Imported by the bench scripts (``bench_datasets``, ``bench_hostile``, ``bench_hostile_io``,
 ``bench_pack``, ``bench_preference``, ``bench_ray_build``, ``bench_startup``,
-``bench_tokenize``, ``bench_train_inputs``, ``bench_walk``), which run
+``bench_tokenize``, ``bench_train_inputs``, ``bench_walk``, ``bench_watch``), which run
 as scripts from the repository root, so ``bench/`` is on ``sys.path``.
 """
 
