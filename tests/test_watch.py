@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -80,7 +81,7 @@ class _Session:
         return [line for line in self.lines if line.startswith(("error:", "Traceback", "Exception"))]
 
 
-def _query(sql: str, *args: object) -> list[tuple[object, ...]]:
+def _query(sql: str, *args: object) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(store_dir(VALID_ID) / "store.db")
     try:
         return conn.execute(sql, args).fetchall()
@@ -148,7 +149,7 @@ def test_a_save_under_the_documents_sources_starts_a_run(tmp_path: Path, tiny_ba
         "Prose about light.\n",
         f"base_model: {tiny_base}\n{FRONT}  sources:\n    - path: notes\n      include: ['**/*.md']\n",
     )
-    session = _Session(doc)
+    session = _Session(doc, "--watch-max-steps", "50")  # training.max_steps (2) is fewer: it caps the cycles
     session.line("watching ")
     (notes / "b.md").write_text("Notes about lakes.\n", encoding="utf-8")
     assert session.line("cycle 1:").startswith("cycle 1: b.md saved: 1 row added, 0 removed; training")

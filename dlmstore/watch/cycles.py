@@ -85,7 +85,9 @@ def watch_document(
     Args:
         path: the .dlm document.
         debounce_ms: how long no save must come after one before its cycle starts.
-        max_steps: the most steps of each cycle after the first (the first runs as ``dlm train`` would).
+        max_steps: the most steps of each cycle after the first (the first runs as ``dlm train`` would):
+            fewer where ``options["max_steps"]`` or the document's ``training.max_steps`` is smaller.
+            A document that trains by epochs trains exactly this many (as DLM's watch mode does).
         options: keyword arguments of :func:`~dlmstore.train.trainer.train_document` for the
             first run; the cycles after it use them without ``resume`` and ``fresh``.
         force_polling: watchfiles' polling instead of the system's notifications (``None``: its default).
@@ -97,8 +99,8 @@ def watch_document(
     from dlmstore.train.trainer import train_document
     from dlmstore.watch.saves import Saves, watched_paths
 
-    cap = max_steps if options.get("max_steps") is None else min(max_steps, int(options["max_steps"]))
-    later = {**options, "max_steps": cap, "resume": False, "fresh": False}
+    later = {name: value for name, value in options.items() if name != "max_steps"}
+    later.update(resume=False, fresh=False)
     with Saves(force_polling=force_polling) as saves:
         document, last = _read(path)
         saves.watch(watched_paths(document))  # before the first run: a save during it is a cycle after it
@@ -125,7 +127,7 @@ def watch_document(
                 continue
             yield WatchCycle(number, "training", saved, len(now.keys), added, removed)
             try:
-                summary = train_document(path, **later)
+                summary = train_document(path, **later, max_steps=_cap(max_steps, options, document))
             except DlmError as exc:
                 yield _failed(number, saved, exc, started, rows=len(now.keys))
                 continue
@@ -153,6 +155,12 @@ def _read(path: str) -> tuple[Any, _Rows]:
         corpus = load_corpus(document, stat_cache=stats)
         keys = tuple(row.row_key for row in corpus.rows())
     return document, _Rows(keys, document.frontmatter.model_dump(mode="json"))
+
+
+def _cap(max_steps: int, options: Mapping[str, Any], document: Any) -> int:
+    """A cycle's steps: ``max_steps``, or fewer where ``--max-steps`` or ``training.max_steps`` says fewer."""
+    given = [options.get("max_steps"), document.frontmatter.training.max_steps]
+    return min([max_steps, *(int(steps) for steps in given if steps is not None)])
 
 
 def _difference(last: _Rows, now: _Rows) -> tuple[int, int]:
