@@ -75,6 +75,13 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
             f"source:   {source.directive}: {plural(source.files_included, 'file')}, "
             f"{human_bytes(source.bytes_included)}" + (f" ({notes})" if notes else "")
         )
+    for weighed in summary.tag_weights:
+        effect = [plural(weighed.added, "copy", "copies") + " added"] if weighed.added else []
+        effect += [plural(weighed.dropped, "row") + " dropped"] if weighed.dropped else []
+        click.echo(
+            f"weight:   {weighed.tag}={weighed.value} x{weighed.weight:g}: {plural(weighed.rows, 'row')}, "
+            + (", ".join(effect) or "no change")
+        )
     state = "exists" if summary.store.exists else "not created yet"
     click.echo(f"store:    {summary.store.path} ({state})")
     cache = summary.training_cache

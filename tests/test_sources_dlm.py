@@ -262,7 +262,7 @@ def test_names_holding_a_newline_get_dlms_answer(tmp_path: Path) -> None:
 # -- training.yaml and ignore: warnings and errors -------------------------------------------
 
 
-def test_metadata_and_weights_do_not_change_the_files_and_weights_warn_once_per_file(tmp_path: Path) -> None:
+def test_metadata_and_weights_do_not_change_the_files_and_warn_nothing(tmp_path: Path) -> None:
     make_tree(
         tmp_path / "src",
         {
@@ -274,11 +274,7 @@ def test_metadata_and_weights_do_not_change_the_files_and_weights_warn_once_per_
     )
     got = expand(tmp_path)
     assert rels(got) == ["a.py", "sub/b.md"]
-    root = os.path.realpath(tmp_path / "src")
-    assert got.warnings == (
-        f"training.sources 'src': {root}/.dlm/training.yaml: weights are not used by dlmstore "
-        "(it does not repeat rows by tag as DLM does); every file is trained on once",
-    )
+    assert got.warnings == ()
 
 
 def test_ignore_lines_dlm_drops_are_dropped_with_a_warning(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from dlmstore.corpus import dedup as duplicates
 from dlmstore.corpus import holdout
 from dlmstore.corpus import snapshot as snapshots
 from dlmstore.corpus.dedup import DedupReport
+from dlmstore.corpus.weights import WeightCount
 from dlmstore.document.parser import body_sections, parse_document, preference_triples
 from dlmstore.document.rows import Row, row_counts
 from dlmstore.document.sections import SECTION_TYPES, Section
@@ -116,6 +117,10 @@ class DocumentSummary:
             seed recorded them, else found now.
         not_used: Frontmatter keys set in the document that dlmstore accepts but does not use.
         warnings: Warnings about the document (also printed on stderr).
+        tag_weights: Each ``(tag, value)`` a ``.dlm/training.yaml`` weighs, with the rows tagged
+            with it and the copies it adds or rows it drops under ``training.seed``, counted over
+            every row (a run repeats only the rows that train, not those held out); empty when no
+            ``training.yaml`` sets ``weights``.
     """
 
     path: str
@@ -135,6 +140,7 @@ class DocumentSummary:
     contamination: Contamination
     not_used: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    tag_weights: list[WeightCount] = field(default_factory=list)
 
 
 def summarize(path: str | Path) -> DocumentSummary:
@@ -152,6 +158,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         if answered is not None:
             return answered
     from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.corpus.weights import row_weights
     from dlmstore.document.frontmatter import unused_keys
 
     document = parse_document(path)
@@ -164,6 +171,7 @@ def summarize(path: str | Path) -> DocumentSummary:
     seed = document.frontmatter.training.seed
     dedup = None
     contamination = None
+    weighed: list[WeightCount] = []
     if snapshot is not None and snapshots.tree_holds(snapshot, document):
         source_sections = snapshot.counts.source_sections
         provenance = snapshots.provenance(snapshot)
@@ -185,6 +193,11 @@ def summarize(path: str | Path) -> DocumentSummary:
             corpus = load_corpus(document, stat_cache=StatCache.load_read_only(store_path / DB_NAME))
             dedup = duplicates.inspect(store_path / DB_NAME, corpus, mode=mode)
             contamination = holdout.inspect(store_path / DB_NAME, corpus, dedup, seed=seed)
+            # A tree with a .dlm/ folder is never proven by a snapshot (sources.walk), so its weights
+            # are always counted here.
+            weights = row_weights(corpus)
+            if weights is not None:
+                weighed = list(weights.counts([row.row_key for row in corpus.rows()], seed))
         source_sections = len(corpus.source_sections)
         provenance = list(corpus.expansion.provenance)
         source_warnings = corpus.expansion.warnings
@@ -217,6 +230,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         contamination=contamination,
         not_used=unused_keys(document.frontmatter),
         warnings=[*document_warnings(document), *source_warnings],
+        tag_weights=weighed,
     )
 
 

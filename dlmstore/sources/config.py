@@ -13,9 +13,9 @@ them). Both are DocumentLanguageModel's formats; ``training.yaml`` keys:
 * ``exclude_defaults``: ``false`` turns the default excludes off below the
   anchor (the nearest ``training.yaml`` decides, set or not);
 * ``metadata`` (name to string) and ``weights`` (name to value to a number
-  >= 0): DLM tags the sections with the first and repeats tagged rows by
-  the second. dlmstore checks them and reads the same files either way; it
-  does not weight rows, so non-empty ``weights`` add a warning.
+  >= 0): the files below the anchor are tagged with the first and their
+  rows repeated by the second, as DLM does (``dlmstore.corpus.weights``);
+  neither changes which files are read.
 
 Values are validated as DLM validates them (pydantic, lax: ``yes`` is a
 boolean, ``"2"`` a number). Where DLM logs a problem and skips the file,
@@ -95,7 +95,7 @@ class DlmFolder:
             root (``""`` for the root itself).
         config: its ``training.yaml``, or ``None`` without one.
         rules: the rules of its ``ignore`` file, in file order.
-        warnings: one line each: ignore lines dropped, weights not used.
+        warnings: one line each: ignore lines dropped.
     """
 
     anchor: str
@@ -117,11 +117,6 @@ def load_folder(anchor_abs: str, anchor: str, *, label: str) -> DlmFolder:
     text = _read_text(yaml_path, label)
     if text is not None:
         config = _parse_training_yaml(text, yaml_path, label)
-        if any(config.weights.values()):
-            warnings.append(
-                f"{label}: {yaml_path}: weights are not used by dlmstore (it does not repeat "
-                "rows by tag as DLM does); every file is trained on once"
-            )
     rules: list[IgnoreRule] = []
     ignore_path = os.path.join(anchor_abs, IGNORE_FILE)
     text = _read_text(ignore_path, label)

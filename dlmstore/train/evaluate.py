@@ -74,6 +74,7 @@ def evaluate_document(
             for what this machine cannot run.
     """
     from dlmstore.bases import load_tokenizer
+    from dlmstore.corpus.weights import weighed_split
     from dlmstore.document.parser import parse_document
     from dlmstore.errors import StoreError
     from dlmstore.eval.probes import extract_probes, marked_keys
@@ -113,7 +114,8 @@ def evaluate_document(
             tokenized = stages.tokenize(store, run_id, setup, files, tokenizer, options)
             found = tokenized.contamination  # rows training.dedup keeps out of the split trained
             kept_out = frozenset() if found is None else found.kept_out()
-            _, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
+            trains, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
+            _, val_rows = weighed_split(tokenized.corpus, trains, val_rows, setup.seed)
             val = validation_examples(val_rows, inputs, sequence_len=settings.sequence_len)
             probes = extract_probes(document.sections, seed=setup.seed)
             kept = _retention(store, run_id, setup, tokenized, tokenizer, options)

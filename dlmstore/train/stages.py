@@ -336,6 +336,7 @@ def prepare(
             adapter for the preference phase to start from.
     """
     from dlmstore.corpus.holdout import warning
+    from dlmstore.corpus.weights import weighed_split
     from dlmstore.eval.probes import extract_probes, marked_keys
     from dlmstore.store.contamination import record
     from dlmstore.train.adapters import comparable_adapters
@@ -350,12 +351,16 @@ def prepare(
     # Held-out rows training.dedup keeps out of the split (exact: near copies of training rows) train.
     kept_out = frozenset() if found is None else found.kept_out()
     train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
+    # .dlm/training.yaml weights (dlmstore.corpus.weights): the training side repeats, the replay
+    # history records each row that trains once
+    train_rows, val_rows = weighed_split(tokenized.corpus, train_rows, val_rows, setup.seed)
+    distinct_keys = tuple(dict.fromkeys(train_rows.row_keys))
     phases = plan_phases(
         options.phase, setup.settings.preference, path=str(document.path),
         sft_rows=len(train_rows), sft_datasets=len(begun.inputs), preference_rows=len(tokenized.preferences),
     )  # fmt: skip
     replay, tokens = replay_for(
-        store, run_id, tokenized.corpus, train_rows.row_keys if phases.sft else (),
+        store, run_id, tokenized.corpus, distinct_keys if phases.sft else (),
         tokenized.preferences.row_keys if phases.preference else (),
         phases=[name for name, on in (("sft", phases.sft), ("preference", phases.preference)) if on],
         seed=setup.seed,
