@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dlmstore.corpus.assemble import load_corpus
+from dlmstore.corpus.assemble import Corpus, load_corpus
 from dlmstore.corpus.pass_result import TokenizedRows
-from dlmstore.corpus.weights import draw, repeat_rows, row_weights
+from dlmstore.corpus.weights import RowWeights, draw, repeat_rows, row_weights, weighed_split
 from dlmstore.document.parser import parse_document
 
 from .helpers import write_doc
@@ -27,12 +27,12 @@ def weighted_doc(tmp_path: Path, files: dict[str, str], frontmatter: str = SOURC
     return write_doc(tmp_path / "doc.dlm", "Body prose.\n", frontmatter)
 
 
-def weights_of(doc: Path):  # type: ignore[no-untyped-def]
+def weights_of(doc: Path) -> tuple[Corpus, RowWeights | None]:
     corpus = load_corpus(parse_document(doc))
     return corpus, row_weights(corpus)
 
 
-def key_of(corpus, name: str) -> str:  # type: ignore[no-untyped-def]
+def key_of(corpus: Corpus, name: str) -> str:
     return next(row.row_key for row in corpus.rows() if f"# source: {name}\n" in str(row.data.get("text")))
 
 
@@ -113,6 +113,26 @@ def test_repeated_rows_share_their_token_ids_in_corpus_order(tmp_path: Path) -> 
     repeated = repeat_rows(rows, weights, seed=7)
     assert repeated.row_keys == (keys[0], keys[1], keys[1], keys[2], keys[2])
     assert [repeated.input_ids(i).tolist() for i in range(5)] == [[9], [1, 2], [1, 2], [3, 4, 5], [3, 4, 5]]
+
+
+def test_held_out_rows_are_never_repeated_and_a_weight_of_zero_is_not_scored_either(tmp_path: Path) -> None:
+    doc = weighted_doc(
+        tmp_path,
+        {
+            ".dlm/training.yaml": "metadata: {t: h}\nweights: {t: {h: 2, z: 0}}\n",
+            "a.txt": "a",
+            "z/.dlm/training.yaml": "metadata: {t: z}\n",
+            "z/b.txt": "b",
+        },
+    )
+    corpus = load_corpus(parse_document(doc))
+    body, a, b = (row.row_key for row in corpus.rows())
+    ids = np.array([1, 2, 3], dtype=np.uint16)
+    train = TokenizedRows((body,), ("text",), np.array([0, 1]), ids[:1])
+    val = TokenizedRows((a, b), ("text",) * 2, np.array([0, 1, 2]), ids[1:])
+    weighed_train, weighed_val = weighed_split(corpus, train, val, seed=7)
+    assert weighed_train is train  # the body row: untagged, once
+    assert weighed_val.row_keys == (a,)  # a.txt held out once, not twice; b.txt (weight 0) gone
 
 
 @pytest.mark.parametrize(
