@@ -81,6 +81,17 @@ def test_a_weight_of_zero_drops_the_row_and_no_weights_means_no_weighting(tmp_pa
     assert weights is not None and weights.copies(key_of(corpus, "g.txt"), seed=7) == 0
     plain = weighted_doc(tmp_path / "plain", {".dlm/training.yaml": "metadata: {gen: 'yes'}\n", "g.txt": "g"})
     assert weights_of(plain)[1] is None
+    one_file = "training:\n  sources:\n    - path: src/g.txt\n"  # DLM reads no .dlm/ folder for it
+    assert (
+        weights_of(
+            weighted_doc(
+                tmp_path / "one",
+                {".dlm/training.yaml": "weights: {gen: {'yes': 0}}\n", "g.txt": "g"},
+                one_file,
+            )
+        )[1]
+        is None
+    )
 
 
 def test_the_fractional_draw_is_fixed_by_seed_and_row_and_changes_with_the_seed(tmp_path: Path) -> None:

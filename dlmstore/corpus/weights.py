@@ -4,7 +4,8 @@ DocumentLanguageModel's rule (``dlm.data.weighted_rows``), matched:
 
 * a source file's row is tagged with the ``metadata`` of every
   ``.dlm/training.yaml`` from its directive root down to its folder, the
-  nearest one winning per key; in-body rows have no tags;
+  nearest one winning per key; in-body rows, and the file of a directive
+  naming one file (DLM looks for no ``.dlm/`` folder there), have no tags;
 * the ``weights`` of every ``training.yaml`` a directive walk reads are
   merged into one map, shallower folders first so a deeper one wins per
   ``(tag, value)`` (DLM merges them in discovery order; here the order is
@@ -141,8 +142,8 @@ def row_weights(corpus: Corpus) -> RowWeights | None:
         start += provenance.files_included
         root = provenance.root
         label = f"training.sources '{provenance.directive}'"
-        if os.path.isfile(root):  # a directive naming one file: its folder is the root
-            root = os.path.dirname(root)
+        if not os.path.isdir(root):  # a directive naming one file reads no .dlm/ folder, as in DLM
+            continue
         for section in sections:
             folder = os.path.dirname(section.source or "")
             anchors = [""]
