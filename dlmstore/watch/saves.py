@@ -80,6 +80,8 @@ def counts(path: str, watched: Watched, home: str) -> bool:
         return os.path.realpath(path) == watched.only
     if path == home or path.startswith(home + os.sep):
         return False  # the store's own writes
+    if os.path.isdir(path):
+        return False  # a folder's own change (polling sees one per file added): its files are reported
     return _TEMPORARY.search(os.path.basename(path)) is None
 
 
