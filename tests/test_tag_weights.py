@@ -230,3 +230,18 @@ def test_a_weighted_tree_trains_its_repeated_rows_tokenized_once_and_the_same_by
             result.tokenization.cache_misses == 4
         )  # each distinct row tokenized once, however often it trains
     assert hashes[0] == hashes[1]
+
+
+@pytest.mark.slow
+def test_weights_that_drop_every_row_that_would_train_are_one_error(tmp_path: Path, tiny_base: Path) -> None:
+    from dlmstore.cli.main import cli
+
+    front = f"base_model: {tiny_base}\ntraining:\n  sources:\n    - path: src\n"
+    make = {".dlm/training.yaml": "metadata: {k: gen}\nweights: {k: {gen: 0}}\n", "a.txt": "a", "b.txt": "b"}
+    for rel, text in make.items():
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_text(text, encoding="utf-8")
+    doc = write_doc(tmp_path / "doc.dlm", "", front)
+    result = CliRunner().invoke(cli, ["train", str(doc)])
+    assert result.exit_code == 1
+    assert f"error: {doc}: the weights of .dlm/training.yaml drop every row that would train" in result.stderr

@@ -331,12 +331,14 @@ def prepare(
     """Take the rows' identity, decide the phases and find the adapter a preference-only run starts from.
 
     Raises:
-        TrainingError: the rows differ from the checkpoint's (a source file
+        TrainingError: the .dlm/training.yaml weights drop every row that
+            would train; the rows differ from the checkpoint's (a source file
             changed), nothing to train for the phases asked, or no SFT
             adapter for the preference phase to start from.
     """
     from dlmstore.corpus.holdout import warning
     from dlmstore.corpus.weights import weighed_split
+    from dlmstore.errors import TrainingError
     from dlmstore.eval.probes import extract_probes, marked_keys
     from dlmstore.store.contamination import record
     from dlmstore.train.adapters import comparable_adapters
@@ -353,7 +355,13 @@ def prepare(
     train_rows, val_rows = held_out(tokenized.rows, setup.seed, marked_keys(document.sections) | kept_out)
     # .dlm/training.yaml weights (dlmstore.corpus.weights): the training side repeats, the replay
     # history records each row that trains once
+    unweighed = len(train_rows)
     train_rows, val_rows = weighed_split(tokenized.corpus, train_rows, val_rows, setup.seed)
+    if unweighed and not len(train_rows):
+        raise TrainingError(
+            f"{document.path}: the weights of .dlm/training.yaml drop every row that would train",
+            hint="give a tag of some of these rows a weight above 0, or remove the weights",
+        )
     distinct_keys = tuple(dict.fromkeys(train_rows.row_keys))
     phases = plan_phases(
         options.phase, setup.settings.preference, path=str(document.path),
