@@ -157,6 +157,14 @@ def test_a_save_under_the_documents_sources_starts_a_run(tmp_path: Path, tiny_ba
     (notes / "b.md~").write_text("An editor's backup.\n", encoding="utf-8")  # not a save of a source
     (notes / "c.md").write_text("Notes about the sea.\n", encoding="utf-8")
     assert session.line("cycle 2:").startswith("cycle 2: c.md saved: 1 row added, 0 removed; training")
+    # A save that changes only what tag weights make of the rows trains too: the rows train twice now.
+    (notes / ".dlm").mkdir()
+    (notes / ".dlm" / "training.yaml").write_text(
+        "metadata:\n  kind: note\nweights:\n  kind:\n    note: 2\n", encoding="utf-8"
+    )
+    assert session.line("cycle 3:").startswith(
+        "cycle 3: training.yaml saved: 0 rows added, 0 removed; training"
+    )
     assert session.stopped_by(signal.SIGINT) == (130, [])
 
 

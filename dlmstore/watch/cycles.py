@@ -7,8 +7,9 @@ and ends, for the CLI to draw. Each cycle:
    ``debounce_ms`` without one, so a burst of saves is one cycle;
 2. reads the document and its sources as ``dlm show`` does (files the
    store's stat records prove unchanged are not read) and compares their
-   row keys, in order, and the frontmatter with those of the last run: a
-   save that changes neither is skipped;
+   row keys, in order, the copies tag weights give each row
+   (``.dlm/training.yaml``, :mod:`dlmstore.corpus.weights`) and the
+   frontmatter with those of the last run: a save that changes none is skipped;
 3. otherwise trains, through the cache, a run of at most ``max_steps``
    steps (``dlm train --max-steps``), recorded like any other run.
 
@@ -66,10 +67,11 @@ class WatchCycle:
 
 @dataclass(frozen=True)
 class _Rows:
-    """What a run would train on: the row keys in order, and the frontmatter."""
+    """What a run would train on: the row keys in order, their copies under tag weights, and the frontmatter."""
 
     keys: tuple[str, ...]
     settings: Mapping[str, Any]
+    copies: tuple[int, ...] = ()  # one per key when a training.yaml sets weights
 
 
 def watch_document(
@@ -144,6 +146,7 @@ def _read(path: str) -> tuple[Any, _Rows]:
     """
     from dlmstore.collector import paused
     from dlmstore.corpus.assemble import load_corpus
+    from dlmstore.corpus.weights import row_weights
     from dlmstore.document.parser import parse_document
     from dlmstore.home import store_dir
     from dlmstore.sources.statcache import StatCache
@@ -154,7 +157,10 @@ def _read(path: str) -> tuple[Any, _Rows]:
         stats = StatCache.load_read_only(store_dir(document.dlm_id) / DB_NAME)
         corpus = load_corpus(document, stat_cache=stats)
         keys = tuple(row.row_key for row in corpus.rows())
-    return document, _Rows(keys, document.frontmatter.model_dump(mode="json"))
+        weights = row_weights(corpus)
+    seed = document.frontmatter.training.seed
+    copies = () if weights is None else tuple(weights.copies(key, seed) for key in keys)
+    return document, _Rows(keys, document.frontmatter.model_dump(mode="json"), copies)
 
 
 def _cap(max_steps: int, options: Mapping[str, Any], document: Any) -> int:
