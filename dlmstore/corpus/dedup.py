@@ -496,21 +496,10 @@ def lsh_candidates(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def kept_rows(rows: TokenizedRows, dropped: set[str]) -> TokenizedRows:
     """``rows`` without the rows whose keys are in ``dropped`` (the same object when none is)."""
-    import numpy as np
-
-    from dlmstore.corpus.pass_result import TokenizedRows
-
     keep = [index for index, key in enumerate(rows.row_keys) if key not in dropped]
     if len(keep) == len(rows):
         return rows
-    parts = [rows.input_ids(index) for index in keep]
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    if parts:
-        np.cumsum([len(p) for p in parts], out=offsets[1:])
-    values = np.concatenate(parts) if parts else np.empty(0, dtype=rows.values.dtype)
-    return TokenizedRows(
-        tuple(rows.row_keys[i] for i in keep), tuple(rows.kinds[i] for i in keep), offsets, values
-    )
+    return rows.take(keep)
 
 
 def _report(

@@ -8,6 +8,7 @@ import this module, neither imports the other back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,23 @@ class TokenizedRows:
     @property
     def token_count(self) -> int:
         return int(self.offsets[-1])
+
+    def take(self, order: Sequence[int]) -> TokenizedRows:
+        """The rows at ``order``, in that order (an index may repeat): one gather, no per-row copy."""
+        import numpy as np
+
+        index = np.asarray(order, dtype=np.int64)
+        lengths = np.diff(self.offsets).astype(np.int64)[index]
+        offsets = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        starts = self.offsets[:-1].astype(np.int64)[index]
+        positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+        return TokenizedRows(
+            tuple(self.row_keys[i] for i in order),
+            tuple(self.kinds[i] for i in order),
+            offsets,
+            self.values[positions],
+        )
 
     def to_arrow(self) -> Any:
         """A pyarrow table with ``input_ids``, ``attention_mask`` and ``labels`` list columns, zero-copy where possible."""

@@ -190,21 +190,9 @@ def repeat_rows(rows: TokenizedRows, weights: RowWeights, seed: int, *, once: bo
     With ``once``, a row is kept once or dropped, never repeated. The copies
     share the row's token ids: nothing is tokenized again.
     """
-    import numpy as np
-
-    from dlmstore.corpus.pass_result import TokenizedRows
-
     counts = [weights.copies(key, seed) for key in rows.row_keys]
     if once:
         counts = [min(count, 1) for count in counts]
     if all(count == 1 for count in counts):
         return rows
-    order = [index for index, count in enumerate(counts) for _ in range(count)]
-    parts = [rows.input_ids(index) for index in order]
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    if parts:
-        np.cumsum([len(p) for p in parts], out=offsets[1:])
-    values = np.concatenate(parts) if parts else np.empty(0, dtype=rows.values.dtype)
-    return TokenizedRows(
-        tuple(rows.row_keys[i] for i in order), tuple(rows.kinds[i] for i in order), offsets, values
-    )
+    return rows.take([index for index, count in enumerate(counts) for _ in range(count)])
