@@ -178,6 +178,16 @@ SEEDS: dict[str, list[str]] = {
         "('sha256:s', 'sha256:t', 2048, 2, 0, 2, 'uint16', 4, 'crc32:00000000', "
         "'2026-01-20T00:00:00.000Z', '2026-01-20T00:00:00.000Z', 3)",
     ],
+    # Run 4 trained the named adapter 'tone' (v0004); the invocation's gate routes between it and v0001.
+    "0019": [
+        "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, adapter) "
+        "VALUES ('train', 'completed', '2026-01-21T00:00:00.000Z', '/doc.dlm', 'ab', '0.0.1', 'tone')",
+        "INSERT INTO adapters (version, run_id, path, sha256, bytes, base_model, steps, final_loss, created_at, "
+        "name) VALUES (4, 4, 'adapter/versions/v0004', 'sha256:e', 10, 'smollm2-135m', 3, 2.5, 'x', 'tone')",
+        "INSERT INTO gates (run_id, path, mode, sha256, bytes, adapters, input_dim, hidden_proj_dim, steps, lr, "
+        "entropy_lambda, seed, prompts, final_loss, mean_weights, created_at) VALUES (4, 'gate/run4', 'trained', "
+        "'sha256:g', 20, '[]', 64, 8, 10, 0.0003, 0.01, 42, 8, 0.5, '{\"tone\": 0.5}', 'x')",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -186,9 +196,10 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         [(1, "train", "failed", "interrupted")],
     ),
     "0003": (
-        "SELECT c.entry_count, c.bytes, p.live_bytes, h.hit_rate "
-        "FROM cache_totals c, token_packs p, run_hit_rates h",
-        [(1, 8, 8, 0.3333)],
+        "SELECT c.entry_count = (SELECT count(*) FROM cache_entries), "
+        "c.bytes = (SELECT sum(bytes) FROM cache_entries), p.live_bytes, h.hit_rate "
+        "FROM cache_totals c, token_packs p, run_hit_rates h WHERE p.id = 1",
+        [(1, 1, 8, 0.3333)],
     ),
     "0004": ("SELECT name, split, tokens FROM dataset_split_totals", [("wiki", "train", 100)]),
     "0005": ("SELECT relpath, status FROM source_stats", [("a.py", "ok")]),
@@ -255,6 +266,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT p.path, p.live_bytes, e.row_key FROM token_segments p JOIN cache_entries e ON e.segment_id = p.id "
         "ORDER BY p.id",
         [("tokens/p1.bin", 8, "sha256:r"), ("tokens/segment-1.bin", 4, "sha256:s")],
+    ),
+    "0019": (
+        "SELECT r.adapter, a.name, g.mode, json_extract(g.mean_weights, '$.tone') FROM runs r "
+        "JOIN adapters a ON a.run_id = r.id JOIN gates g ON g.run_id = r.id",
+        [("tone", "tone", "trained", 0.5)],
     ),
 }
 

@@ -36,6 +36,7 @@ REVISIONS = (
     "0016",
     "0017",
     "0018",
+    "0019",
 )
 HEAD_REVISION = REVISIONS[-1]
 

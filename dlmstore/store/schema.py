@@ -89,6 +89,11 @@ runs = Table(
         comment="Processes the run trained on (`dlm train --nproc`); 1 for everything else.",
     ),
     Column("resumed_from", Integer, comment="The interrupted train run this run continued (`--resume`)."),
+    Column(
+        "adapter",
+        Text,
+        comment="The named adapter a train run trained (training.adapters); NULL for a document's one adapter.",
+    ),
     CheckConstraint("status IN ('running', 'completed', 'failed')", name="runs_status"),
     comment="Every tokenize or train run, newest has the largest id.",
     sqlite_autoincrement=True,
@@ -377,6 +382,11 @@ adapters = Table(
     Column("steps", Integer, nullable=False, comment="Optimizer steps taken in its phase."),
     Column("final_loss", Float, comment="Training loss at the last logged step of its phase."),
     Column("created_at", Text, nullable=False, comment="When it was registered."),
+    Column(
+        "name",
+        Text,
+        comment="The named adapter it is a version of (training.adapters); NULL for a document's one adapter.",
+    ),
     UniqueConstraint("run_id", "phase", name="adapters_run_phase"),
     CheckConstraint("phase IN ('sft', 'preference')", name="adapters_phase"),
     CheckConstraint(
@@ -386,6 +396,56 @@ adapters = Table(
         name="adapters_preference_origin",
     ),
     comment="LoRA adapter versions, registered only after their files are complete; one per run and phase.",
+)
+Index("adapters_name_version", adapters.c.name, adapters.c.version)
+
+gates = Table(
+    "gates",
+    metadata,
+    Column("id", Integer, primary_key=True, comment="Gate id; AUTOINCREMENT, never reused."),
+    Column(
+        "run_id",
+        Integer,
+        ForeignKey("runs.id"),
+        nullable=False,
+        comment="The train run of the invocation that trained it (its last adapter's run).",
+    ),
+    Column("path", Text, nullable=False, unique=True, comment="Folder relative to the store directory."),
+    Column(
+        "mode", Text, nullable=False, comment="trained, or uniform (fewer prompts than the cold-start floor)."
+    ),
+    Column("sha256", Text, comment="sha256 of gate.safetensors (sha256:...); NULL in uniform mode."),
+    Column("bytes", Integer, comment="Size of gate.safetensors; NULL in uniform mode."),
+    Column(
+        "adapters",
+        Text,
+        nullable=False,
+        comment="JSON: the adapters it routes between, in output order, each with the version it chose for.",
+    ),
+    Column("input_dim", Integer, nullable=False, comment="The base's hidden size (the gate's input)."),
+    Column("hidden_proj_dim", Integer, nullable=False, comment="training.gate.hidden_proj_dim."),
+    Column("steps", Integer, nullable=False, comment="Optimizer steps it trained (0 in uniform mode)."),
+    Column("lr", Float, nullable=False, comment="training.gate.lr."),
+    Column("entropy_lambda", Float, nullable=False, comment="training.gate.entropy_lambda."),
+    Column("seed", Integer, nullable=False, comment="The seed of its initialisation and batches."),
+    Column("prompts", Integer, nullable=False, comment="Tagged prompts it trained on."),
+    Column("final_loss", Float, comment="Its loss at the last step; NULL in uniform mode."),
+    Column(
+        "mean_weights",
+        Text,
+        nullable=False,
+        comment="JSON: its mean output over the training prompts, by adapter (dlm export's static mix).",
+    ),
+    Column("note", Text, comment="Why it is uniform, when it is."),
+    Column("created_at", Text, nullable=False, comment="When it was registered."),
+    CheckConstraint("mode IN ('trained', 'uniform')", name="gates_mode"),
+    CheckConstraint(
+        "(mode = 'trained' AND sha256 IS NOT NULL AND bytes IS NOT NULL) OR "
+        "(mode = 'uniform' AND sha256 IS NULL AND bytes IS NULL)",
+        name="gates_weights",
+    ),
+    comment="Learned gates over a document's named adapters (training.gate), one per train invocation.",
+    sqlite_autoincrement=True,
 )
 
 train_steps = Table(
