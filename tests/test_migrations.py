@@ -188,6 +188,13 @@ SEEDS: dict[str, list[str]] = {
         "entropy_lambda, seed, prompts, final_loss, mean_weights, created_at) VALUES (4, 'gate/run4', 'trained', "
         "'sha256:g', 20, '[]', 64, 8, 10, 0.0003, 0.01, 42, 8, 0.5, '{\"tone\": 0.5}', 'x')",
     ],
+    # Adapter v4 (tone) was exported mixed with v1 at half weight.
+    "0020": [
+        "INSERT INTO exports (adapter_version, target, quant, path, files, manifest_sha256, tool_versions, "
+        "seconds, created_at, mix) VALUES (4, 'hf', NULL, '/exports/mix-hf', '{}', 'sha256:m', '{}', 2.0, 'x', "
+        """'{"parts": [{"name": "tone", "version": 4, "sha256": "sha256:e", "weight": 0.5}], """
+        """ "combination": "linear", "gate_id": null}')""",
+    ],
 }
 CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
     "0001": ("SELECT dlm_id, created_at FROM store_info", [(VALID_ID, "2026-01-01T00:00:00.000Z")]),
@@ -271,6 +278,11 @@ CHECKS: dict[str, tuple[str, list[tuple[object, ...]]]] = {
         "SELECT r.adapter, a.name, g.mode, json_extract(g.mean_weights, '$.tone') FROM runs r "
         "JOIN adapters a ON a.run_id = r.id JOIN gates g ON g.run_id = r.id",
         [("tone", "tone", "trained", 0.5)],
+    ),
+    "0020": (
+        "SELECT adapter_version, json_extract(mix, '$.parts[0].weight'), json_extract(mix, '$.combination') "
+        "FROM exports WHERE mix IS NOT NULL",
+        [(4, 0.5, "linear")],
     ),
 }
 

@@ -37,6 +37,7 @@ REVISIONS = (
     "0017",
     "0018",
     "0019",
+    "0020",
 )
 HEAD_REVISION = REVISIONS[-1]
 

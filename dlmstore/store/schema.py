@@ -648,6 +648,13 @@ exports = Table(
     ),
     Column("seconds", Float, nullable=False, comment="How long the export took."),
     Column("created_at", Text, nullable=False, comment="When it was recorded."),
+    Column(
+        "mix",
+        Text,
+        comment="JSON object for an export of named adapters mixed into one (`--adapter-mix`): parts "
+        "[{name, version, sha256, weight}], combination (PEFT's combination_type) and gate_id (the gate "
+        "whose mean output gave the weights, else null); NULL for an export of one adapter.",
+    ),
     CheckConstraint("target IN ('hf', 'ollama', 'llama-server')", name="exports_target"),
     CheckConstraint(
         "(target = 'hf' AND quant IS NULL) OR quant IN ('Q4_K_M', 'Q5_K_M', 'Q6_K', 'Q8_0', 'F16')",
