@@ -12,7 +12,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
     from dlmstore.eval.results import ModelEval, PhaseEval
-    from dlmstore.train.summary import TrainSummary
+    from dlmstore.train.summary import NamedTrainSummary, TrainSummary
 
 
 @click.command("train")
@@ -142,7 +142,7 @@ def train_command(
     configure()  # threads and how they wait, before torch is imported (its pool reads them once)
     require_torch("dlm train trains the adapter in torch")
     from dlmstore.train.distributed import current_world
-    from dlmstore.train.trainer import train_document
+    from dlmstore.train.named.adapter_runs import train
 
     from .progress import progress_shown
 
@@ -156,7 +156,7 @@ def train_command(
         return
     world = current_world()
     with progress_shown(as_json=as_json or not world.is_main):  # only rank 0 reports
-        summary = train_document(
+        summary = train(
             path, phase=phase, no_cache=no_cache, max_steps=max_steps, epochs=epochs, seed=seed,
             lock_mode=lock_mode, datasets=datasets, resume=resume, fresh=fresh, no_share=no_share,
             no_replay=no_replay,
@@ -229,13 +229,36 @@ def _saved(paths: tuple[str, ...]) -> str:
     return f"{plural(len(paths), 'file')} saved"
 
 
-def _print_summary(summary: TrainSummary, as_json: bool) -> None:
-    """What rank 0 prints when the run is done: the summary as JSON, or as lines."""
-    for message in [*summary.warnings, *summary.lock_warnings]:
+def _print_summary(summary: TrainSummary | NamedTrainSummary, as_json: bool) -> None:
+    """What rank 0 prints when the run is done: the summary as JSON, or as lines (a run per named adapter)."""
+    from dlmstore.train.summary import NamedTrainSummary
+
+    runs = summary.adapters if isinstance(summary, NamedTrainSummary) else [summary]
+    for message in [
+        *(summary.warnings if isinstance(summary, NamedTrainSummary) else []),
+        *(line for run in runs for line in [*run.warnings, *run.lock_warnings]),
+    ]:
         warn(message)
     if as_json:
         emit_json(summary)
         return
+    if not isinstance(summary, NamedTrainSummary):
+        _print_run(summary)
+        return
+    for run in summary.adapters:
+        click.echo(f"adapter {run.adapter}:")
+        _print_run(run)
+    if summary.skipped:
+        click.echo(
+            f"skipped: {', '.join(summary.skipped)} (trained on this document already; nothing to resume)"
+        )
+    click.echo(
+        f"base:    loaded {plural(summary.base_loads, 'time')} for {plural(len(summary.adapters), 'adapter')}"
+    )
+
+
+def _print_run(summary: TrainSummary) -> None:
+    """One run's lines: each phase and its evaluation, what it mixed in and replayed, its adapter."""
     event = summary.tokenization
     rate = "n/a" if event.hit_rate is None else f"{event.hit_rate:.1%}"
     for part in summary.phases:

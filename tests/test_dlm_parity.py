@@ -43,7 +43,6 @@ REFUSED = sorted((FIXTURES / "refused").glob("*.dlm"))
 DLMSTORE_ONLY = {
     "audio-fence.dlm": "dlmstore trains text models only",
     "image-fence.dlm": "dlmstore trains text models only",
-    "routed-fence.dlm": "dlmstore trains one adapter per document",
     "spaced-fence.dlm": "a near miss of a fence is an error, where DLM trains the line as prose",
     "heading-text-inside-answer.dlm": "`### Q. text` is an error, where DLM makes the line part of the answer",
     "quoted-numbers.dlm": "numbers are strict: a quoted '16' is not a whole number, where DLM converts it",

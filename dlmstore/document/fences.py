@@ -11,9 +11,11 @@ with nothing before or after it:
   types (``image``: ``path``, optional ``alt``; ``audio``: ``path`` and
   ``transcript``), values double-quoted ASCII.
 
-dlmstore trains one text adapter, so it parses routed and media fences as
-DLM does (a malformed one gets DLM's error) and then refuses them by name:
-training them as something else would silently train the wrong thing.
+dlmstore trains text models: it parses media fences as DLM does (a
+malformed one gets DLM's error) and then refuses them by name, since
+training them as something else would silently train the wrong thing. A
+routed fence's adapter name is checked against ``training.adapters`` once
+the frontmatter is known (``dlmstore.document.routing``).
 Anything that looks like a fence but is not one (an unknown or misspelled
 type, ``::INSTRUCTION::``, a fence indented or followed by spaces) is an
 error with what to write instead, where DLM would either refuse it too or
@@ -70,9 +72,10 @@ class FenceProblem(Exception):
 
 @dataclass(frozen=True)
 class Fence:
-    """A fence line's meaning: the section type it starts."""
+    """A fence line's meaning: the section type it starts, and the adapter it routes to (``#name``)."""
 
     type: str
+    adapter: str | None = None
 
 
 def read_fence(line: str) -> Fence | None:
@@ -81,7 +84,7 @@ def read_fence(line: str) -> Fence | None:
     Raises:
         FenceProblem: the line is a fence DLM rejects (unknown type, bad
             adapter name or attributes), a fence dlmstore does not train
-            (routed or media), or a near miss of a fence.
+            (media), or a near miss of a fence.
     """
     if not line.startswith("::") and not line.lstrip().startswith("::"):
         return None  # the common case, decided without a regex
@@ -95,7 +98,7 @@ def read_fence(line: str) -> Fence | None:
         )
     match = _BARE.match(line)
     if match:
-        return Fence(_bare_type(match.group(1)))
+        return _bare_fence(match.group(1))
     stripped = line.strip()
     if not _NEAR.match(stripped):
         return None
@@ -119,7 +122,7 @@ def _fence_like(name: str) -> bool:
     return bool(difflib.get_close_matches(base, FENCE_TYPES, n=1, cutoff=0.75))
 
 
-def _bare_type(name: str) -> str:
+def _bare_fence(name: str) -> Fence:
     base, hash_, adapter = name.partition("#")
     if hash_ and not adapter:
         raise FenceProblem(f"fence '::{name}::' has nothing after '#'", hint=f"write `::{base}::`")
@@ -135,13 +138,7 @@ def _bare_type(name: str) -> str:
         raise FenceProblem(
             f"fence '::{name}::' needs attributes", hint=f"DLM writes it as `::{base} {required}::`"
         )
-    if hash_:
-        raise FenceProblem(
-            f"fence '::{name}::' routes the section to adapter '{adapter}'; dlmstore trains one "
-            "adapter per document (DLM's training.adapters is not supported)",
-            hint=f"write `::{base}::` to train the section into the document's adapter",
-        )
-    return base
+    return Fence(base, adapter or None)
 
 
 def _fence_hint(base: str) -> str:

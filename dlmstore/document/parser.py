@@ -92,12 +92,15 @@ class Document:
         sections: the in-body sections, in document order (empty prose
             dropped).
         sha256: sha256 hex of the file's bytes, as read.
+        adapter: for the view one named adapter trains on
+            (``dlmstore.document.routing.scoped``), its name; else ``None``.
     """
 
     path: Path
     frontmatter: Frontmatter
     sections: tuple[Section, ...]
     sha256: str
+    adapter: str | None = None
 
     @property
     def dlm_id(self) -> str:
@@ -294,6 +297,10 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
     except DocumentError as exc:
         problems.append(exc)
     sections = _body_sections(lines[close + 1 :], close + 2, shown, problems)
+    if frontmatter is not None and any(section.adapter is not None for section in sections):
+        from dlmstore.document.routing import route_problems
+
+        problems.extend(route_problems(frontmatter, sections, shown))
     if problems:
         raise DocumentProblems.of(problems)
     assert frontmatter is not None
@@ -339,6 +346,7 @@ def _body_sections(
     """
     sections: list[Section] = []
     type: str | None = "prose"
+    adapter: str | None = None
     fence_line: int | None = None
     start, chunk = first_line, []
     code_open: int | None = None  # line of the ``` that opened the current code block
@@ -362,8 +370,9 @@ def _body_sections(
         if fence is None and not refused:
             chunk.append(line)
             continue
-        _finish(type, fence_line, chunk, start, shown, sections, problems)
+        _finish(type, fence_line, chunk, start, shown, sections, problems, adapter)
         type = fence.type if fence is not None else None
+        adapter = fence.adapter if fence is not None else None
         fence_line, start, chunk = line_no, line_no + 1, []
     if code_open is not None:
         problems.append(
@@ -374,7 +383,7 @@ def _body_sections(
                 hint="close it with a line starting with ``` (until then every fence after it is text)",
             )
         )
-    _finish(type, fence_line, chunk, start, shown, sections, problems)
+    _finish(type, fence_line, chunk, start, shown, sections, problems, adapter)
     return sections
 
 
@@ -386,8 +395,9 @@ def _finish(
     shown: str,
     sections: list[Section],
     problems: list[DocumentError],
+    adapter: str | None = None,
 ) -> None:
-    """Append the section made of ``chunk`` (``chunk[0]`` is at ``first_line``).
+    """Append the section made of ``chunk`` (``chunk[0]`` is at ``first_line``), routed to ``adapter``.
 
     ``type`` is ``None`` after a refused fence (nothing is appended);
     ``fence_line`` is ``None`` for the prose before the first fence, whose
@@ -408,7 +418,7 @@ def _finish(
     if type == "prose":
         if body:
             line = content_line if fence_line is None else fence_line
-            sections.append(Section("prose", "\n".join(body), line=line))
+            sections.append(Section("prose", "\n".join(body), line=line, adapter=adapter))
         return
     content = "\n".join(body)
     try:
@@ -416,7 +426,7 @@ def _finish(
     except _StructureError as exc:
         problems.append(DocumentError(shown, exc.message, line=exc.line, hint=_STRUCTURE_HINT[type]))
         return
-    sections.append(Section(type, content, line=fence_line))
+    sections.append(Section(type, content, line=fence_line, adapter=adapter))
 
 
 def _split_groups(type: str, content: str, first_line: int) -> list[tuple[str, ...]]:

@@ -42,6 +42,8 @@ class Section:
             ``None`` for a directive-sourced section.
         source: the file's path relative to its directive root, for
             directive-sourced sections; ``None`` for in-body ones.
+        adapter: the named adapter a routed fence sends it to
+            (``::instruction#tone::``), or ``None`` (``dlmstore.document.routing``).
         digest: full sha256 hex of ``type + "\\n" + content``; computed when
             not given (callers that already hashed the bytes pass it in).
 
@@ -61,9 +63,10 @@ class Section:
     cost twice as much.
     """
 
-    __slots__ = ("type", "line", "source", "digest", "text_key", "_content", "_load")
+    __slots__ = ("type", "line", "source", "digest", "text_key", "adapter", "_content", "_load")
 
     type: str
+    adapter: str | None
     line: int | None
     source: str | None
     digest: str
@@ -81,6 +84,7 @@ class Section:
         *,
         load: Callable[[], str] | None = None,
         text_key: str | None = None,
+        adapter: str | None = None,
     ) -> None:
         if content is None and (load is None or not digest):
             raise ValueError("a section needs its content, or a digest and a loader")
@@ -91,6 +95,7 @@ class Section:
         self._load = load
         self.digest = digest or section_digest(type, content or "")
         self.text_key = text_key
+        self.adapter = adapter
 
     @property
     def content(self) -> str:
@@ -109,12 +114,12 @@ class Section:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Section):
             return NotImplemented
-        return (self.type, self.digest, self.line, self.source) == (
-            other.type, other.digest, other.line, other.source,
+        return (self.type, self.digest, self.line, self.source, self.adapter) == (
+            other.type, other.digest, other.line, other.source, other.adapter,
         )  # fmt: skip
 
     def __hash__(self) -> int:
-        return hash((self.type, self.digest, self.line, self.source))
+        return hash((self.type, self.digest, self.line, self.source, self.adapter))
 
     def __repr__(self) -> str:
         text = self._content if self._content is not None else "<not loaded>"

@@ -69,8 +69,18 @@ class Run:
     error: str | None
 
 
-def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1) -> int:
+def start_run(
+    store: Store,
+    *,
+    command: str,
+    dlm_path: Path,
+    dlm_sha256: str,
+    world_size: int = 1,
+    adapter: str | None = None,
+) -> int:
     """Insert a ``running`` run, record where its document is, and return the run's id.
+
+    ``adapter`` is the named adapter (``training.adapters``) a train run trains.
 
     Runs still marked ``running`` whose process is gone are marked
     ``failed`` first (:func:`fail_dead_runs`).
@@ -84,8 +94,17 @@ def start_run(store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, wo
             now = utc_now()
             cursor = conn.execute(
                 "INSERT INTO runs (command, status, started_at, dlm_path, dlm_sha256, dlmstore_version, pid, "
-                "world_size) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
-                (command, now, path_text(dlm_path), dlm_sha256, __version__, os.getpid(), world_size),
+                "world_size, adapter) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    command,
+                    now,
+                    path_text(dlm_path),
+                    dlm_sha256,
+                    __version__,
+                    os.getpid(),
+                    world_size,
+                    adapter,
+                ),
             )
             run_id = int(cursor.lastrowid or 0)  # the AUTOINCREMENT id of the row just inserted
             _note_document_path(conn, dlm_path, now=now, run_id=run_id)
@@ -207,7 +226,13 @@ def set_resumed_from(store: Store, run_id: int, parent: int) -> None:
 
 @contextmanager
 def recorded_run(
-    store: Store, *, command: str, dlm_path: Path, dlm_sha256: str, world_size: int = 1
+    store: Store,
+    *,
+    command: str,
+    dlm_path: Path,
+    dlm_sha256: str,
+    world_size: int = 1,
+    adapter: str | None = None,
 ) -> Iterator[int]:
     """Record a run around a block: completed on success, failed on any exception.
 
@@ -216,7 +241,12 @@ def recorded_run(
     (``terminated by SIGTERM``).
     """
     run_id = start_run(
-        store, command=command, dlm_path=dlm_path, dlm_sha256=dlm_sha256, world_size=world_size
+        store,
+        command=command,
+        dlm_path=dlm_path,
+        dlm_sha256=dlm_sha256,
+        world_size=world_size,
+        adapter=adapter,
     )
     try:
         yield run_id

@@ -70,7 +70,7 @@ PHASES: tuple[Phase, ...] = ("sft", "preference")
 PREFERENCE_METHODS: tuple[PreferenceMethod, ...] = ("dpo", "orpo")
 _COLUMNS = (
     "version, run_id, phase, method, parent_version, path, sha256, bytes, base_model, steps, "
-    "final_loss, created_at"
+    "final_loss, created_at, name"
 )
 
 
@@ -90,6 +90,7 @@ class AdapterVersion:
     steps: int
     final_loss: float | None
     created_at: str
+    name: str | None = None  # the named adapter (training.adapters) it is a version of; None: the one adapter
 
 
 @dataclass
@@ -224,12 +225,15 @@ def register_versions(conn: sqlite3.Connection, published: list[PublishedVersion
         parent = staged.parent_version
         if staged.phase == "preference" and parent is None:
             parent = sft
+        (name,) = conn.execute("SELECT adapter FROM runs WHERE id = ?", (staged.run_id,)).fetchone() or (
+            None,
+        )
         adapter = AdapterVersion(
             item.version, staged.run_id, staged.phase, staged.method, parent, item.path, staged.sha256,
-            staged.bytes, staged.base_model, staged.steps, staged.final_loss, now,
+            staged.bytes, staged.base_model, staged.steps, staged.final_loss, now, name,
         )  # fmt: skip
         conn.execute(
-            f"INSERT INTO adapters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO adapters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             dataclasses.astuple(adapter),
         )
         if staged.phase == "sft":
@@ -418,9 +422,12 @@ def _publish(staging: StagingDir, versions: Path) -> int:
         return version
 
 
-def latest(store: Store, phase: Phase | None = None) -> AdapterVersion | None:
-    """The newest registered adapter version (of ``phase``, when given), or ``None``."""
-    where, params = ("WHERE phase = ?", (phase,)) if phase is not None else ("", ())
+def latest(store: Store, phase: Phase | None = None, *, name: str | None = None) -> AdapterVersion | None:
+    """The newest registered version of the document's adapter, or of the named adapter ``name``
+    (``training.adapters``), of ``phase`` when given; ``None`` when there is none."""
+    where, params = "WHERE name IS ?", [name]
+    if phase is not None:
+        where, params = f"{where} AND phase = ?", [*params, phase]
     with store.read() as conn:
         row = conn.execute(
             f"SELECT {_COLUMNS} FROM adapters {where} ORDER BY version DESC LIMIT 1", params
@@ -428,13 +435,15 @@ def latest(store: Store, phase: Phase | None = None) -> AdapterVersion | None:
     return AdapterVersion(**row) if row else None
 
 
-def comparable_adapters(store: Store, base_model: str) -> dict[str, AdapterVersion]:
+def comparable_adapters(
+    store: Store, base_model: str, *, name: str | None = None
+) -> dict[str, AdapterVersion]:
     """The newest adapter of each phase trained on ``base_model`` whose weights verify, by phase: what
     a train run compares its own with (the retention slice's loss). A damaged one is left out, never
     loaded."""
     found: dict[str, AdapterVersion] = {}
     for phase in ("sft", "preference"):
-        adapter = latest(store, phase=phase)
+        adapter = latest(store, phase=phase, name=name)
         if adapter is None or adapter.base_model != base_model:
             continue
         try:

@@ -296,9 +296,10 @@ def register(
         conn.executemany("DELETE FROM checkpoints WHERE id = ?", gone)
 
 
-def resumable(store: Store, *, before: int) -> Resumption:
+def resumable(store: Store, *, before: int, adapter: str | None = None) -> Resumption:
     """The newest train run older than run ``before`` (the resuming one) that stopped with checkpoints,
-    and its newest checkpoint whose files verify.
+    and its newest checkpoint whose files verify. Only the runs of the named adapter ``adapter``
+    (``training.adapters``) count when it is given, only the runs of no named adapter when not.
 
     Checkpoints of the runs it resumed count too (a resumed run killed
     before its first checkpoint still continues from its parent's). Runs
@@ -314,10 +315,14 @@ def resumable(store: Store, *, before: int) -> Resumption:
     hint = "start a new run with `dlm train DOC` (without --resume)"
     with store.read() as conn:
         runs = conn.execute(
-            "SELECT id, status FROM runs WHERE command = 'train' AND id < ? ORDER BY id DESC", (before,)
+            "SELECT id, status FROM runs WHERE command = 'train' AND id < ? AND adapter IS ? ORDER BY id DESC",
+            (before, adapter),
         ).fetchall()
         if not runs:
-            raise TrainingError("nothing to resume: this store has no train run", hint=hint)
+            whose = (
+                "this store has no train run" if adapter is None else f"adapter {adapter} has no train run"
+            )
+            raise TrainingError(f"nothing to resume: {whose}", hint=hint)
         if runs[0]["status"] == "running":
             raise TrainingError(
                 f"train run {runs[0]['id']} is still running",

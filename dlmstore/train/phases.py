@@ -136,10 +136,11 @@ def starting_adapter(store: Any, document: Any) -> Any:
     """
     from dlmstore.train.adapters import checked_folder, latest
 
-    parent = latest(store, phase="sft")
+    parent = latest(store, phase="sft", name=document.adapter)
     if parent is None:
+        whose = "this store has none" if document.adapter is None else f"adapter {document.adapter} has none"
         raise TrainingError(
-            f"{document.path}: the preference phase starts from an SFT adapter, and this store has none",
+            f"{document.path}: the preference phase starts from an SFT adapter, and {whose}",
             hint="train SFT first: `dlm train DOC --phase sft` (the document needs prose, instruction or source rows)",
         )
     if parent.base_model != document.base_model:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from dlmstore.train.data.inputs import DatasetInput, DatasetSpec
     from dlmstore.train.distributed import World
     from dlmstore.train.loops.fit import PhaseFit
+    from dlmstore.train.named.base_loan import BaseLoan
     from dlmstore.train.phases import PhasePlan
     from dlmstore.train.plan import Hardware, Precision, TrainingPlan
 
@@ -171,8 +172,11 @@ class Trained:
     evaluations: list[PhaseEval] = dataclasses.field(default_factory=list)  # after each phase (rank 0's)
 
 
-def resolve(path: str, options: Options) -> Setup:
+def resolve(path: str, options: Options, *, adapter: str | None = None) -> Setup:
     """Parse the document and check its training settings against this machine (every rank).
+
+    With ``adapter``, the document is the view the named adapter trains on
+    (:func:`dlmstore.document.routing.scoped`): its rows and its LoRA settings.
 
     Raises:
         DocumentError, SourceError: the document is invalid.
@@ -187,6 +191,10 @@ def resolve(path: str, options: Options) -> Setup:
 
     started = time.perf_counter()
     document = parse_document(path)
+    if adapter is not None:
+        from dlmstore.document.routing import scoped
+
+        document = scoped(document, adapter)
     settings = document.frontmatter.training
     specs = dataset_specs(document, options.datasets)
     ref = resolve_base(document.base_model, relative_to=document.directory)
@@ -232,7 +240,7 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
     from dlmstore.train.data.inputs import check_dataset_input, context_length
 
     sweep_debris(store, run_id=run_id)  # after start_run marked dead runs failed
-    resumption = resumable(store, before=run_id) if options.resume else None
+    resumption = resumable(store, before=run_id, adapter=setup.document.adapter) if options.resume else None
     checkpoint = None if resumption is None else resumption.checkpoint
     if resumption is not None:
         set_resumed_from(store, run_id, resumption.run_id)
@@ -410,18 +418,25 @@ def prepare(
         retained=retained_probes(replay),
         previous={}
         if replay is None or not replay.retention
-        else comparable_adapters(store, document.base_model),
+        else comparable_adapters(store, document.base_model, name=document.adapter),
     )
 
 
 def train_phases(
-    store: Store | None, prepared: Prepared, setup: Setup, tokenizer: Any, world: World, options: Options
+    store: Store | None,
+    prepared: Prepared,
+    setup: Setup,
+    tokenizer: Any,
+    world: World,
+    options: Options,
+    loan: BaseLoan | None = None,
 ) -> Trained:
     """Load the model once and train the planned phases; stage each phase's adapter (rank 0).
 
     ``store`` is None on the other ranks, which train the same phases on
     their share and stage nothing. Nothing is published: on any failure the
-    staged folders are removed.
+    staged folders are removed. With ``loan`` (a multi-adapter invocation),
+    the base is borrowed from it and given back, its adapter layers removed.
     """
     from dlmstore.eval.results import ModelEval
     from dlmstore.train.checkpoints import check_identity, plan_settings, run_folder, run_identity
@@ -456,11 +471,18 @@ def train_phases(
         )  # fmt: skip
         base = evaluations[-1].base
 
-    with warnings.catch_warnings(), _aborting(staged):
+    with warnings.catch_warnings(), _aborting(staged, loan):
         # transformers deprecation notices about its own internals are noise here
         warnings.filterwarnings("ignore", category=FutureWarning)
         t0 = time.perf_counter()
-        model = load_base_model(ref, settings.adapter, setup.precision, seed=seed)
+        if loan is None:
+            model = load_base_model(ref, settings.adapter, setup.precision, seed=seed)
+        else:
+            model = loan.borrow(
+                (ref.name, settings.adapter, str(setup.precision)),
+                lambda: load_base_model(ref, settings.adapter, setup.precision, seed=seed),
+                seed=seed,
+            )  # fmt: skip
         base_params = model.num_parameters()
         if parent is not None:
             model = load_policy(model, prepared.store_path / parent.path)
@@ -519,6 +541,8 @@ def train_phases(
             evaluated(fit)
             if not phases.sft:
                 plan = fit.plan
+        if loan is not None:
+            loan.give_back(fits[-1].model if fits else model)
     return Trained(
         fits=fits,
         staged=staged,
@@ -634,13 +658,15 @@ def _recording(
 
 
 @contextmanager
-def _aborting(staged: list[StagedVersion]) -> Iterator[None]:
-    """Remove the staged folders in ``staged`` when the block fails."""
+def _aborting(staged: list[StagedVersion], loan: BaseLoan | None = None) -> Iterator[None]:
+    """Remove the staged folders in ``staged`` (and empty ``loan``) when the block fails."""
     try:
         yield
     except BaseException:
         for item in staged:
             item.abort()
+        if loan is not None:
+            loan.empty()
         raise
 
 

@@ -140,6 +140,7 @@ class TrainSummary:
         warnings: Other warnings (also printed on stderr).
         replay: What the run replayed from the store's replay history; null when
             ``training.replay.enabled`` is false.
+        adapter: The named adapter the run trained (``training.adapters``); null for a document's one adapter.
     """
 
     run_id: int
@@ -165,3 +166,28 @@ class TrainSummary:
     resumed_at_step: int | None = None
     warnings: list[str] = field(default_factory=list)
     replay: ReplaySummary | None = None
+    adapter: str | None = None
+
+
+@dataclass(frozen=True)
+class NamedTrainSummary:
+    """The JSON shape of ``dlm train --json`` for a document that declares named adapters.
+
+    Attributes:
+        dlm_id: The document id.
+        adapters: Each named adapter's run, in declaration order: the run summary of a one-adapter
+            document, with its ``adapter``.
+        skipped: Adapters ``--resume`` passed over: their newest run completed on this document, and
+            nothing of theirs was interrupted.
+        base_loads: Times the base model was read from disk (1: once per invocation, whatever the
+            number of adapters; more when the adapters' kinds need it loaded differently).
+        seconds: The whole invocation, in seconds.
+        warnings: Warnings about the document as a whole (each run's own are in its summary).
+    """
+
+    dlm_id: str
+    adapters: list[TrainSummary]
+    skipped: list[str]
+    base_loads: int
+    seconds: float
+    warnings: list[str] = field(default_factory=list)

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from dlmstore.train.adapters import AdapterVersion
     from dlmstore.train.data.usage import DatasetUse
     from dlmstore.train.distributed import World
+    from dlmstore.train.named.base_loan import BaseLoan
     from dlmstore.train.stages import Begun, Tokenized, Trained
     from dlmstore.train.summary import ReplaySummary, TrainSummary
 
@@ -82,6 +83,8 @@ def train_document(
     fresh: bool = False,
     no_share: bool = False,
     no_replay: bool = False,
+    adapter: str | None = None,
+    loan: BaseLoan | None = None,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -106,6 +109,11 @@ def train_document(
             store of the home holds their tokens (``--no-share``).
         no_replay: draw nothing from the replay history (``--no-replay``):
             the run trains on the document's current rows only.
+        adapter: the named adapter (``training.adapters``) to train, on
+            the rows routed to it; a multi-adapter document needs one
+            (``dlmstore.train.named.adapter_runs.train_named`` trains them all).
+        loan: the base model lent to each named adapter's run in turn
+            (``dlmstore.train.named.base_loan``); None loads it here.
 
     Launched as one of several ranks (``dlm train --nproc``, torchrun),
     rank 0 does everything that touches the store and every rank trains on
@@ -138,8 +146,19 @@ def train_document(
     world = current_world()
     join(world)
     try:
-        setup = stages.resolve(path, options)
-        summary = _lead(setup, options, world) if world.is_main else _follow(setup, options, world)
+        setup = stages.resolve(path, options, adapter=adapter)
+        if setup.document.adapter is None and setup.settings.adapters is not None:
+            from dlmstore.errors import TrainingError
+
+            raise TrainingError(
+                f"{setup.document.path}: the document declares named adapters "
+                f"({', '.join(setup.settings.adapters)}); each trains on its own rows",
+                hint="train it with `dlm train DOC`, which trains every declared adapter",
+            )
+        if world.is_main:
+            summary = _lead(setup, options, world, loan)
+        else:
+            summary = _follow(setup, options, world, loan)
     except BaseException:
         leave(world, failed=True)  # no barrier: a peer may be stuck in a collective this rank left
         raise
@@ -147,7 +166,7 @@ def train_document(
     return summary
 
 
-def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
+def _lead(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -> TrainSummary:
     """Rank 0: run the whole pipeline in a recorded run, and hand the other ranks what they need."""
     from dlmstore.errors import DlmError
     from dlmstore.store.database import open_store
@@ -159,8 +178,9 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
     base = stages.locate(setup)
     with open_store(document.dlm_id) as store:
         with recorded_run(
-            store, command="train", dlm_path=document.path, dlm_sha256=document.sha256, world_size=world.size
-        ) as run_id:
+            store, command="train", dlm_path=document.path, dlm_sha256=document.sha256, world_size=world.size,
+            adapter=document.adapter,
+        ) as run_id:  # fmt: skip
             try:
                 begun = stages.begin(store, run_id, setup, base, options, world)
                 tokenized = stages.tokenize(store, run_id, setup, base, begun.tokenizer, options)
@@ -169,7 +189,7 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
                 share(world, error=exc)
                 raise
             share(world, prepared)
-            trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options)
+            trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options, loan)
             write_rank_samples(store.path, run_id, world, trained.accounting)
             uses = record_usage(store, run_id, prepared.inputs, gather_accounting(world, trained.accounting))
             adapters, kept = stages.publish(store, trained, begun.lock, setup, prepared, options, tokenized)
@@ -178,7 +198,7 @@ def _lead(setup: Setup, options: Options, world: World) -> TrainSummary:
     return summary
 
 
-def _follow(setup: Setup, options: Options, world: World) -> TrainSummary:
+def _follow(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -> TrainSummary:
     """Every other rank: train on its share of what rank 0 prepared, and return rank 0's summary."""
     from dlmstore.bases import load_tokenizer
     from dlmstore.train.data.usage import gather_accounting, write_rank_samples
@@ -186,7 +206,7 @@ def _follow(setup: Setup, options: Options, world: World) -> TrainSummary:
 
     prepared: Prepared = share(world)
     tokenizer = load_tokenizer(setup.ref)
-    trained = stages.train_phases(None, prepared, setup, tokenizer, world, options)
+    trained = stages.train_phases(None, prepared, setup, tokenizer, world, options, loan)
     write_rank_samples(prepared.store_path, prepared.run_id, world, trained.accounting)
     gather_accounting(world, trained.accounting)
     summary: TrainSummary = share(world)
@@ -272,6 +292,7 @@ def _summarize(
             *kept,
         ],  # fmt: skip
         replay=_replay_summary(prepared),
+        adapter=setup.document.adapter,
     )
 
 

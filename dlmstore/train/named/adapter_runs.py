@@ -1,0 +1,119 @@
+"""``dlm train`` of a document that declares named adapters: each adapter as its own recorded run.
+
+DLM's multi-adapter documents (``training.adapters``) train one LoRA
+adapter per name, each on the rows the routing table gives it
+(:mod:`dlmstore.document.routing`). One invocation trains them in
+declaration order, each as an ordinary train run of the document's view for
+that adapter, so everything a run records is per adapter: its version line
+(``adapters.name``), lock record, evaluation (its own val split and probes),
+checkpoints and steps; ``runs.adapter`` names it. What the adapters share
+is shared, not repeated:
+
+* the tokenize pass goes through the store's cache, so a row two adapters
+  train on (untagged prose, every source file) is tokenized once: the
+  second adapter's pass finds it cached;
+* the base model loads once (:mod:`.base_loan`): each adapter's run
+  borrows it and gives it back with its LoRA layers removed.
+
+``--resume`` continues each adapter's own newest interrupted run; an adapter
+whose newest run completed on this very document (the interrupted
+invocation had trained it already) is passed over. ``--nproc`` launches
+every rank into this same loop, so the ranks train each adapter together.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlmstore.document.parser import Document
+    from dlmstore.train.summary import NamedTrainSummary, TrainSummary
+
+
+def train(path: str, **options: Any) -> TrainSummary | NamedTrainSummary:
+    """``dlm train``: :func:`train_named` for a document that declares named adapters, else
+    :func:`dlmstore.train.trainer.train_document` (``options`` are its keyword arguments)."""
+    from dlmstore.document.parser import parse_document
+    from dlmstore.train.trainer import train_document
+
+    document = parse_document(path)
+    if document.frontmatter.training.adapters is None:
+        return train_document(path, **options)
+    return train_named(path, document=document, **options)
+
+
+def train_named(path: str, *, document: Document | None = None, **options: Any) -> NamedTrainSummary:
+    """Train every adapter the document at ``path`` declares, in order, the base loaded once.
+
+    ``options`` are :func:`~dlmstore.train.trainer.train_document`'s.
+
+    Raises:
+        TrainingError: the document declares no named adapters; ``--resume``
+            finds nothing to resume for any adapter; or what an adapter's run raises
+            (the adapters trained before it keep their versions).
+    """
+    from dlmstore.document.parser import parse_document
+    from dlmstore.document.routing import adapter_names
+    from dlmstore.errors import TrainingError
+    from dlmstore.train.named.base_loan import BaseLoan
+    from dlmstore.train.summary import NamedTrainSummary
+    from dlmstore.train.trainer import train_document
+
+    started = time.perf_counter()
+    document = document or parse_document(path)
+    names = adapter_names(document)
+    if not names:
+        raise TrainingError(
+            f"{document.path}: the document declares no named adapters (training.adapters)",
+            hint="train it with `dlm train DOC`",
+        )
+    skipped = _finished(document, names) if options.get("resume") else []
+    if len(skipped) == len(names):
+        raise TrainingError(
+            f"nothing to resume: the newest train run of every adapter ({', '.join(names)}) completed on "
+            "this document",
+            hint="start a new run with `dlm train DOC` (without --resume)",
+        )
+    loan = BaseLoan()
+    summaries = [
+        train_document(path, **options, adapter=name, loan=loan) for name in names if name not in skipped
+    ]
+    warnings = []
+    if document.frontmatter.training.replay.enabled:
+        warnings.append(
+            "replay: named adapters train on the document's current rows only (the replay history is kept "
+            "per document, not per adapter)"
+        )
+    return NamedTrainSummary(
+        dlm_id=document.dlm_id,
+        adapters=summaries,
+        skipped=skipped,
+        base_loads=loan.loads,
+        seconds=round(time.perf_counter() - started, 3),
+        warnings=warnings,
+    )
+
+
+def _finished(document: Document, names: tuple[str, ...]) -> list[str]:
+    """The adapters ``--resume`` passes over: nothing of theirs stopped with checkpoints, and their
+    newest train run completed on the document's current bytes."""
+    from dlmstore.errors import TrainingError
+    from dlmstore.store.database import open_store
+    from dlmstore.train.checkpoints import resumable
+
+    done = []
+    with open_store(document.dlm_id) as store:
+        for name in names:
+            try:
+                resumable(store, before=2**62, adapter=name)
+            except TrainingError:
+                with store.read() as conn:
+                    row = conn.execute(
+                        "SELECT status, dlm_sha256 FROM runs WHERE command = 'train' AND adapter = ? "
+                        "ORDER BY id DESC LIMIT 1",
+                        (name,),
+                    ).fetchone()
+                if row is not None and row["status"] == "completed" and row["dlm_sha256"] == document.sha256:
+                    done.append(name)
+    return done
