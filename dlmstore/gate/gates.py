@@ -1,0 +1,147 @@
+"""The ``gates`` table: one row per gate a train invocation fitted, committed after its folder.
+
+A row names the folder (``gate/run<N>``), the weights' sha256 and size (NULL
+for a uniform gate, which has no weights: a CHECK constraint holds the two
+together), the adapters it routes between with the version of each it was
+fitted beside, the settings and seed it was fitted with, and its mean
+output over the training prompts, the static mix ``dlm export`` uses for a
+gated document. JSON columns are written with sorted keys and decoded on
+the way out, so a :class:`GateRecord` holds Python values.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from dlmstore.clock import utc_now
+from dlmstore.store.database import Store
+
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import GateSettings
+    from dlmstore.gate.fitting import FittedGate
+
+_COLUMNS = (
+    "id, run_id, path, mode, sha256, bytes, adapters, input_dim, hidden_proj_dim, steps, lr, "
+    "entropy_lambda, seed, prompts, final_loss, mean_weights, note, created_at"
+)
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """One row of ``gates``.
+
+    Attributes:
+        id: the gate's id (never reused).
+        run_id: the train run of the invocation that fitted it.
+        path: its folder, relative to the store (``gate/run7``).
+        mode: ``trained``, or ``uniform`` below the cold-start floor.
+        sha256: ``sha256:`` digest of ``gate.safetensors``; None when uniform.
+        bytes: size of ``gate.safetensors``; None when uniform.
+        adapters: the adapters it routes between, in output order, each
+            ``{"name": ..., "version": ...}`` (the version fitted beside it).
+        input_dim: the embedding size (the base's hidden size).
+        hidden_proj_dim: the MLP's hidden size.
+        steps: optimizer steps taken (0 when uniform).
+        lr: ``training.gate.lr``.
+        entropy_lambda: ``training.gate.entropy_lambda``.
+        seed: the seed of its initial weights and batch order.
+        prompts: the tagged prompts it was given.
+        final_loss: its loss at the last step; None when uniform.
+        mean_weights: its mean output over the training prompts, by adapter.
+        note: why it is uniform; None when trained.
+        created_at: when it was registered.
+    """
+
+    id: int
+    run_id: int
+    path: str
+    mode: Literal["trained", "uniform"]
+    sha256: str | None
+    bytes: int | None
+    adapters: list[dict[str, Any]]
+    input_dim: int
+    hidden_proj_dim: int
+    steps: int
+    lr: float
+    entropy_lambda: float
+    seed: int
+    prompts: int
+    final_loss: float | None
+    mean_weights: dict[str, float]
+    note: str | None
+    created_at: str
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The adapter names in output order."""
+        return tuple(str(entry["name"]) for entry in self.adapters)
+
+
+def record_gate(
+    conn: sqlite3.Connection,
+    *,
+    run_id: int,
+    path: str,
+    fitted: FittedGate,
+    sha256: str | None,
+    bytes: int | None,
+    adapters: Sequence[dict[str, Any]],
+    seed: int,
+    settings: GateSettings,
+) -> int:
+    """Insert the row of a gate whose folder ``path`` is written, in the caller's transaction; its id.
+
+    Args:
+        adapters: ``{"name", "version"}`` of each adapter, in the gate's
+            output order (``fitted.names``).
+
+    Raises:
+        ValueError: ``adapters`` does not name ``fitted.names`` in order.
+    """
+    if tuple(str(entry["name"]) for entry in adapters) != fitted.names:
+        raise ValueError(
+            f"adapters {[entry['name'] for entry in adapters]} are not the gate's {list(fitted.names)}"
+        )
+    cursor = conn.execute(
+        "INSERT INTO gates (run_id, path, mode, sha256, bytes, adapters, input_dim, hidden_proj_dim, steps, "
+        "lr, entropy_lambda, seed, prompts, final_loss, mean_weights, note, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id, path, fitted.mode, sha256, bytes, _json([dict(entry) for entry in adapters]),
+            fitted.input_dim, fitted.hidden_proj_dim, fitted.steps, settings.lr, settings.entropy_lambda,
+            seed, fitted.prompts, fitted.final_loss, _json(fitted.mean_weights), fitted.note, utc_now(),
+        ),
+    )  # fmt: skip
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def latest_gate(store: Store) -> GateRecord | None:
+    """The newest gate of the store, or ``None`` when it has none."""
+    with store.read() as conn:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM gates ORDER BY id DESC LIMIT 1").fetchone()
+    return _record(row) if row else None
+
+
+def gate_of_run(store: Store, run_id: int) -> GateRecord | None:
+    """The gate fitted with train run ``run_id``, or ``None``."""
+    with store.read() as conn:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM gates WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
+        ).fetchone()
+    return _record(row) if row else None
+
+
+def _record(row: sqlite3.Row) -> GateRecord:
+    values = dict(row)
+    values["adapters"] = json.loads(values["adapters"])
+    values["mean_weights"] = json.loads(values["mean_weights"])
+    return GateRecord(**values)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
