@@ -16,7 +16,7 @@ from dlmstore.errors import StoreError
 from dlmstore.gate.embedding import prompt_embeddings
 from dlmstore.gate.files import DAMAGED_HINT, META_NAME, WEIGHTS_NAME, gate_folder, load_gate, write_gate
 from dlmstore.gate.fitting import FittedGate, fit_gate, gate_loss
-from dlmstore.gate.gates import GateRecord, gate_of_run, latest_gate, record_gate
+from dlmstore.gate.gates import GateRecord, gate_debris, gate_of_run, latest_gate, record_gate
 from dlmstore.gate.prompts import PROSE_PROMPT_CHARS, gate_prompts
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run
@@ -132,6 +132,22 @@ def test_a_gate_row_records_its_folder_adapters_settings_and_mean_weights() -> N
         24, 16, 120, 0.01, 0.01,
     )  # fmt: skip
     assert (first.seed, first.prompts, first.final_loss, first.mode) == (9, 12, fitted.final_loss, "trained")
+
+
+def test_the_gate_folders_of_runs_no_longer_running_that_never_got_a_row_are_debris() -> None:
+    embeddings, labels = _clusters(4, seed=8)
+    fitted = fit_gate(embeddings, labels, NAMES, SETTINGS, seed=1)
+    with open_store(VALID_ID) as store:
+        kept = _stored(store, fitted)
+        gates = store.path / "gate"
+        write_gate(gates / "run41", fitted, seed=1, settings=SETTINGS)  # killed before its row
+        write_gate(gates / "run42", fitted, seed=1, settings=SETTINGS)  # run 42 is still writing it
+        for name in (".run41-x1y2", ".run42-a1b2", "run41-notes", "README"):
+            (gates / name).mkdir()
+        with store.read() as conn:
+            found = gate_debris(conn, store.path, running={42})
+    assert [p.relative_to(store.path).as_posix() for p in found] == ["gate/.run41-x1y2", "gate/run41"]
+    assert (store.path / kept.path).is_dir()
 
 
 def test_a_flipped_byte_in_gate_safetensors_is_refused_by_name_on_load() -> None:

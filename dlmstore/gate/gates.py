@@ -12,18 +12,23 @@ the way out, so a :class:`GateRecord` holds Python values.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dlmstore.clock import utc_now
+from dlmstore.gate.files import GATES_DIR
 from dlmstore.store.database import Store
 
 if TYPE_CHECKING:
     from dlmstore.document.frontmatter import GateSettings
     from dlmstore.gate.fitting import FittedGate
 
+#: A gate folder (``run7``) or its staging folder (``.run7-xxxx``, ``dlmstore.store.atomic.publish_dir``).
+_GATE_ENTRY = re.compile(r"(\.)?run([0-9]+)(?(1)-.+|)")
 _COLUMNS = (
     "id, run_id, path, mode, sha256, bytes, adapters, input_dim, hidden_proj_dim, steps, lr, "
     "entropy_lambda, seed, prompts, final_loss, mean_weights, note, created_at"
@@ -134,6 +139,33 @@ def gate_of_run(store: Store, run_id: int) -> GateRecord | None:
             f"SELECT {_COLUMNS} FROM gates WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
         ).fetchone()
     return _record(row) if row else None
+
+
+def gate_debris(conn: sqlite3.Connection, store_path: Path, *, running: Set[int]) -> list[Path]:
+    """What train runs that are no longer running left in ``<store>/gate``: for ``dlm train``'s sweep.
+
+    A run killed while writing its gate leaves its staging folder
+    (``gate/.run<N>-xxxx``); one killed after the rename but before its row
+    committed leaves ``gate/run<N>`` with no ``gates`` row. Either belongs to
+    run ``N``, and is debris once ``N`` is not in ``running``. Called in the
+    sweep's transaction (``conn``), so no run can register a gate meanwhile;
+    nothing is removed here.
+
+    Returns:
+        The leftover paths, sorted.
+    """
+    folder = store_path / GATES_DIR
+    if not folder.is_dir():
+        return []
+    registered = {row["path"] for row in conn.execute("SELECT path FROM gates")}
+    found: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        match = _GATE_ENTRY.fullmatch(entry.name)
+        if match is None or int(match.group(2)) in running:
+            continue  # not a gate's (someone else's file), or its run is still writing it
+        if match.group(1) or f"{GATES_DIR}/{entry.name}" not in registered:
+            found.append(entry)
+    return found
 
 
 def _record(row: sqlite3.Row) -> GateRecord:
