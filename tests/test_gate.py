@@ -12,7 +12,7 @@ import torch
 
 from dlmstore.document.frontmatter import GateSettings
 from dlmstore.document.parser import parse_text
-from dlmstore.errors import StoreError
+from dlmstore.errors import StoreError, TrainingError
 from dlmstore.gate.embedding import prompt_embeddings
 from dlmstore.gate.files import DAMAGED_HINT, META_NAME, WEIGHTS_NAME, gate_folder, load_gate, write_gate
 from dlmstore.gate.fitting import FittedGate, fit_gate, gate_loss
@@ -93,6 +93,17 @@ def test_the_fit_leaves_the_global_random_state_threads_and_determinism_flags_as
     fit_gate(embeddings, labels, NAMES, SETTINGS, seed=0)
     assert torch.equal(torch.rand(3), expected)
     assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before
+
+
+def test_a_gate_whose_loss_is_not_a_number_is_one_error_naming_the_step() -> None:
+    embeddings, labels = _clusters(4, seed=3)
+    embeddings[2, 5] = float("nan")
+    with pytest.raises(TrainingError) as caught:
+        fit_gate(embeddings, labels, NAMES, SETTINGS, seed=0)
+    assert caught.value.message == "the learned gate's loss became nan at step 1 of 120"
+    assert caught.value.hint == (
+        "lower training.gate.lr, or set training.gate.enabled: false to train without a gate"
+    )
 
 
 def test_an_adapter_under_the_cold_start_floor_gives_a_uniform_gate_with_a_note_and_no_weights() -> None:
