@@ -309,3 +309,31 @@ def test_gate_prompts_are_each_routed_section_s_first_prompt_labelled_by_its_ada
 def test_a_document_without_named_adapters_has_no_gate_prompts() -> None:
     found = gate_prompts(parse_text(f"---\ndlm_id: {VALID_ID}\n---\nJust prose.\n"))
     assert (found.names, found.prompts, found.labels) == ((), (), ())
+
+
+def test_a_gate_fitted_on_a_document_s_routed_prompts_sends_each_back_to_its_adapter(
+    tiny_base: Path, tokenizer: Any, one_torch_thread: None
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    tone = ["Say hello warmly.", "Cheer me up, please!", "Tell a friend good night.", "Wish me luck today!"]
+    facts = ["What is the boiling point of water?", "How many bytes are in a kilobyte?",
+             "Which planet is largest?", "What year did the war end?"]  # fmt: skip
+    body = "".join(
+        f"::instruction#{name}::\n### Q\n{q}\n### A\nAn answer.\n\n"
+        for name, qs in (("tone", tone), ("facts", facts))
+        for q in qs
+    )
+    front = "training:\n  adapters:\n    tone: {}\n    facts: {}\n  gate:\n    enabled: true\n"
+    found = gate_prompts(parse_text(f"---\ndlm_id: {VALID_ID}\n{front}---\n{body}"))
+    assert found.prompts == (*tone, *facts) and found.counts() == {"tone": 4, "facts": 4}
+    model = AutoModelForCausalLM.from_pretrained(tiny_base)
+    embeddings = prompt_embeddings(model, tokenizer, found.prompts, batch_size=3)
+    settings = GateSettings(enabled=True, hidden_proj_dim=32, steps=300, lr=0.01)
+    fitted = fit_gate(embeddings, found.labels, found.names, settings, seed=11)
+    assert fitted.mode == "trained" and fitted.input_dim == 64
+    with open_store(VALID_ID) as store:
+        gate = load_gate(store.path, _stored(store, fitted, seed=11))
+    for prompt, label in zip(found.prompts, found.labels, strict=True):
+        weights = gate.route(prompt_embeddings(model, tokenizer, [prompt])[0])
+        assert weights[found.names[label]] > 0.5, prompt
