@@ -117,7 +117,7 @@ class DlmGroup(click.Group):
                 if ctx.params.get("traceback") or _debug_env():
                     _reveal_causes(exc)
                     raise
-                _fail(exc.reports(), 1)
+                _fail(exc.reports(), exc.exit_code)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (dlmstore.errors.Terminated)
                 import signal
 

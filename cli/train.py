@@ -248,6 +248,15 @@ def _print_summary(summary: TrainSummary | NamedTrainSummary, as_json: bool) -> 
     for run in summary.adapters:
         click.echo(f"adapter {run.adapter}:")
         _print_run(run)
+    gate = summary.gate
+    if gate is not None:
+        mix = ", ".join(f"{name} {weight:.2f}" for name, weight in gate.mean_weights.items())
+        if gate.mode == "uniform":
+            click.echo(f"gate:    uniform ({mix}) -> {gate.path}")
+        else:
+            loss = "n/a" if gate.final_loss is None else f"{gate.final_loss:.4f}"
+            click.echo(f"gate:    {plural(gate.steps, 'step')} on {plural(gate.prompts, 'prompt')}, final loss "
+                       f"{loss}, mean weights {mix} -> {gate.path}")  # fmt: skip
     if summary.skipped:
         click.echo(
             f"skipped: {', '.join(summary.skipped)} (trained on this document already; nothing to resume)"

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 
 class DlmError(Exception):
-    """Base class: a problem a person can fix, reported without a traceback."""
+    """Base class: a problem a person can fix, reported without a traceback (exit ``exit_code``)."""
+
+    exit_code = 1
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -85,6 +87,14 @@ class StoreDamagedError(StoreError):
 
 class BaseModelError(DlmError):
     """A base model name cannot be resolved to a tokenizer or model."""
+
+
+class AdapterChoiceError(DlmError):
+    """A command's ``--adapter`` does not fit the document: a named adapter asked of a document
+    that declares none, an undeclared name, or none asked where the document declares several.
+    A usage error (exit 2), as in DLM."""
+
+    exit_code = 2
 
 
 class TemplateError(DlmError):

@@ -14,9 +14,9 @@ from dlmstore.document.frontmatter import GateSettings
 from dlmstore.document.parser import parse_text
 from dlmstore.errors import StoreError, TrainingError
 from dlmstore.gate.embedding import prompt_embeddings
-from dlmstore.gate.files import DAMAGED_HINT, META_NAME, WEIGHTS_NAME, gate_folder, load_gate, write_gate
+from dlmstore.gate.files import DAMAGED_HINT, META_NAME, WEIGHTS_NAME, gate_folder, write_gate
 from dlmstore.gate.fitting import FittedGate, fit_gate, gate_loss
-from dlmstore.gate.gates import GateRecord, gate_debris, gate_of_run, latest_gate, record_gate
+from dlmstore.gate.gates import GateRecord, gate_debris, gate_of_run, latest_gate, load_gate, record_gate
 from dlmstore.gate.prompts import PROSE_PROMPT_CHARS, gate_prompts
 from dlmstore.store.database import Store, open_store
 from dlmstore.store.runs import start_run

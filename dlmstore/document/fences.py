@@ -15,7 +15,8 @@ dlmstore trains text models: it parses media fences as DLM does (a
 malformed one gets DLM's error) and then refuses them by name, since
 training them as something else would silently train the wrong thing. A
 routed fence's adapter name is checked against ``training.adapters`` once
-the frontmatter is known (``dlmstore.document.routing``).
+the frontmatter is known (:func:`route_problems`; the routing itself is
+``dlmstore.document.adapter_routing``).
 Anything that looks like a fence but is not one (an unknown or misspelled
 type, ``::INSTRUCTION::``, a fence indented or followed by spaces) is an
 error with what to write instead, where DLM would either refuse it too or
@@ -31,8 +32,16 @@ them as DLM does.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+from dlmstore.errors import DocumentError
+
+if TYPE_CHECKING:
+    from dlmstore.document.frontmatter import Frontmatter
+    from dlmstore.document.sections import Section
 
 #: Every section type DLM's body grammar knows.
 FENCE_TYPES = ("prose", "instruction", "preference", "image", "audio")
@@ -261,3 +270,35 @@ def _check_marker(name: str, blob: str) -> None:
                 raise FenceProblem(f"{name} marker: {key} is empty", hint=f'write {key}="<name>"')
         if not re.fullmatch(r"[0-9a-f]{16}", values["source_section_id"]):
             raise FenceProblem(f"{name} marker: source_section_id must be 16 lower-case hex digits")
+
+
+def route_problems(frontmatter: Frontmatter, sections: Sequence[Section], shown: str) -> list[DocumentError]:
+    """One error per routed fence that names no declared adapter (all of them when none is declared)."""
+    declared = tuple(frontmatter.training.adapters or ())
+    problems = []
+    for section in sections:
+        name = section.adapter
+        if name is None or name in declared:
+            continue
+        fence = f"::{section.type}#{name}::"
+        if not declared:
+            problems.append(
+                DocumentError(
+                    shown,
+                    f"fence '{fence}' routes the section to adapter '{name}', but the document declares no "
+                    "training.adapters",
+                    line=section.line,
+                    hint=f"declare it (training.adapters: {{{name}: {{}}}}), or write `::{section.type}::`",
+                )
+            )
+        else:
+            problems.append(
+                DocumentError(
+                    shown,
+                    f"fence '{fence}' routes the section to adapter '{name}', which training.adapters does not "
+                    f"declare (declared: {', '.join(declared)})",
+                    line=section.line,
+                    hint=f"use one of the declared names, or add {name} to training.adapters",
+                )
+            )
+    return problems

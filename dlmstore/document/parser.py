@@ -93,7 +93,7 @@ class Document:
             dropped).
         sha256: sha256 hex of the file's bytes, as read.
         adapter: for the view one named adapter trains on
-            (``dlmstore.document.routing.scoped``), its name; else ``None``.
+            (``dlmstore.document.adapter_routing.scoped``), its name; else ``None``.
     """
 
     path: Path
@@ -298,7 +298,7 @@ def _parse(text: str, shown: str, sha256: str) -> Document:
         problems.append(exc)
     sections = _body_sections(lines[close + 1 :], close + 2, shown, problems)
     if frontmatter is not None and any(section.adapter is not None for section in sections):
-        from dlmstore.document.routing import route_problems
+        from dlmstore.document.fences import route_problems
 
         problems.extend(route_problems(frontmatter, sections, shown))
     if problems:

@@ -43,7 +43,7 @@ class Section:
         source: the file's path relative to its directive root, for
             directive-sourced sections; ``None`` for in-body ones.
         adapter: the named adapter a routed fence sends it to
-            (``::instruction#tone::``), or ``None`` (``dlmstore.document.routing``).
+            (``::instruction#tone::``), or ``None`` (``dlmstore.document.adapter_routing``).
         digest: full sha256 hex of ``type + "\\n" + content``; computed when
             not given (callers that already hashed the bytes pass it in).
 

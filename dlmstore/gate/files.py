@@ -22,22 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlmstore.errors import BaseModelError, StoreError
+from dlmstore.errors import BaseModelError
 from dlmstore.store.atomic import publish_dir
-from dlmstore.store.regular_files import read_regular
-from dlmstore.torch_loader import require_torch
 
 if TYPE_CHECKING:
     import torch
 
     from dlmstore.document.frontmatter import GateSettings
     from dlmstore.gate.fitting import FittedGate, GateMode
-    from dlmstore.gate.gates import GateRecord
 
 #: The gates' folder in a store; each gate is ``gate/run<N>``.
 GATES_DIR = "gate"
@@ -80,7 +76,7 @@ def write_gate(
         "final_loss": fitted.final_loss,
         "mean_weights": fitted.mean_weights,
         "note": fitted.note,
-        "weights": None if weights is None else {"file": WEIGHTS_NAME, "sha256": _sha256(weights)},
+        "weights": None if weights is None else {"file": WEIGHTS_NAME, "sha256": sha256_of(weights)},
     }
     folder.parent.mkdir(parents=True, exist_ok=True)
     with publish_dir(folder, existing="replace") as staging:
@@ -89,7 +85,7 @@ def write_gate(
         (staging / META_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if weights is None:
         return None, None
-    return _sha256(weights), len(weights)
+    return sha256_of(weights), len(weights)
 
 
 def safetensors_bytes(state: dict[str, torch.Tensor]) -> bytes:
@@ -140,49 +136,5 @@ class LoadedGate:
         return {name: float(weights[i]) for i, name in enumerate(self.names)}
 
 
-def load_gate(store_path: Path, record: GateRecord) -> LoadedGate:
-    """The gate ``record`` describes, once its weights match the sha256 store.db recorded.
-
-    Raises:
-        StoreError: the folder or ``gate.safetensors`` is missing or
-            unreadable, its bytes changed, or its tensors are not the shapes
-            the record names.
-    """
-    if record.mode == "uniform":
-        return LoadedGate(record.names, "uniform", record.input_dim, None)
-    weights = store_path / record.path / WEIGHTS_NAME
-    shown = f"gate run{record.run_id}"
-    if not os.path.lexists(store_path / record.path):
-        raise StoreError(f"{shown}: its folder {store_path / record.path} is not there", hint=DAMAGED_HINT)
-    try:
-        data = read_regular(weights, limit=record.bytes)
-    except OSError as exc:
-        raise StoreError(
-            f"{shown}: cannot read {weights}: {exc.strerror or exc}", hint=DAMAGED_HINT
-        ) from None
-    found = _sha256(data)
-    if found != record.sha256:
-        raise StoreError(
-            f"{shown}: {weights} is damaged (its sha256 is {found}, not the {record.sha256} recorded "
-            "when it was trained)",
-            hint=DAMAGED_HINT,
-        )
-    require_torch("the learned gate routes prompts in torch")
-    from safetensors.torch import load
-
-    from dlmstore.gate.fitting import gate_mlp
-
-    module = gate_mlp(record.input_dim, record.hidden_proj_dim, len(record.names))
-    try:
-        module.load_state_dict(load(data))
-    except RuntimeError as exc:  # a checksum that matches a file of other shapes: store.db itself was edited
-        first = (str(exc).strip().splitlines() or ["wrong tensors"])[0]
-        raise StoreError(
-            f"{shown}: {weights} does not hold the gate its record describes: {first}", hint=DAMAGED_HINT
-        ) from None
-    module.eval()
-    return LoadedGate(record.names, "trained", record.input_dim, module)
-
-
-def _sha256(data: bytes) -> str:
+def sha256_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -12,6 +12,7 @@ the way out, so a :class:`GateRecord` holds Python values.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Sequence, Set
@@ -20,8 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dlmstore.clock import utc_now
-from dlmstore.gate.files import GATES_DIR
+from dlmstore.errors import StoreError
+from dlmstore.gate.files import DAMAGED_HINT, GATES_DIR, WEIGHTS_NAME, LoadedGate, sha256_of
 from dlmstore.store.database import Store
+from dlmstore.store.regular_files import read_regular
+from dlmstore.torch_loader import require_torch
 
 if TYPE_CHECKING:
     from dlmstore.document.frontmatter import GateSettings
@@ -177,3 +181,47 @@ def _record(row: sqlite3.Row) -> GateRecord:
 
 def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def load_gate(store_path: Path, record: GateRecord) -> LoadedGate:
+    """The gate ``record`` describes, once its weights match the sha256 store.db recorded.
+
+    Raises:
+        StoreError: the folder or ``gate.safetensors`` is missing or
+            unreadable, its bytes changed, or its tensors are not the shapes
+            the record names.
+    """
+    if record.mode == "uniform":
+        return LoadedGate(record.names, "uniform", record.input_dim, None)
+    weights = store_path / record.path / WEIGHTS_NAME
+    shown = f"gate run{record.run_id}"
+    if not os.path.lexists(store_path / record.path):
+        raise StoreError(f"{shown}: its folder {store_path / record.path} is not there", hint=DAMAGED_HINT)
+    try:
+        data = read_regular(weights, limit=record.bytes)
+    except OSError as exc:
+        raise StoreError(
+            f"{shown}: cannot read {weights}: {exc.strerror or exc}", hint=DAMAGED_HINT
+        ) from None
+    found = sha256_of(data)
+    if found != record.sha256:
+        raise StoreError(
+            f"{shown}: {weights} is damaged (its sha256 is {found}, not the {record.sha256} recorded "
+            "when it was trained)",
+            hint=DAMAGED_HINT,
+        )
+    require_torch("the learned gate routes prompts in torch")
+    from safetensors.torch import load
+
+    from dlmstore.gate.fitting import gate_mlp
+
+    module = gate_mlp(record.input_dim, record.hidden_proj_dim, len(record.names))
+    try:
+        module.load_state_dict(load(data))
+    except RuntimeError as exc:  # a checksum that matches a file of other shapes: store.db itself was edited
+        first = (str(exc).strip().splitlines() or ["wrong tensors"])[0]
+        raise StoreError(
+            f"{shown}: {weights} does not hold the gate its record describes: {first}", hint=DAMAGED_HINT
+        ) from None
+    module.eval()
+    return LoadedGate(record.names, "trained", record.input_dim, module)

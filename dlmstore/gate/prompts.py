@@ -9,7 +9,7 @@ adapter, and we take the same ones:
 * a prose section (``::prose#tone::``): its first 2,048 characters.
 
 An untagged section gives none: it trains one adapter or all of them (the
-routing table, ``dlmstore.document.routing``), but says nothing about
+routing table, ``dlmstore.document.adapter_routing``), but says nothing about
 which adapter a prompt belongs to. Sections from ``training.sources`` are
 never tagged, so they give none either, as in DLM. A prompt is labelled by
 its adapter's position in ``training.adapters``, the gate's output order.

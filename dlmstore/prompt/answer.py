@@ -1,5 +1,11 @@
 """``dlm prompt``: ask the base model plus the latest adapter a question.
 
+For a document with named adapters (``training.adapters``), ``--adapter
+NAME`` chooses the adapter that answers; without it, a gated document
+(``training.gate.enabled``) is answered by its adapters mixed with the
+weights its learned gate gives the question (``--gate off``: equal
+weights), and the answer says the weights it chose.
+
 A quick way to see what training did: the question is wrapped in the base
 model's chat template (with the document's system prompt, as in training)
 and answered greedily, so the same adapter gives the same answer every time.
@@ -19,7 +25,7 @@ Two backends answer:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: The backends ``dlm prompt --backend`` offers.
@@ -41,6 +47,11 @@ class PromptAnswer:
         model_file: The GGUF that answered (llama.cpp); null for transformers.
         new_tokens: Tokens generated.
         seconds: Time spent generating them (the model's load left out).
+        adapter: The named adapter that answered (``--adapter``); null for a document's one adapter
+            and for a mix.
+        mix: The named adapters mixed for the answer, with the weights the gate chose (or equal ones,
+            ``--gate off``); empty unless mixed. ``adapter_version`` is then the most weighted one's.
+        routed_by: ``gate`` or ``uniform`` when the answer comes from a mix; null otherwise.
     """
 
     question: str
@@ -53,39 +64,101 @@ class PromptAnswer:
     model_file: str | None = None
     new_tokens: int = 0
     seconds: float = 0.0
+    adapter: str | None = None
+    mix: list[MixWeight] = field(default_factory=list)
+    routed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class MixWeight:
+    """One named adapter of a mixed answer.
+
+    Attributes:
+        name: The adapter.
+        version: Its newest version, which answered.
+        weight: Its weight in the mix (the weights add up to 1).
+    """
+
+    name: str
+    version: int
+    weight: float
+
+
+#: ``dlm prompt --gate``: ``auto`` routes a gated document's question by its gate, ``off`` mixes equally.
+GATE_MODES = ("auto", "off")
 
 
 def answer_question(
-    path: str, question: str, *, max_new_tokens: int = 128, backend: str = "transformers"
+    path: str,
+    question: str,
+    *,
+    max_new_tokens: int = 128,
+    backend: str = "transformers",
+    adapter: str | None = None,
+    gate: str = "auto",
 ) -> PromptAnswer:
     """Generate an answer to ``question`` with the document's latest adapter.
 
     The latest adapter of any phase: after a preference phase, the
     preference adapter. With ``backend="llama.cpp"``, the newest export's GGUF.
+    ``adapter`` names the adapter of a multi-adapter document; without it,
+    such a document answers through its gate (``gate="auto"``, when
+    ``training.gate.enabled``) or an equal mix (``gate="off"``).
 
     Raises:
+        AdapterChoiceError: ``adapter`` does not fit the document, or a multi-adapter document
+            without a gate is asked without ``adapter`` (and ``gate`` is ``auto``).
         DocumentError: the document is invalid.
         StoreError: the document has no store or no adapter yet, or the adapter's
             weights no longer match the sha256 recorded when it was trained.
         ExportError: (llama.cpp) no export yet, a damaged GGUF, llama-cpp-python missing.
         BaseModelError: the base model cannot be loaded.
     """
+    from dlmstore.document.adapter_routing import chosen_adapter
     from dlmstore.document.parser import parse_document
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if gate not in GATE_MODES:
+        raise ValueError(f"unknown gate mode {gate!r}; expected one of {', '.join(GATE_MODES)}")
     document = parse_document(path)
+    routed = adapter is None and (gate == "off" or document.frontmatter.training.gate.enabled)
+    name = chosen_adapter(document, adapter, command="dlm prompt", routed=routed)
     messages = []
     if document.frontmatter.system_prompt is not None:
         messages.append({"role": "system", "content": document.frontmatter.system_prompt})
     messages.append({"role": "user", "content": question})
     if backend == "llama.cpp":
-        return _llama_cpp(path, document, question, messages, max_new_tokens)
-    return _transformers(path, document, question, messages, max_new_tokens)
+        return _llama_cpp(path, document, question, messages, max_new_tokens, name)
+    if routed and name is None:
+        return _mixed(path, document, question, messages, max_new_tokens, gate)
+    return _transformers(path, document, question, messages, max_new_tokens, name)
+
+
+def _mixed(
+    path: str, document: Any, question: str, messages: list[dict[str, str]], max_new_tokens: int, gate: str
+) -> PromptAnswer:
+    """The answer of the named adapters mixed by the gate's weights (or equally), and those weights."""
+    from dlmstore.prompt.gated import mixed_model
+
+    mixed = mixed_model(path, document, question, gate=gate)
+    text, new_tokens, seconds = generate(mixed.model, mixed.tokenizer, messages, max_new_tokens)
+    top = mixed.versions[max(mixed.weights, key=lambda name: mixed.weights[name])]
+    return PromptAnswer(
+        question, text, top.version, top.phase, top.sha256, document.base_model, "transformers", None,
+        new_tokens, seconds, None,
+        [MixWeight(name, mixed.versions[name].version, round(w, 6)) for name, w in mixed.weights.items()],
+        mixed.routed_by,
+    )  # fmt: skip
 
 
 def _transformers(
-    path: str, document: Any, question: str, messages: list[dict[str, str]], max_new_tokens: int
+    path: str,
+    document: Any,
+    question: str,
+    messages: list[dict[str, str]],
+    max_new_tokens: int,
+    name: str | None = None,
 ) -> PromptAnswer:
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
     from dlmstore.errors import StoreError
@@ -94,13 +167,15 @@ def _transformers(
     from dlmstore.train.adapters import checked_folder, latest
 
     with open_store(document.dlm_id, create=False) as store:
-        adapter = latest(store)
+        adapter = latest(store, name=name)
         folder = checked_folder(store, adapter) if adapter else None
     if adapter is None or folder is None:
-        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
+        which = (
+            "no adapter has been trained yet" if name is None else f"adapter {name} has not been trained yet"
+        )
+        raise StoreError(f"{path}: {which}", hint=f"run `dlm train {path}` first")
     import warnings
 
-    import torch
     from peft import PeftModel
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
@@ -109,6 +184,20 @@ def _transformers(
     tokenizer = load_tokenizer(ref)
     with utf8_alias(folder) as loadable:  # safetensors opens only UTF-8 paths
         model: Any = PeftModel.from_pretrained(load_model(ref), str(loadable))  # generate() is untyped
+    text, new_tokens, seconds = generate(model, tokenizer, messages, max_new_tokens)
+    return PromptAnswer(
+        question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
+        "transformers", None, new_tokens, seconds, name,
+    )  # fmt: skip
+
+
+def generate(
+    model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int
+) -> tuple[str, int, float]:
+    """The greedy answer of ``model`` to ``messages`` in the base's chat template: its text, its new
+    tokens and the seconds spent generating them."""
+    import torch
+
     model.eval()
     inputs = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
@@ -125,14 +214,16 @@ def _transformers(
     prompt_len = inputs["input_ids"].shape[1]
     new = output[0][prompt_len:]
     text = tokenizer.decode(new, skip_special_tokens=True).strip()
-    return PromptAnswer(
-        question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
-        "transformers", None, int(new.shape[0]), round(seconds, 4),
-    )  # fmt: skip
+    return text, int(new.shape[0]), round(seconds, 4)
 
 
 def _llama_cpp(
-    path: str, document: Any, question: str, messages: list[dict[str, str]], max_new_tokens: int
+    path: str,
+    document: Any,
+    question: str,
+    messages: list[dict[str, str]],
+    max_new_tokens: int,
+    name: str | None = None,
 ) -> PromptAnswer:
     from dlmstore.errors import ExportError
     from dlmstore.export.record import checked_file, newest_export
@@ -150,6 +241,11 @@ def _llama_cpp(
             )
         adapter = find_version(store, export.adapter_version)
     assert adapter is not None  # exports.adapter_version references adapters.version
+    if name is not None and adapter.name != name:
+        raise ExportError(
+            f"{path}: the newest GGUF export is of {_exported(adapter.name)}, not of adapter {name}",
+            hint=f"run `dlm export {path} --adapter {name}` first",
+        )
     gguf = checked_file(export, f"model.{export.quant}.gguf")
     llm = load_model(gguf, n_ctx=_context(document, max_new_tokens))
     tokens = chat_tokens(llm, messages)
@@ -159,8 +255,12 @@ def _llama_cpp(
     text = bytes(llm.detokenize(new)).decode("utf-8", errors="replace").strip()
     return PromptAnswer(
         question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
-        "llama.cpp", str(gguf), len(new), round(seconds, 4),
+        "llama.cpp", str(gguf), len(new), round(seconds, 4), name,
     )  # fmt: skip
+
+
+def _exported(name: str | None) -> str:
+    return "the document's adapter" if name is None else f"adapter {name}"
 
 
 def _context(document: Any, max_new_tokens: int) -> int:

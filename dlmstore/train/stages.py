@@ -176,7 +176,7 @@ def resolve(path: str, options: Options, *, adapter: str | None = None) -> Setup
     """Parse the document and check its training settings against this machine (every rank).
 
     With ``adapter``, the document is the view the named adapter trains on
-    (:func:`dlmstore.document.routing.scoped`): its rows and its LoRA settings.
+    (:func:`dlmstore.document.adapter_routing.scoped`): its rows and its LoRA settings.
 
     Raises:
         DocumentError, SourceError: the document is invalid.
@@ -192,7 +192,7 @@ def resolve(path: str, options: Options, *, adapter: str | None = None) -> Setup
     started = time.perf_counter()
     document = parse_document(path)
     if adapter is not None:
-        from dlmstore.document.routing import scoped
+        from dlmstore.document.adapter_routing import scoped
 
         document = scoped(document, adapter)
     settings = document.frontmatter.training

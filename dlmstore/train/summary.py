@@ -170,6 +170,37 @@ class TrainSummary:
 
 
 @dataclass(frozen=True)
+class GateSummary:
+    """The gate a ``dlm train`` of a gated document fitted (``dlm train --json``'s ``gate``).
+
+    Attributes:
+        id: Its row in ``gates``.
+        path: Its folder, relative to the store (``gate/run<N>``).
+        mode: ``trained``, or ``uniform`` when an adapter had fewer prompts than the cold-start floor.
+        sha256: sha256 of ``gate.safetensors``; null when uniform.
+        prompts: The routed sections' prompts it was fitted on.
+        by_adapter: How many of them each adapter had.
+        steps: Optimizer steps (0 when uniform).
+        final_loss: Its loss at the last step; null when uniform.
+        mean_weights: Its mean output over the training prompts, by adapter (``dlm export``'s static mix).
+        note: Why it is uniform; null when trained.
+        seconds: Embedding the prompts, fitting and writing it.
+    """
+
+    id: int
+    path: str
+    mode: str
+    sha256: str | None
+    prompts: int
+    by_adapter: dict[str, int]
+    steps: int
+    final_loss: float | None
+    mean_weights: dict[str, float]
+    note: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
 class NamedTrainSummary:
     """The JSON shape of ``dlm train --json`` for a document that declares named adapters.
 
@@ -183,6 +214,7 @@ class NamedTrainSummary:
             number of adapters; more when the adapters' kinds need it loaded differently).
         seconds: The whole invocation, in seconds.
         warnings: Warnings about the document as a whole (each run's own are in its summary).
+        gate: The learned gate fitted after the adapters (``training.gate.enabled``); null without one.
     """
 
     dlm_id: str
@@ -191,3 +223,4 @@ class NamedTrainSummary:
     base_loads: int
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    gate: GateSummary | None = None

@@ -2,7 +2,7 @@
 
 DLM's multi-adapter documents (``training.adapters``) train one LoRA
 adapter per name, each on the rows the routing table gives it
-(:mod:`dlmstore.document.routing`). One invocation trains them in
+(:mod:`dlmstore.document.adapter_routing`). One invocation trains them in
 declaration order, each as an ordinary train run of the document's view for
 that adapter, so everything a run records is per adapter: its version line
 (``adapters.name``), lock record, evaluation (its own val split and probes),
@@ -53,9 +53,10 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
             finds nothing to resume for any adapter; or what an adapter's run raises
             (the adapters trained before it keep their versions).
     """
+    from dlmstore.document.adapter_routing import adapter_names
     from dlmstore.document.parser import parse_document
-    from dlmstore.document.routing import adapter_names
     from dlmstore.errors import TrainingError
+    from dlmstore.train.distributed import current_world
     from dlmstore.train.named.base_loan import BaseLoan
     from dlmstore.train.summary import NamedTrainSummary
     from dlmstore.train.trainer import train_document
@@ -79,7 +80,14 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
     summaries = [
         train_document(path, **options, adapter=name, loan=loan) for name in names if name not in skipped
     ]
-    warnings = []
+    gate = None
+    training = document.frontmatter.training
+    if training.gate.enabled and current_world().is_main:
+        from dlmstore.train.named.gate_pass import fit_document_gate
+
+        seed = training.seed if options.get("seed") is None else options["seed"]
+        gate = fit_document_gate(document, summaries, loan, seed=seed)
+    warnings = [] if gate is None or gate.note is None else [gate.note]
     if document.frontmatter.training.replay.enabled:
         warnings.append(
             "replay: named adapters train on the document's current rows only (the replay history is kept "
@@ -92,6 +100,7 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
         base_loads=loan.loads,
         seconds=round(time.perf_counter() - started, 3),
         warnings=warnings,
+        gate=gate,
     )
 
 

@@ -13,7 +13,7 @@ name, each on the sections routed to it:
 
 A routed fence in a document that declares no adapters, or one naming an
 adapter the document does not declare, is an error at parse time naming
-the declared ones (:func:`route_problems`).
+the declared ones (:func:`dlmstore.document.fences.route_problems`).
 
 :func:`scoped` is the document one adapter trains on: its sections, and
 training settings whose LoRA knobs are that adapter's block. Everything
@@ -27,10 +27,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dlmstore.errors import DocumentError
+from dlmstore.errors import AdapterChoiceError
 
 if TYPE_CHECKING:
-    from dlmstore.document.frontmatter import Frontmatter
     from dlmstore.document.parser import Document
     from dlmstore.document.sections import Section
 
@@ -83,33 +82,32 @@ def scoped(document: Document, name: str) -> Document:
     )
 
 
-def route_problems(frontmatter: Frontmatter, sections: Sequence[Section], shown: str) -> list[DocumentError]:
-    """One error per routed fence that names no declared adapter (all of them when none is declared)."""
-    declared = tuple(frontmatter.training.adapters or ())
-    problems = []
-    for section in sections:
-        name = section.adapter
-        if name is None or name in declared:
-            continue
-        fence = f"::{section.type}#{name}::"
-        if not declared:
-            problems.append(
-                DocumentError(
-                    shown,
-                    f"fence '{fence}' routes the section to adapter '{name}', but the document declares no "
-                    "training.adapters",
-                    line=section.line,
-                    hint=f"declare it (training.adapters: {{{name}: {{}}}}), or write `::{section.type}::`",
-                )
-            )
-        else:
-            problems.append(
-                DocumentError(
-                    shown,
-                    f"fence '{fence}' routes the section to adapter '{name}', which training.adapters does not "
-                    f"declare (declared: {', '.join(declared)})",
-                    line=section.line,
-                    hint=f"use one of the declared names, or add {name} to training.adapters",
-                )
-            )
-    return problems
+def chosen_adapter(
+    document: Document, adapter: str | None, *, command: str, routed: bool = False
+) -> str | None:
+    """The named adapter ``command`` uses: ``adapter`` (``--adapter NAME``), checked against the
+    document; ``None`` for a one-adapter document, or when ``routed`` (a gate chooses).
+
+    Raises:
+        AdapterChoiceError: ``adapter`` names an adapter the document does not declare (or it
+            declares none), or the document declares several and none is chosen.
+    """
+    names = adapter_names(document)
+    shown = document.path.name
+    if adapter is not None and not names:
+        raise AdapterChoiceError(
+            f"{shown}: --adapter {adapter}: the document declares no named adapters (training.adapters), "
+            "so it has one adapter",
+            hint=f"leave out --adapter: `{command}` uses the document's adapter",
+        )
+    if adapter is not None and adapter not in names:
+        raise AdapterChoiceError(
+            f"{shown}: --adapter {adapter}: no such adapter (declared: {', '.join(names)})",
+            hint="name one of the declared adapters",
+        )
+    if adapter is None and names and not routed:
+        raise AdapterChoiceError(
+            f"{shown} declares named adapters ({', '.join(names)}): `{command}` needs --adapter NAME",
+            hint=f"e.g. `{command} {shown} --adapter {names[0]}`",
+        )
+    return adapter
