@@ -35,15 +35,38 @@ class Version(click.ParamType[int]):
             self.fail(exc.message, param, ctx)
 
 
+class VersionOrName(click.ParamType[int | str]):
+    """``vN`` (a version) or a named adapter's name (``training.adapters``)."""
+
+    name = "vN|NAME"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        import re
+
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if re.fullmatch(r"[vV]?[0-9]+", text):
+            return Version().convert(text, param, ctx)
+        if re.fullmatch(r"[a-z][a-z0-9_]{0,31}", text):
+            return text
+        self.fail(f"{text!r} is neither an adapter version (v1, v0003, 3) nor an adapter name", param, ctx)
+
+
 @click.command("eval")
 @click.argument("path", type=LocalPath(dir_okay=False))
-@click.option("--adapter", type=Version(), help="The adapter version to evaluate (default: the newest).")
+@click.option(
+    "--adapter",
+    type=VersionOrName(),
+    help="The adapter version to evaluate (default: the newest), or the named adapter whose newest "
+    "version is evaluated (documents with training.adapters need one).",
+)
 @click.option("--base", is_flag=True, help="Evaluate the base model instead of an adapter.")
 @click.option("--against", type=Version(), help="The adapter version to compare with (default: the base).")
 @click.option("--no-cache", is_flag=True, help="Tokenize every row; neither read nor write cache entries.")
 @json_option("dlmstore.eval.results:EvalReport", help="Print the evaluation as JSON.")
 def eval_command(
-    path: str, adapter: int | None, base: bool, against: int | None, no_cache: bool, as_json: bool
+    path: str, adapter: int | str | None, base: bool, against: int | None, no_cache: bool, as_json: bool
 ) -> None:
     """Evaluate a stored adapter of the document at PATH on its val split and probes.
 
@@ -54,11 +77,13 @@ def eval_command(
     answer's mean token NLL (teacher-forced), exact match and token-F1.
     Recorded as a run of its own (`dlm metrics` lists it).
     """
-    if adapter is not None and base:
+    name = adapter if isinstance(adapter, str) else None
+    version = adapter if isinstance(adapter, int) else None
+    if version is not None and base:
         raise click.UsageError("--adapter and --base cannot be combined; pass one of them")
-    if adapter is not None and adapter == against:
+    if version is not None and version == against:
         raise click.UsageError(
-            f"--adapter and --against both name v{adapter:04d}; compare it with another version, "
+            f"--adapter and --against both name v{version:04d}; compare it with another version, "
             "or leave --against out to compare it with the base"
         )
     from dlmstore.train.threads import configure
@@ -72,7 +97,9 @@ def eval_command(
     from .progress import progress_shown
 
     with progress_shown(as_json=as_json):
-        report = evaluate_document(path, adapter=adapter, base=base, against=against, no_cache=no_cache)
+        report = evaluate_document(
+            path, adapter=version, base=base, against=against, no_cache=no_cache, name=name
+        )
     if as_json:
         emit_json(report)
     else:

@@ -54,6 +54,7 @@ def evaluate_document(
     base: bool = False,
     against: int | None = None,
     no_cache: bool = False,
+    name: str | None = None,
 ) -> EvalReport:
     """Evaluate a stored adapter (or the base) of the document at ``path`` on its val split and probes.
 
@@ -63,6 +64,9 @@ def evaluate_document(
         base: evaluate the base model instead (``--base``).
         against: the adapter version to compare with (``--against``); the base when None.
         no_cache: tokenize every row, neither reading nor writing the cache.
+        name: the named adapter (``training.adapters``) whose versions, val split and probes are
+            evaluated; a multi-adapter document needs it, unless ``adapter`` names a version (whose
+            adapter it then is).
 
     Raises:
         DocumentError: the document is invalid.
@@ -72,6 +76,8 @@ def evaluate_document(
         BaseModelError: the base model cannot be loaded.
         TrainingError: a token dataset cannot be read, or the settings ask
             for what this machine cannot run.
+        AdapterChoiceError: ``name`` does not fit the document, or a multi-adapter document is
+            evaluated without one.
     """
     from dlmstore.bases import load_tokenizer
     from dlmstore.corpus.weights import weighed_split
@@ -89,16 +95,20 @@ def evaluate_document(
 
     started = time.perf_counter()
     options = stages.Options(no_cache=no_cache)
-    dlm_id = parse_document(path).dlm_id
+    parsed = parse_document(path)
+    dlm_id = parsed.dlm_id
     if not base and not (store_dir(dlm_id) / DB_NAME).is_file():
         raise StoreError(f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path))
     with open_store(dlm_id) as store:
-        subjects = _subjects(store, path, adapter=adapter, base=base, against=against)  # before the slow part
-        setup = stages.resolve(path, options)
+        name = _adapter_name(store, parsed, name, adapter)
+        subjects = _subjects(
+            store, path, adapter=adapter, base=base, against=against, name=name
+        )  # before the slow part
+        setup = stages.resolve(path, options, adapter=name)
         files = stages.locate(setup)
         document, settings = setup.document, setup.settings
         with recorded_run(
-            store, command="eval", dlm_path=document.path, dlm_sha256=document.sha256
+            store, command="eval", dlm_path=document.path, dlm_sha256=document.sha256, adapter=name
         ) as run_id:
             tokenizer = load_tokenizer(setup.ref)
             inputs = [
@@ -136,17 +146,37 @@ def evaluate_document(
     )
 
 
+def _adapter_name(store: Store, document: Any, name: str | None, version: int | None) -> str | None:
+    """The named adapter evaluated: ``name`` checked against the document, or the one version ``vN`` is of."""
+    from dlmstore.document.adapter_routing import adapter_names, chosen_adapter
+    from dlmstore.train.adapters import find_version
+
+    if name is None and version is not None and adapter_names(document):
+        found = find_version(store, version)
+        if found is not None and found.name is not None:
+            name = found.name
+    return chosen_adapter(document, name, command="dlm eval")
+
+
 def _subjects(
-    store: Store, path: str, *, adapter: int | None, base: bool, against: int | None
+    store: Store, path: str, *, adapter: int | None, base: bool, against: int | None, name: str | None = None
 ) -> list[AdapterVersion | None]:
-    """What to evaluate, first the one asked for: adapter versions, None for the base."""
+    """What to evaluate, first the one asked for: adapter versions (of the named adapter ``name``), None for
+    the base."""
     from dlmstore.errors import StoreError
     from dlmstore.train.adapters import checked_folder, find_version, latest
 
     def version(number: int, option: str) -> AdapterVersion:
         found = find_version(store, number)
+        if found is not None and found.name != name:
+            whose = "the document's one adapter" if found.name is None else f"adapter {found.name}"
+            raise StoreError(
+                f"{path}: {option} v{number:04d} is a version of {whose}, not of "
+                f"{'adapter ' + name if name else 'the document'}",
+                hint="compare versions of one adapter (`dlm metrics` lists each adapter's versions)",
+            )
         if found is None:
-            newest = latest(store)
+            newest = latest(store, name=name)
             known = (
                 "no adapter has been trained yet"
                 if newest is None
@@ -165,7 +195,7 @@ def _subjects(
     elif adapter is not None:
         first = version(adapter, "--adapter")
     else:
-        first = latest(store)
+        first = latest(store, name=name)
         if first is None:
             raise StoreError(
                 f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path)
