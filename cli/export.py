@@ -10,14 +10,43 @@ from .params import LocalPath
 from .render import emit_json, human_bytes, json_option, note, warn
 
 
+def _mix_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a --adapter-mix whose shape is wrong as a usage error (the names are checked against the document)."""
+    if value is not None:
+        from dlmstore.errors import ExportError
+        from dlmstore.export.mix import parse_mix
+
+        try:
+            parse_mix(value)
+        except ExportError as exc:
+            raise click.UsageError(str(exc), ctx=ctx) from None
+    return value
+
+
 @click.command("export")
 @click.argument("path", type=LocalPath(dir_okay=False))
 @click.option(
     "--adapter",
     "adapter",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Export adapter version N (as in vNNNN); default: the newest.",
+    metavar="N|NAME",
+    help="Export adapter version N (as in vNNNN), or the newest version of the named adapter NAME "
+    "(training.adapters); default: the newest (a document of named adapters needs --adapter or --adapter-mix).",
+)
+@click.option(
+    "--adapter-mix",
+    "mix",
+    metavar="NAME:WEIGHT,...",
+    callback=_mix_spec,
+    help="Export one adapter mixed from named adapters with these weights (PEFT's add_weighted_adapter), "
+    "e.g. knowledge:1.0,tone:0.5; it is also written as a PEFT adapter folder, mix/.",
+)
+@click.option(
+    "--adapter-mix-method",
+    "mix_method",
+    type=click.Choice(["linear", "cat", "svd"]),
+    help="How --adapter-mix combines the adapters: linear (A and B summed; one rank only), cat (exact, "
+    "rank = the sum of ranks) or svd (exact sum cut to the largest rank); default: linear when the ranks "
+    "agree, else cat.",
 )
 @click.option(
     "--quant",
@@ -47,7 +76,9 @@ from .render import emit_json, human_bytes, json_option, note, warn
 @json_option("dlmstore.export.exporter:ExportResult", help="Print what was written as JSON.")
 def export_command(
     path: str,
-    adapter: int | None,
+    adapter: str | None,
+    mix: str | None,
+    mix_method: str | None,
     quant: str | None,
     target: str,
     out: str | None,
@@ -63,6 +94,10 @@ def export_command(
     llama-server, llama-server.sh. Every file is listed with its sha256 in
     dlm-export.json and in store.db, and the lock pins the llama.cpp used.
     """
+    if adapter is not None and mix is not None:
+        raise click.UsageError("--adapter and --adapter-mix both choose what to export; give one of them")
+    if mix_method is not None and mix is None:
+        raise click.UsageError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
     from dlmstore.torch_loader import require_torch
 
     require_torch("dlm export merges the adapter into the base model in torch")
@@ -71,7 +106,16 @@ def export_command(
     from .progress import progress_shown
 
     with progress_shown(as_json=as_json):
-        result = export_document(path, adapter=adapter, quant=quant, target=target, out=out, force=force)
+        result = export_document(
+            path,
+            adapter=adapter,
+            mix=mix,
+            mix_method=mix_method,
+            quant=quant,
+            target=target,
+            out=out,
+            force=force,
+        )
     for line in result.warnings:
         warn(line)
     for line in result.notes:
@@ -79,8 +123,15 @@ def export_command(
     if as_json:
         emit_json(result)
         return
+    if result.mix is not None:
+        parts = ", ".join(f"{p['name']} v{p['version']:04d} x{p['weight']:g}" for p in result.mix["parts"])
+        what = f"adapters mixed ({result.mix['combination']}): {parts}"
+    else:
+        what = (
+            f"adapter {result.adapter_name + ' ' if result.adapter_name else ''}v{result.adapter_version:04d}"
+        )
     click.echo(
-        f"export {result.export_id}: adapter v{result.adapter_version:04d} of {result.base_model}, "
+        f"export {result.export_id}: {what} of {result.base_model}, "
         f"target {result.target}"
         + (f", {result.quant}" if result.quant else "")
         + f", {result.seconds:.1f} s"

@@ -15,8 +15,11 @@ One export of adapter version N writes, into one folder
 
 ``--target hf`` writes the merged folder alone (any architecture, no
 llama.cpp). The quantisation is ``--quant``, else the document's
-``export.default_quant``, else ``Q4_K_M``; the adapter is ``--adapter``,
-else the newest.
+``export.default_quant``, else ``Q4_K_M``; the adapter is ``--adapter``
+(a version number, or a name of ``training.adapters``: that adapter's newest
+version), else the newest. A document of named adapters needs ``--adapter``
+or ``--adapter-mix``, which mixes named adapters into one (:mod:`.mix`,
+written as ``mix/`` beside the other files and recorded in ``exports.mix``).
 
 The order is the order of cost: the document, the store, the adapter (its
 weights checked against the sha256 recorded when it was trained),
@@ -33,6 +36,7 @@ exporting the same adapter twice gives byte-identical files.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from contextlib import ExitStack
@@ -56,6 +60,7 @@ from dlmstore.export.folder import (
     stage,
     sweep,
 )
+from dlmstore.export.mix import MIX_DIR, MixPart, build_mix, combination, parse_mix
 from dlmstore.export.model_gguf import write_model_gguf
 from dlmstore.export.modelfile import ModelfileSettings, modelfile_text
 from dlmstore.export.quantize import DEFAULT_QUANT, QUANTS, quantize, smoke
@@ -76,6 +81,7 @@ from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.path_text import utf8_alias
 from dlmstore.train.adapters import (
+    WEIGHTS,
     AdapterVersion,
     checked_folder,
     is_write_failure,
@@ -100,8 +106,12 @@ class ExportResult:
     Attributes:
         dlm_id: The document id.
         export_id: The export's row in store.db's ``exports``.
-        adapter_version: The adapter version exported.
-        adapter_sha256: sha256 of its ``adapter_model.safetensors``.
+        adapter_version: The adapter version exported (a mix's first part).
+        adapter_sha256: sha256 of its ``adapter_model.safetensors`` (a mix's: ``mix/adapter_model.safetensors``).
+        adapter_name: The named adapter (``training.adapters``) exported; null for a document's one
+            adapter and for a mix.
+        mix: What ``--adapter-mix`` mixed: parts [{name, version, sha256, weight}], combination (PEFT's
+            combination_type) and gate_id (always null here); null when one adapter was exported.
         base_model: The base model it was trained on.
         target: ``ollama``, ``llama-server`` or ``hf``.
         quant: The GGUF files' quantisation; null for ``hf``.
@@ -122,6 +132,8 @@ class ExportResult:
     export_id: int
     adapter_version: int
     adapter_sha256: str
+    adapter_name: str | None
+    mix: dict[str, Any] | None
     base_model: str
     target: str
     quant: str | None
@@ -141,7 +153,9 @@ class ExportResult:
 def export_document(
     path: str,
     *,
-    adapter: int | None = None,
+    adapter: int | str | None = None,
+    mix: str | None = None,
+    mix_method: str | None = None,
     quant: str | None = None,
     target: str = DEFAULT_TARGET,
     out: str | None = None,
@@ -151,7 +165,14 @@ def export_document(
 
     Args:
         path: the .dlm document.
-        adapter: the adapter version; the newest when None.
+        adapter: the adapter version, or a named adapter (whose newest
+            version is exported); a string of digits (``3``, ``v0003``)
+            is a version unless the document declares an adapter of that
+            name. The newest when None, which a document of named adapters refuses.
+        mix: ``--adapter-mix``: named adapters and their weights
+            (``knowledge:1.0,tone:0.5``), mixed into one (:mod:`.mix`).
+        mix_method: the combination type of ``mix``
+            (:data:`~dlmstore.export.mix.COMBINATIONS`); chosen when None.
         quant: one of :data:`~dlmstore.export.quantize.QUANTS`; the
             document's ``export.default_quant`` when None.
         target: one of :data:`TARGETS`.
@@ -163,7 +184,9 @@ def export_document(
         DocumentError: the document is invalid.
         StoreError: no store, no adapter (or not that version), a damaged
             adapter, or store.db cannot be written.
-        ExportError: llama-cpp-python is missing or crashes, the folder is
+        ExportError: the adapters asked for do not fit the document (a
+            name it does not declare, no choice on a document of named
+            adapters, a mix PEFT cannot make), llama-cpp-python is missing or crashes, the folder is
             not dlm's, the architecture or tokenizer cannot be written as
             GGUF, or a file cannot be written (a full disk).
         BaseModelError: the base model cannot be loaded.
@@ -175,23 +198,38 @@ def export_document(
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; expected one of {', '.join(TARGETS)}")
     document = parse_document(path)
+    declared = list(document.frontmatter.training.adapters or {})
+    adapter, parts = _choice(path, declared, adapter, mix, mix_method)
     chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
     if chosen is not None and chosen not in QUANTS:
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
     with open_store(document.dlm_id, create=False) as store, ExitStack() as aliases:
-        version = _adapter(store, path, adapter)
+        if parts is None:
+            versions = [_adapter(store, path, adapter)]
+        else:
+            versions = [_named(store, path, part.name) for part in parts]
+            _one_base(versions)
         # Loaded by safetensors, tokenizers and peft, which open only UTF-8 paths.
-        adapter_dir = aliases.enter_context(utf8_alias(checked_folder(store, version, hint=_DAMAGED_HINT)))
+        folders = [
+            aliases.enter_context(utf8_alias(checked_folder(store, v, hint=_DAMAGED_HINT))) for v in versions
+        ]
+        version, adapter_dir = versions[0], folders[0]
+        plan = (
+            None
+            if parts is None
+            else _MixPlan(parts, versions, folders, combination(parts, folders, mix_method))
+        )
         if target != "hf":
             require_llama_cpp("dlm export")
-        default = store.path / EXPORTS_DIR / f"v{version.version:04d}-{chosen or 'hf'}"
+        stem = f"v{version.version:04d}" if plan is None else plan.folder_name()
+        default = store.path / EXPORTS_DIR / f"{stem}-{chosen or 'hf'}"
         claim = claim_folder(Path(out) if out is not None else default, force=force)
         # The base the adapter was trained on, which the document may have changed since.
         ref = resolve_base(version.base_model, relative_to=document.directory)
         params = None if target == "hf" else _gguf_params(ref, adapter_dir)
         modelfile = None
         if target == "ollama" and params is not None and chosen is not None:
-            modelfile = _modelfile(document, version, adapter_dir, chosen, params)
+            modelfile = _modelfile(document, version, plan, adapter_dir, chosen, params)
         notes = [
             f"removed {path}: the staging folder of an export that was killed before it finished"
             for path in sweep(claim, store.path / EXPORTS_DIR)
@@ -204,6 +242,7 @@ def export_document(
                     ref,
                     adapter_dir,
                     version,
+                    plan,
                     document,
                     chosen,
                     target,
@@ -213,15 +252,21 @@ def export_document(
                 )
                 files = hash_files(staging.path)
                 tools = _tools(target)
+                mixed = None if plan is None else plan.record()
+                sha256 = version.sha256 if plan is None else _sha256(files, f"{MIX_DIR}/{WEIGHTS}")
                 manifest = manifest_bytes(
                     {
                         "dlm_id": document.dlm_id,
                         "base_model": version.base_model,
-                        "adapter": {
+                        "adapter": None
+                        if plan is not None
+                        else {
                             "version": version.version,
                             "phase": version.phase,
                             "sha256": version.sha256,
+                            "name": version.name,
                         },
+                        "mix": mixed,
                         "target": target,
                         "quant": chosen,
                         "files": {f.path: {"sha256": f.sha256, "bytes": f.bytes} for f in files},
@@ -247,12 +292,15 @@ def export_document(
             manifest_sha256=file_sha256(claim.folder / MANIFEST),
             tools=tools,
             seconds=seconds,
+            mix=mixed,
         )
     return ExportResult(
         dlm_id=document.dlm_id,
         export_id=export_id,
         adapter_version=version.version,
-        adapter_sha256=version.sha256,
+        adapter_sha256=sha256,
+        adapter_name=version.name if plan is None else None,
+        mix=mixed,
         base_model=version.base_model,
         target=target,
         quant=chosen,
@@ -270,9 +318,75 @@ def export_document(
     )
 
 
-def _adapter(store: Store, path: str, wanted: int | None) -> AdapterVersion:
+@dataclass(frozen=True)
+class _MixPlan:
+    """The named adapters an ``--adapter-mix`` export mixes, their checked folders, and how."""
+
+    parts: tuple[MixPart, ...]
+    versions: list[AdapterVersion]
+    folders: list[Path]
+    how: str
+
+    def folder_name(self) -> str:
+        """``mix-v0003x1-v0004x0.5``: the default export folder's name before the quantisation."""
+        return "mix-" + "-".join(
+            f"v{v.version:04d}x{p.weight:g}" for p, v in zip(self.parts, self.versions, strict=True)
+        )
+
+    def record(self) -> dict[str, Any]:
+        """What ``exports.mix`` and the manifest's ``mix`` say."""
+        parts = [
+            {"name": p.name, "version": v.version, "sha256": v.sha256, "weight": p.weight}
+            for p, v in zip(self.parts, self.versions, strict=True)
+        ]
+        return {"parts": parts, "combination": self.how, "gate_id": None}
+
+
+def _choice(
+    path: str, declared: list[str], adapter: int | str | None, mix: str | None, method: str | None
+) -> tuple[int | str | None, tuple[MixPart, ...] | None]:
+    """What to export, checked against the document before the store opens.
+
+    Returns ``adapter`` as a version number or a declared adapter's name (or
+    None), and the parts of ``mix`` (None without ``--adapter-mix``).
+    """
+    if isinstance(adapter, str) and adapter not in declared:
+        if not re.fullmatch(r"v?\d+", adapter):
+            if not declared:
+                raise ExportError(
+                    f"--adapter {adapter}: this document declares no named adapters (training.adapters)",
+                    hint="give a version number (--adapter 3), or leave --adapter out for the newest",
+                )
+            raise ExportError(
+                f"--adapter {adapter}: the document declares no adapter of that name "
+                f"(training.adapters: {', '.join(declared)})"
+            )
+        adapter = int(adapter.removeprefix("v"))
+    if mix is None:
+        if method is not None:
+            raise ExportError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
+        if adapter is None and declared:
+            raise ExportError(
+                f"{path} declares named adapters ({', '.join(declared)}): choose one with --adapter NAME, "
+                "or mix them with --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
+            )
+        return adapter, None
+    if adapter is not None:
+        raise ExportError("--adapter and --adapter-mix both choose what to export; give one of them")
+    if not declared:
+        raise ExportError(
+            f"{path}: --adapter-mix mixes named adapters, and this document declares none (training.adapters)",
+            hint=f"export its adapter with `dlm export {path}`",
+        )
+    return None, parse_mix(mix, declared)
+
+
+def _adapter(store: Store, path: str, wanted: int | str | None) -> AdapterVersion:
+    """The version ``wanted`` (a number, or a declared adapter's name: its newest), else the newest."""
     from dlmstore.train.adapters import find_version, latest
 
+    if isinstance(wanted, str):
+        return _named(store, path, wanted)
     found = latest(store) if wanted is None else find_version(store, wanted)
     if found is not None:
         return found
@@ -281,7 +395,49 @@ def _adapter(store: Store, path: str, wanted: int | None) -> AdapterVersion:
     if not versions:
         raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
     shown = ", ".join(f"v{version:04d}" for version in versions[-10:])
+    if wanted is None:  # only named adapters were trained, and the document no longer declares them
+        raise StoreError(
+            f"{path}: its adapter has not been trained yet (the store's versions are of named adapters)",
+            hint=f"run `dlm train {path}`, or export a version by number ({shown})",
+        )
     raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
+
+
+def _named(store: Store, path: str, name: str) -> AdapterVersion:
+    """The newest version of the declared adapter ``name``."""
+    from dlmstore.train.adapters import latest
+
+    found = latest(store, name=name)
+    if found is None:
+        raise StoreError(
+            f"{path}: adapter {name!r} has not been trained yet", hint=f"run `dlm train {path}` first"
+        )
+    return found
+
+
+def _one_base(versions: list[AdapterVersion]) -> None:
+    bases = {v.base_model for v in versions}
+    if len(bases) > 1:
+        shown = ", ".join(f"{v.name} on {v.base_model}" for v in versions)
+        raise ExportError(
+            f"--adapter-mix: the adapters were trained on different base models ({shown})",
+            hint="train them again on the document's base_model (dlm train), then mix them",
+        )
+
+
+def _label(version: AdapterVersion, plan: _MixPlan | None) -> str:
+    """What the export carries, for the GGUF's name and the Modelfile's header."""
+    if plan is not None:
+        shown = ", ".join(
+            f"{p.name} v{v.version:04d} x{p.weight:g}" for p, v in zip(plan.parts, plan.versions, strict=True)
+        )
+        return f"adapters mixed ({plan.how}): {shown}"
+    named = f"{version.name} " if version.name else ""
+    return f"adapter {named}v{version.version:04d}"
+
+
+def _sha256(files: list[ExportedFile], name: str) -> str:
+    return next(f.sha256 for f in files if f.path == name)
 
 
 def _write(
@@ -289,6 +445,7 @@ def _write(
     ref: BaseModelRef,
     adapter_dir: Path,
     version: AdapterVersion,
+    plan: _MixPlan | None,
     document: Any,
     quant: str | None,
     target: str,
@@ -300,6 +457,9 @@ def _write(
 
     ``params`` is None for ``--target hf`` (no GGUF); ``modelfile`` is the
     Modelfile's text for ``--target ollama``, written before anything loads.
+    With ``plan``, the adapters are mixed into ``mix/`` on the loaded base
+    (after its weights are saved for the base GGUF), and the mix is what is
+    merged and written as the adapter GGUF.
     """
     from dlmstore.bases import _quiet_transformers, load_model
     from dlmstore.export.merge import merge_adapter, save_model
@@ -314,6 +474,10 @@ def _write(
             with Task("saving the base model"):
                 base_dir.mkdir()
                 save_model(model, adapter_dir, base_dir)
+        if plan is not None:
+            with Task(f"mixing {len(plan.parts)} adapters ({plan.how})"):
+                model = build_mix(model, plan.parts, plan.folders, plan.how, root / MIX_DIR)
+            adapter_dir = root / MIX_DIR
         with Task("merging the adapter"):
             merged = merge_adapter(model, adapter_dir, ref)
             hf.mkdir()
@@ -322,7 +486,7 @@ def _write(
     written["hf"] = HF_DIR
     if params is None or quant is None:
         return written
-    name = f"{document.dlm_id} adapter v{version.version:04d}"
+    name = f"{document.dlm_id} {_label(version, plan)}"
     written["model"] = _gguf(hf, root, "model", quant, name)
     if unsupported is None:
         written["base"] = _gguf(base_dir, root, "base", quant, ref.name)
@@ -338,7 +502,7 @@ def _write(
         written["modelfile"] = "Modelfile"
     elif target == "llama-server":
         script = root / "llama-server.sh"
-        header = _header(document, version, quant)
+        header = _header(document, version, plan, quant)
         text = server_script(written["model"], num_ctx=num_ctx, header=header)
         write_bytes_atomic(script, text.encode("utf-8", "surrogateescape"))
         script.chmod(0o755)
@@ -352,15 +516,21 @@ def _num_ctx(document: Any, params: Hyperparameters) -> int:
     return min(int(document.frontmatter.training.sequence_len), params.context_length)
 
 
-def _header(document: Any, version: AdapterVersion, quant: str) -> list[str]:
+def _header(document: Any, version: AdapterVersion, plan: _MixPlan | None, quant: str) -> list[str]:
+    what = _label(version, plan) + ("" if plan is not None else f" ({version.sha256})")
     return [
-        f"Written by dlm export: document {document.dlm_id}, adapter v{version.version:04d} ({version.sha256}),",
+        f"Written by dlm export: document {document.dlm_id}, {what},",
         f"base model {version.base_model}, quantisation {quant}.",
     ]
 
 
 def _modelfile(
-    document: Any, version: AdapterVersion, adapter_dir: Path, quant: str, params: Hyperparameters
+    document: Any,
+    version: AdapterVersion,
+    plan: _MixPlan | None,
+    adapter_dir: Path,
+    quant: str,
+    params: Hyperparameters,
 ) -> str:
     """The Modelfile's text, made (and every value checked) before the base model loads.
 
@@ -376,7 +546,10 @@ def _modelfile(
         framing.go_template(),
         ModelfileSettings(
             gguf=f"model.{quant}.gguf",
-            header=[*_header(document, version, quant), "Create the model: ollama create NAME -f Modelfile"],
+            header=[
+                *_header(document, version, plan, quant),
+                "Create the model: ollama create NAME -f Modelfile",
+            ],
             stops=stop_strings(framing, eos=tokenizer.eos_token, special=tokenizer.all_special_tokens),
             temperature=export_block.default_temperature or DEFAULT_TEMPERATURE,
             top_p=export_block.default_top_p or DEFAULT_TOP_P,

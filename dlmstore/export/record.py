@@ -1,7 +1,7 @@
 """An export in store.db: its ``exports`` row, and the llama.cpp version the lock pins.
 
 :func:`record_export` runs after the folder is published: one write
-transaction inserts the ``exports`` row (the adapter version, target,
+transaction inserts the ``exports`` row (the adapter version (a mix's first part, with the mix in ``mix``), target,
 quantisation, folder (as ``store.path_text`` writes a path), every file's sha256, the tools' versions, the
 seconds it took) and, when the store has a ``dlm.lock``, records the lock
 again with ``pinned_versions.llama_cpp`` set to the llama-cpp-python that
@@ -34,9 +34,7 @@ from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.path_text import path_text, text_paths
 
-_COLUMNS = (
-    "id, adapter_version, target, quant, path, files, manifest_sha256, tool_versions, seconds, created_at"
-)
+_COLUMNS = "id, adapter_version, target, quant, path, files, manifest_sha256, tool_versions, seconds, created_at, mix"
 
 
 @dataclass(frozen=True)
@@ -53,6 +51,7 @@ class ExportRecord:
     tool_versions: dict[str, str | None]
     seconds: float
     created_at: str
+    mix: dict[str, object] | None = None
 
 
 def record_export(
@@ -66,8 +65,11 @@ def record_export(
     manifest_sha256: str,
     tools: dict[str, str | None],
     seconds: float,
+    mix: dict[str, object] | None = None,
 ) -> tuple[int, list[str]]:
     """Insert the export's row and pin its llama.cpp in the lock; returns the row id and lock warnings.
+
+    ``mix`` is what an ``--adapter-mix`` export mixed (the ``exports.mix`` column), None for one adapter.
 
     Raises:
         StoreError: store.db or ``dlm.lock`` cannot be written; nothing is recorded.
@@ -77,8 +79,9 @@ def record_export(
         adapter_version, target, quant, path_text(folder),
         json.dumps({f.path: {"sha256": f.sha256, "bytes": f.bytes} for f in files}, sort_keys=True),
         manifest_sha256, json.dumps(tools, sort_keys=True), round(seconds, 3), utc_now(),
+        None if mix is None else json.dumps(mix, sort_keys=True),
     )  # fmt: skip
-    insert = f"INSERT INTO exports ({_COLUMNS.removeprefix('id, ')}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    insert = f"INSERT INTO exports ({_COLUMNS.removeprefix('id, ')}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     version = tools.get(LLAMA_CPP)
     previous = read_lock(store.path / LOCK_NAME) if target != "hf" else None
     if previous is None or previous.pinned_versions.get(LLAMA_CPP) == version:
@@ -112,6 +115,7 @@ def newest_export(store: Store, *, gguf: bool = True) -> ExportRecord | None:
     fields = dict(row)
     fields["files"] = json.loads(fields["files"])
     fields["tool_versions"] = json.loads(fields["tool_versions"])
+    fields["mix"] = None if fields["mix"] is None else json.loads(fields["mix"])
     return ExportRecord(**fields)
 
 
