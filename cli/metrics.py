@@ -92,7 +92,7 @@ def metrics_command(
         _outcome(run)
         _evaluations(run)
         if run.training is not None:
-            _training(run.run_id, run.training, run.val_steps)
+            _training(run.run_id, run.training, run.val_steps, run.adapter)
     for run in report.runs:
         _shared_and_duplicates(run)
         _contamination(run, listed=run_id is not None)
@@ -249,7 +249,7 @@ REWARDS = (
 )
 
 
-def _training(run_id: int, train: TrainingInfo, val_steps: list[ValStep]) -> None:
+def _training(run_id: int, train: TrainingInfo, val_steps: list[ValStep], name: str | None = None) -> None:
     """The adapters a run registered, then its steps (``--run-id``) grouped by phase, with the val loss."""
     val = {(item.phase, item.step): item.loss for item in val_steps}
     for adapter in train.adapters:
@@ -260,7 +260,8 @@ def _training(run_id: int, train: TrainingInfo, val_steps: list[ValStep]) -> Non
         )
         loss = "n/a" if adapter.final_loss is None else f"{adapter.final_loss:.4f}"
         click.echo(
-            f"run {run_id}: adapter v{adapter.version:04d} ({origin}), {plural(adapter.steps, 'step')}, "
+            f"run {run_id}: adapter {name + ' ' if name else ''}v{adapter.version:04d} ({origin}), "
+            f"{plural(adapter.steps, 'step')}, "
             f"final loss {loss}, {adapter.sha256}"
         )
     for phase, steps in groupby(train.steps or [], key=lambda step: step.phase):

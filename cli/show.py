@@ -62,6 +62,9 @@ def show_command(path: str, as_json: bool, as_rows: bool) -> None:
     click.echo(f"base:     {base.name} ({base.kind}{': ' + base.error if base.error else ''})")
     click.echo(f"sections: {sections}; {summary.source_sections} from sources")
     click.echo(f"rows:     {rows}")
+    for adapter in summary.adapters:
+        routed = ", ".join(f"{n} {kind}" for kind, n in adapter.rows.items())
+        click.echo(f"adapter:  {adapter.name}: {routed}")
     for source in summary.sources:
         skipped = {
             key.removeprefix("skipped_"): value

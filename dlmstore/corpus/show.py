@@ -91,6 +91,39 @@ class TrainingCacheInfo:
 
 
 @dataclass(frozen=True)
+class AdapterRows:
+    """What one named adapter (``training.adapters``) trains on, by DLM's routing table.
+
+    Attributes:
+        name: The adapter.
+        sections: In-body sections routed to it, by type (untagged prose trains every adapter,
+            untagged instruction and preference sections the first-declared one).
+        rows: Training rows those sections and the sources' files give it, by row kind (every
+            source file trains every adapter).
+    """
+
+    name: str
+    sections: dict[str, int]
+    rows: dict[str, int]
+
+
+def adapter_rows(
+    sections: Sequence[Section], names: Sequence[str], source_sections: int
+) -> list[AdapterRows]:
+    """Each named adapter's sections and rows, in declaration order (none for a one-adapter document)."""
+    from dlmstore.document.adapter_routing import routes_to
+
+    out = []
+    for name in names:
+        routed = [section for section in sections if routes_to(section, name, names)]
+        rows = row_counts(routed)
+        rows["text"] += source_sections
+        by_type = Counter(section.type for section in routed)
+        out.append(AdapterRows(name, {kind: by_type.get(kind, 0) for kind in SECTION_TYPES}, rows))
+    return out
+
+
+@dataclass(frozen=True)
 class DocumentSummary:
     """The JSON shape of ``dlm show --json`` (a documented contract).
 
@@ -121,6 +154,8 @@ class DocumentSummary:
             with it and the copies it adds or rows it drops under ``training.seed``, counted over
             every row (a run repeats only the rows that train, not those held out); empty when no
             ``training.yaml`` sets ``weights``.
+        adapters: Each named adapter's sections and rows (``training.adapters``); empty for a
+            document with one adapter.
     """
 
     path: str
@@ -141,6 +176,7 @@ class DocumentSummary:
     not_used: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     tag_weights: list[WeightCount] = field(default_factory=list)
+    adapters: list[AdapterRows] = field(default_factory=list)
 
 
 def summarize(path: str | Path) -> DocumentSummary:
@@ -231,6 +267,7 @@ def summarize(path: str | Path) -> DocumentSummary:
         not_used=unused_keys(document.frontmatter),
         warnings=[*document_warnings(document), *source_warnings],
         tag_weights=weighed,
+        adapters=adapter_rows(document.sections, list(training.adapters or ()), source_sections),
     )
 
 
@@ -278,6 +315,7 @@ def _answered(found: snapshots.Unparsed) -> DocumentSummary | None:
         contamination=contamination,
         not_used=list(settings.not_used),
         warnings=_warnings(found.path, settings.not_used, sections),
+        adapters=adapter_rows(sections, settings.adapters, snapshot.counts.source_sections),
     )
 
 

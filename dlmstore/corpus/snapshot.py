@@ -45,7 +45,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,7 @@ class SnapshotDocument:
         system_prompt: ``system_prompt`` (``dlm show``).
         seed: ``training.seed`` (``dlm show``).
         not_used: the keys set that dlmstore does not use (``dlm show``).
+        adapters: the named adapters ``training.adapters`` declares, in order (``dlm show``).
     """
 
     dlm_id: str
@@ -123,6 +124,7 @@ class SnapshotDocument:
     system_prompt: str | None
     seed: int
     not_used: list[str]
+    adapters: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, document: Document) -> SnapshotDocument:
@@ -140,6 +142,7 @@ class SnapshotDocument:
             system_prompt=document.frontmatter.system_prompt,
             seed=training.seed,
             not_used=unused_keys(document.frontmatter),
+            adapters=list(training.adapters or ()),
         )
 
 

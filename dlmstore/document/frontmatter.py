@@ -52,8 +52,6 @@ MAX_PRUNE_DAYS = 36_500
 #: document may set them (it stays a valid DLM document); ``dlm show`` and
 #: ``dlm train`` list the keys it sets as "not used by dlmstore".
 NOT_USED = (
-    "training.adapters",
-    "training.gate",
     "training.audio",
     "training.cpt",
 )

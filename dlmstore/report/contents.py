@@ -225,6 +225,7 @@ class ReportAdapter:
         steps: Optimizer steps trained.
         final_loss: Loss at the last logged step; null when none.
         created_at: When it was registered.
+        name: The named adapter (``training.adapters``) it is a version of; null for a document's one adapter.
     """
 
     version: int
@@ -237,6 +238,7 @@ class ReportAdapter:
     steps: int
     final_loss: float | None
     created_at: str
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,7 @@ def build_report(store: Store, *, train_runs: int = DEFAULT_TRAIN_RUNS) -> Store
             ReportAdapter(**row)
             for row in conn.execute(
                 "SELECT version, run_id, phase, method, parent_version, sha256, bytes, steps, final_loss, "
-                "created_at FROM adapters ORDER BY version"
+                "created_at, name FROM adapters ORDER BY version"
             )
         ]
         training = _training(conn, adapters, train_runs)

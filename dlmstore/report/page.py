@@ -409,7 +409,8 @@ def _adapters(report: StoreReport) -> str:
         return head + _empty("No adapter yet: `dlm train` registers one per run and phase.")
     rows = [
         [
-            f"v{a.version:04d}", str(a.run_id), escape(a.phase), escape(a.method or ""),
+            f"v{a.version:04d}" + (f" {escape(a.name)}" if a.name else ""), str(a.run_id), escape(a.phase),
+            escape(a.method or ""),
             "" if a.parent_version is None else f"v{a.parent_version:04d}", f"{a.steps:,}",
             "" if a.final_loss is None else f"{a.final_loss:.4f}", escape(human_bytes(a.bytes)),
             f'<code class="sha">{escape(a.sha256)}</code>', escape(a.created_at),

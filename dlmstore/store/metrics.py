@@ -271,6 +271,8 @@ class RunMetrics:
         evaluations: The models it evaluated (a train run: the base and the adapter after each
             phase; ``dlm eval``: what it was asked to), in the order it recorded them.
         val_steps: The val loss at each evaluation step of its training phases, in step order.
+        adapter: The named adapter (``training.adapters``) a train or eval run was of; null for a
+            document's one adapter and other runs.
     """
 
     run_id: int
@@ -287,6 +289,7 @@ class RunMetrics:
     phases: list[PhaseMetrics] = field(default_factory=list)
     evaluations: list[RunEvaluation] = field(default_factory=list)
     val_steps: list[ValStep] = field(default_factory=list)
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ def run_metrics(
     )
     with store.read() as conn:
         rows = conn.execute(
-            "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, r.pid, "
+            "SELECT r.id AS run_id, r.command, r.status, r.started_at, r.finished_at, r.error, r.pid, r.adapter, "
             "e.total_sections, e.total_rows, e.cache_hits, e.cache_misses, e.total_tokenize_seconds, "
             "e.cache_bytes_after, e.cache_mode, e.cache_shared, d.mode AS dedup_mode, d.rows AS dedup_rows, "
             "d.clusters AS dedup_clusters, d.duplicate_rows AS dedup_duplicates, d.dropped_rows AS dedup_dropped, "
@@ -463,6 +466,7 @@ def run_metrics(
                 phases=[PhaseMetrics.of(phase, logged) for phase, logged in phases.items()],
                 evaluations=evaluations.get(row["run_id"], []),
                 val_steps=val_steps.get(row["run_id"], []),
+                adapter=row["adapter"],
             )
         )
     return MetricsReport(store.dlm_id, str(store.path), runs, exports)
