@@ -47,7 +47,7 @@ from dlmstore.store.path_text import path_text
 
 _COLUMNS = "id, command, status, started_at, finished_at, dlm_path, dlm_sha256, dlmstore_version, pid, error"
 
-RUN_COMMANDS = ("tokenize", "train", "eval")
+RUN_COMMANDS = ("tokenize", "train", "eval", "gate")
 
 #: Why a run whose process is gone was failed (``{pid}``: the process recorded with it).
 DEAD_RUN_REASON = "process {pid} ended without finishing the run (killed?)"

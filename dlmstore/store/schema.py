@@ -67,7 +67,12 @@ runs = Table(
         primary_key=True,
         comment="Run id; AUTOINCREMENT so an id is never reused, even after a crash.",
     ),
-    Column("command", Text, nullable=False, comment="What ran: tokenize, train or eval."),
+    Column(
+        "command",
+        Text,
+        nullable=False,
+        comment="What ran: tokenize, train, eval, or gate (the learned gate fitted after named adapters).",
+    ),
     Column(
         "status",
         Text,
@@ -408,7 +413,7 @@ gates = Table(
         Integer,
         ForeignKey("runs.id"),
         nullable=False,
-        comment="The train run of the invocation that trained it (its last adapter's run).",
+        comment="The gate run that fitted it (runs.command = 'gate', after the invocation's adapters).",
     ),
     Column("path", Text, nullable=False, unique=True, comment="Folder relative to the store directory."),
     Column(

@@ -511,7 +511,9 @@ def sweep_debris(store: Store, *, run_id: int) -> list[str]:
       and trainer output folders (``.trainer-run<N>-*`` in the store);
     * its published ``vNNNN`` folders that have no ``adapters`` row (killed
       between the rename and the commit): they still hold the
-      ``.pending-run<N>`` marker that is removed once the row is committed.
+      ``.pending-run<N>`` marker that is removed once the row is committed;
+    * the learned gate's staging folders and ``gate/run<N>`` folders with no
+      ``gates`` row of gate runs no longer running (``dlmstore.gate.gates.gate_debris``).
 
     A ``vNNNN`` folder without a row and without a marker is left alone: it
     was registered in a store.db that has since been replaced (moved aside
@@ -537,6 +539,10 @@ def sweep_debris(store: Store, *, run_id: int) -> list[str]:
                 marker.unlink(missing_ok=True)
             elif _owner(marker, PENDING_PREFIX) not in running:
                 debris.append(folder)
+        from dlmstore.gate.gates import gate_debris
+
+        alive = {row["id"] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")} - {run_id}
+        debris += gate_debris(conn, store.path, running=alive)
         for entry in debris:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)

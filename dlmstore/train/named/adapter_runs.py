@@ -86,7 +86,7 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
         from dlmstore.train.named.gate_pass import fit_document_gate
 
         seed = training.seed if options.get("seed") is None else options["seed"]
-        gate = fit_document_gate(document, summaries, loan, seed=seed)
+        gate = fit_document_gate(document, loan, seed=seed)
     warnings = [] if gate is None or gate.note is None else [gate.note]
     if document.frontmatter.training.replay.enabled:
         warnings.append(

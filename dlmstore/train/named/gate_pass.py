@@ -9,7 +9,9 @@ from disk again - and labelled by the adapter. The fitted MLP (or the
 uniform gate, when an adapter has fewer prompts than
 ``training.gate.cold_start_floor``) is written as ``gate/run<N>`` beside
 the adapters, its weights' sha256 recorded in ``gates`` with the adapter
-versions it routes between, in one transaction. Unlike DLM, a gate that
+versions it routes between, in one transaction. The pass is a recorded run
+of its own (command ``gate``), so a concurrent ``dlm train`` never sweeps a
+gate folder still being written, and a failed pass is recorded as failed. Unlike DLM, a gate that
 cannot be fitted is an error, never a silent fall-back to no gate.
 """
 
@@ -20,13 +22,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlmstore.document.parser import Document
     from dlmstore.train.named.base_loan import BaseLoan
-    from dlmstore.train.summary import GateSummary, TrainSummary
+    from dlmstore.train.summary import GateSummary
 
 
-def fit_document_gate(
-    document: Document, runs: list[TrainSummary], loan: BaseLoan, *, seed: int
-) -> GateSummary:
-    """Fit, write and record the gate of ``document`` over the adapters ``runs`` trained.
+def fit_document_gate(document: Document, loan: BaseLoan, *, seed: int) -> GateSummary:
+    """Fit, write and record the gate of ``document`` over its named adapters' newest versions.
 
     Raises:
         TrainingError: the gate's loss stopped being a finite number.
@@ -41,6 +41,7 @@ def fit_document_gate(
     from dlmstore.gate.gates import record_gate
     from dlmstore.gate.prompts import gate_prompts
     from dlmstore.store.database import open_store
+    from dlmstore.store.runs import recorded_run
     from dlmstore.train.adapters import latest
     from dlmstore.train.summary import GateSummary
 
@@ -51,8 +52,10 @@ def fit_document_gate(
     model = _base(loan, ref, seed)
     embeddings = prompt_embeddings(model, load_tokenizer(ref), found.prompts)
     fitted = fit_gate(embeddings, found.labels, found.names, settings, seed=seed)
-    run_id = runs[-1].run_id
-    with open_store(document.dlm_id) as store:
+    with (
+        open_store(document.dlm_id) as store,
+        recorded_run(store, command="gate", dlm_path=document.path, dlm_sha256=document.sha256) as run_id,
+    ):
         adapters: list[dict[str, Any]] = []
         for name in found.names:
             version = latest(store, name=name)
