@@ -436,3 +436,47 @@ def test_the_mixed_adapter_gguf_on_the_base_gguf_runs_in_llama_cpp_as_the_merged
     merged, with_lora, base = logits
     # The mix moves the logits, and the mixed LoRA GGUF on the base moves them as merging it did.
     assert np.abs(with_lora - merged).max() < np.abs(base - merged).max() / 10
+
+
+#: DLM's multi-adapter cookbook shape: prose trains both adapters, each fence one.
+ROUTED_BODY = """Prose about dlmstore, the local-first store.
+
+::instruction#knowledge::
+### Q
+Where is the metadata kept?
+### A
+In store.db, beside the token blobs.
+
+::instruction#tone::
+### Q
+Say hello to a friend.
+### A
+Hello there, friend!
+"""
+
+
+def test_a_trained_two_adapter_document_exports_each_adapter_and_their_mix(
+    runner: CliRunner, tmp_path: Path, tiny_base: Path, one_torch_thread: None
+) -> None:
+    from dlmstore.train.named.adapter_runs import train_named
+
+    front = NAMED_FRONT.replace("  max_steps: 3\n", "  max_steps: 3\n  micro_batch_size: 2\n")
+    doc = write_doc(tmp_path / "doc.dlm", body=ROUTED_BODY, frontmatter=f"base_model: {tiny_base}\n" + front)
+    train_named(str(doc))
+    db = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    versions = dict(db.execute("SELECT name, version FROM adapters WHERE phase = 'sft'").fetchall())
+    assert sorted(versions) == ["knowledge", "tone"]
+    for name in ("knowledge", "tone"):
+        result = runner.invoke(cli, ["export", str(doc), "--adapter", name, "--target", "hf", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert (data["adapter_name"], data["adapter_version"]) == (name, versions[name])
+    args = ["--adapter-mix", "knowledge:1.0,tone:0.5", "--target", "hf", "--json"]
+    result = runner.invoke(cli, ["export", str(doc), *args])
+    assert result.exit_code == 0, result.output
+    mix = json.loads(result.stdout)["mix"]
+    assert mix["combination"] == "cat"  # ranks 8 and 4
+    assert [(p["name"], p["version"]) for p in mix["parts"]] == [
+        ("knowledge", versions["knowledge"]),
+        ("tone", versions["tone"]),
+    ]
