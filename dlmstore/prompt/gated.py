@@ -63,6 +63,9 @@ def mixed_model(path: str, document: Any, question: str, *, gate: str) -> MixedM
     from dlmstore.store.path_text import utf8_alias
     from dlmstore.train.adapters import checked_folder, latest
 
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     names = adapter_names(document)
     with open_store(document.dlm_id, create=False) as store:
         versions = {name: latest(store, name=name) for name in names}

@@ -17,7 +17,8 @@ is shared, not repeated:
 
 ``--resume`` continues each adapter's own newest interrupted run; an adapter
 whose newest run completed on this very document (the interrupted
-invocation had trained it already) is passed over. ``--nproc`` launches
+invocation had trained it already) is passed over, and one the interrupted
+invocation never reached trains from the start. ``--nproc`` launches
 every rank into this same loop, so the ranks train each adapter together.
 """
 
@@ -69,16 +70,13 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
             f"{document.path}: the document declares no named adapters (training.adapters)",
             hint="train it with `dlm train DOC`",
         )
-    skipped = _finished(document, names) if options.get("resume") else []
-    if len(skipped) == len(names):
-        raise TrainingError(
-            f"nothing to resume: the newest train run of every adapter ({', '.join(names)}) completed on "
-            "this document",
-            hint="start a new run with `dlm train DOC` (without --resume)",
-        )
+    plan = _resumption(document, names) if options.get("resume") else dict.fromkeys(names, "fresh")
+    skipped = [name for name in names if plan[name] == "skip"]
     loan = BaseLoan()
     summaries = [
-        train_document(path, **options, adapter=name, loan=loan) for name in names if name not in skipped
+        train_document(path, **{**options, "resume": plan[name] == "resume"}, adapter=name, loan=loan)
+        for name in names
+        if plan[name] != "skip"
     ]
     gate = None
     training = document.frontmatter.training
@@ -104,25 +102,48 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
     )
 
 
-def _finished(document: Document, names: tuple[str, ...]) -> list[str]:
-    """The adapters ``--resume`` passes over: nothing of theirs stopped with checkpoints, and their
-    newest train run completed on the document's current bytes."""
+def _resumption(document: Document, names: tuple[str, ...]) -> dict[str, str]:
+    """What ``--resume`` does with each adapter: ``resume`` its newest interrupted run, ``skip`` it (its
+    newest run completed on the document's current bytes: the interrupted invocation trained it), or
+    train it ``fresh`` (the interrupted invocation never got to it, or stopped it before its first
+    checkpoint).
+
+    Raises:
+        TrainingError: no adapter has anything to resume or pass over (what ``--resume`` of a
+            one-adapter document says then, for the first adapter), or every adapter is passed over.
+    """
     from dlmstore.errors import TrainingError
     from dlmstore.store.database import open_store
     from dlmstore.train.checkpoints import resumable
 
-    done = []
+    plan: dict[str, str] = {}
+    first: TrainingError | None = None
     with open_store(document.dlm_id) as store:
         for name in names:
             try:
                 resumable(store, before=2**62, adapter=name)
-            except TrainingError:
+            except TrainingError as exc:
+                first = first or exc
                 with store.read() as conn:
                     row = conn.execute(
                         "SELECT status, dlm_sha256 FROM runs WHERE command = 'train' AND adapter = ? "
                         "ORDER BY id DESC LIMIT 1",
                         (name,),
                     ).fetchone()
-                if row is not None and row["status"] == "completed" and row["dlm_sha256"] == document.sha256:
-                    done.append(name)
-    return done
+                done = (
+                    row is not None and row["status"] == "completed" and row["dlm_sha256"] == document.sha256
+                )
+                plan[name] = "skip" if done else "fresh"
+            else:
+                plan[name] = "resume"
+    if "resume" not in plan.values():
+        if "skip" in plan.values() and "fresh" not in plan.values():
+            raise TrainingError(
+                f"nothing to resume: the newest train run of every adapter ({', '.join(names)}) completed on "
+                "this document",
+                hint="start a new run with `dlm train DOC` (without --resume)",
+            )
+        if "skip" not in plan.values():
+            assert first is not None
+            raise first
+    return plan
