@@ -480,3 +480,68 @@ def test_a_trained_two_adapter_document_exports_each_adapter_and_their_mix(
         ("knowledge", versions["knowledge"]),
         ("tone", versions["tone"]),
     ]
+
+
+def _gated_body(sections: int) -> str:
+    """Prose, then ``sections`` routed instruction sections per adapter (4 reach the gate's cold-start floor)."""
+    fences = [
+        f"::instruction#{name}::\n### Q\n{question} {i}?\n### A\n{answer} {i}.\n"
+        for i in range(sections)
+        for name, question, answer in (
+            ("knowledge", "Where is fact number", "In store.db, row"),
+            ("tone", "Say hello to friend number", "Hello there, friend"),
+        )
+    ]
+    return "Prose about dlmstore, the local-first store.\n\n" + "\n".join(fences)
+
+
+@pytest.mark.parametrize("sections", [1, 4])
+def test_a_gated_document_exports_the_gate_s_mean_output_as_its_static_mix_and_records_the_gate(
+    runner: CliRunner, tmp_path: Path, tiny_base: Path, one_torch_thread: None, sections: int
+) -> None:
+    from dlmstore.train.named.adapter_runs import train_named
+
+    front = NAMED_FRONT.replace(
+        "  max_steps: 3\n",
+        "  max_steps: 3\n  micro_batch_size: 2\n  gate:\n    enabled: true\n    steps: 50\n",
+    )
+    body = _gated_body(sections)
+    doc = write_doc(tmp_path / "doc.dlm", body=body, frontmatter=f"base_model: {tiny_base}\n" + front)
+    train_named(str(doc))
+    db = sqlite3.connect(store_dir(VALID_ID) / "store.db")
+    gate_id, mode, adapters, weights = db.execute(
+        "SELECT id, mode, adapters, mean_weights FROM gates"
+    ).fetchone()
+    routed = [(entry["name"], entry["version"]) for entry in json.loads(adapters)]
+    weights = json.loads(weights)
+    result = runner.invoke(cli, ["export", str(doc), "--target", "hf", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["mix"]["gate_id"] == gate_id
+    assert [(p["name"], p["version"], p["weight"]) for p in data["mix"]["parts"]] == [
+        (name, version, weights[name]) for name, version in routed
+    ]
+    shown = ", ".join(f"{name} {weights[name]:.4g}" for name, _ in routed)
+    if sections < 4:  # below the cold-start floor (4 sections per adapter) the gate is uniform
+        assert (mode, weights) == ("uniform", {"knowledge": 0.5, "tone": 0.5})
+        how = "uniform, as the gate is (too few sections to train it)"
+    else:
+        assert mode == "trained" and abs(sum(weights.values()) - 1) < 1e-6
+        how = f"its mean output over its {2 * sections} training prompts"
+    assert data["notes"] == [
+        f"the learned gate (gates.id {gate_id}) gives the static mix, {how}: {shown} "
+        "(--adapter or --adapter-mix chooses otherwise)"
+    ]
+    assert json.loads(db.execute("SELECT mix FROM exports").fetchone()[0]) == data["mix"]
+
+
+def test_a_gated_document_whose_gate_was_never_trained_says_to_train_or_choose(
+    runner: CliRunner, doc: Path
+) -> None:
+    doc.write_text(doc.read_text().replace("  adapters:\n", "  gate:\n    enabled: true\n  adapters:\n"))
+    result = runner.invoke(cli, ["export", str(doc), "--target", "hf"])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"error: {doc}: its learned gate has not been trained yet (training.gate)\n"
+        f"hint: run `dlm train {doc}`, or choose with --adapter NAME or --adapter-mix NAME:WEIGHT,NAME:WEIGHT\n",
+    )

@@ -75,6 +75,7 @@ from dlmstore.export.targets import (
     stop_strings,
 )
 from dlmstore.export.vocab import read_vocabulary
+from dlmstore.gate.gates import GateRecord
 from dlmstore.progress import Task
 from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.database import Store
@@ -199,15 +200,20 @@ def export_document(
         raise ValueError(f"unknown export target {target!r}; expected one of {', '.join(TARGETS)}")
     document = parse_document(path)
     declared = list(document.frontmatter.training.adapters or {})
-    adapter, parts = _choice(path, declared, adapter, mix, mix_method)
+    gated = document.frontmatter.training.gate.enabled
+    adapter, parts = _choice(path, declared, adapter, mix, mix_method, gated=gated)
     chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
     if chosen is not None and chosen not in QUANTS:
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
     with open_store(document.dlm_id, create=False) as store, ExitStack() as aliases:
-        if parts is None:
+        gate = None
+        if parts is None and adapter is None and declared:  # a gated document: the gate's static mix
+            gate, parts, versions = _gate_mix(store, path, declared)
+        elif parts is None:
             versions = [_adapter(store, path, adapter)]
         else:
             versions = [_named(store, path, part.name) for part in parts]
+        if parts is not None:
             _one_base(versions)
         # Loaded by safetensors, tokenizers and peft, which open only UTF-8 paths.
         folders = [
@@ -217,7 +223,13 @@ def export_document(
         plan = (
             None
             if parts is None
-            else _MixPlan(parts, versions, folders, combination(parts, folders, mix_method))
+            else _MixPlan(
+                parts,
+                versions,
+                folders,
+                combination(parts, folders, mix_method),
+                None if gate is None else gate.id,
+            )
         )
         if target != "hf":
             require_llama_cpp("dlm export")
@@ -234,6 +246,17 @@ def export_document(
             f"removed {path}: the staging folder of an export that was killed before it finished"
             for path in sweep(claim, store.path / EXPORTS_DIR)
         ]
+        if gate is not None:
+            weights = ", ".join(f"{p.name} {p.weight:.4g}" for p in parts or ())
+            how = (
+                f"its mean output over its {gate.prompts} training prompts"
+                if gate.mode == "trained"
+                else "uniform, as the gate is (too few sections to train it)"
+            )
+            notes.append(
+                f"the learned gate (gates.id {gate.id}) gives the static mix, {how}: {weights} "
+                "(--adapter or --adapter-mix chooses otherwise)"
+            )
         staging = stage(claim)
         try:
             with staging, utf8_alias(staging.path) as root:
@@ -326,6 +349,7 @@ class _MixPlan:
     versions: list[AdapterVersion]
     folders: list[Path]
     how: str
+    gate_id: int | None = None  # the gate whose mean output gave the weights
 
     def folder_name(self) -> str:
         """``mix-v0003x1-v0004x0.5``: the default export folder's name before the quantisation."""
@@ -339,16 +363,24 @@ class _MixPlan:
             {"name": p.name, "version": v.version, "sha256": v.sha256, "weight": p.weight}
             for p, v in zip(self.parts, self.versions, strict=True)
         ]
-        return {"parts": parts, "combination": self.how, "gate_id": None}
+        return {"parts": parts, "combination": self.how, "gate_id": self.gate_id}
 
 
 def _choice(
-    path: str, declared: list[str], adapter: int | str | None, mix: str | None, method: str | None
+    path: str,
+    declared: list[str],
+    adapter: int | str | None,
+    mix: str | None,
+    method: str | None,
+    *,
+    gated: bool,
 ) -> tuple[int | str | None, tuple[MixPart, ...] | None]:
     """What to export, checked against the document before the store opens.
 
     Returns ``adapter`` as a version number or a declared adapter's name (or
-    None), and the parts of ``mix`` (None without ``--adapter-mix``).
+    None), and the parts of ``mix`` (None without ``--adapter-mix``). A
+    document of named adapters without either needs a gate (``gated``),
+    whose static mix is found in the store.
     """
     if isinstance(adapter, str) and adapter not in declared:
         if not re.fullmatch(r"v?\d+", adapter):
@@ -365,7 +397,7 @@ def _choice(
     if mix is None:
         if method is not None:
             raise ExportError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
-        if adapter is None and declared:
+        if adapter is None and declared and not gated:
             raise ExportError(
                 f"{path} declares named adapters ({', '.join(declared)}): choose one with --adapter NAME, "
                 "or mix them with --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
@@ -401,6 +433,47 @@ def _adapter(store: Store, path: str, wanted: int | str | None) -> AdapterVersio
             hint=f"run `dlm train {path}`, or export a version by number ({shown})",
         )
     raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
+
+
+def _gate_mix(
+    store: Store, path: str, declared: list[str]
+) -> tuple[GateRecord, tuple[MixPart, ...], list[AdapterVersion]]:
+    """The newest gate, its mean output over its training prompts as weights, and the versions it routes.
+
+    As in DLM, an export of a gated document takes the gate's average
+    routing as a static mix (a runtime cannot run the gate); the versions
+    are those fitted with the gate.
+    """
+    from dlmstore.gate.gates import latest_gate
+    from dlmstore.train.adapters import find_version
+
+    choose = "or choose with --adapter NAME or --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
+    gate = latest_gate(store)
+    if gate is None:
+        raise StoreError(
+            f"{path}: its learned gate has not been trained yet (training.gate)",
+            hint=f"run `dlm train {path}`, {choose}",
+        )
+    if sorted(gate.names) != sorted(declared):
+        raise ExportError(
+            f"{path}: the newest gate routes between {', '.join(gate.names)}, and the document declares "
+            f"{', '.join(declared)}",
+            hint=f"run `dlm train {path}` to fit a gate for them, {choose}",
+        )
+    parts: list[MixPart] = []
+    versions: list[AdapterVersion] = []
+    for entry in gate.adapters:
+        weight = float(gate.mean_weights.get(entry["name"], 0.0))
+        found = find_version(store, int(entry["version"]))
+        if found is None:
+            raise StoreError(
+                f"{path}: gate {gate.id} routes to adapter v{int(entry['version']):04d}, which is not registered",
+                hint=f"run `dlm train {path}`, {choose}",
+            )
+        if weight > 0:
+            parts.append(MixPart(str(entry["name"]), weight))
+            versions.append(found)
+    return gate, tuple(parts), versions
 
 
 def _named(store: Store, path: str, name: str) -> AdapterVersion:
