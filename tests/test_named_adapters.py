@@ -481,3 +481,37 @@ def test_dlms_multi_adapter_cookbook_document_trains_both_adapters_with_the_rout
     summary = train(str(doc))
     assert [(run.adapter, run.plan.lora_r) for run in summary.adapters] == [("knowledge", 8), ("tone", 4)]
     assert store_dir(VALID_ID) != store_dir(document.dlm_id)
+
+
+def test_a_pack_carries_the_newest_version_of_every_named_adapter_and_the_gate_which_route_again_unpacked(
+    store: Path, trained: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session_bases: Path
+) -> None:
+    pack = tmp_path / "doc.dlm.pack"
+    packed = _dlm("pack", str(trained["doc"]), "-o", str(pack), "--json")
+    assert packed.exit_code == 0, packed.output
+    assert json.loads(packed.stdout)["adapters"] == [1, 3]
+    other = tmp_path / "other-home"
+    other.mkdir()
+    (other / "bases").symlink_to(session_bases, target_is_directory=True)
+    monkeypatch.setenv("DLM_HOME", str(other))
+    unpacked = _dlm("unpack", str(pack), "--to", str(tmp_path / "there"))
+    assert unpacked.exit_code == 0, unpacked.output
+    gate = trained["summary"].gate
+    assert file_sha256(other / "store" / VALID_ID / gate.path / "gate.safetensors") == gate.sha256
+    (tmp_path / "there" / "notes").mkdir(exist_ok=True)
+    answer = _dlm(
+        "prompt", str(tmp_path / "there" / "doc.dlm"), "Say hello.", "--max-new-tokens", "3", "--json"
+    )
+    assert answer.exit_code == 0, answer.output
+    assert json.loads(answer.stdout)["routed_by"] == "gate"
+
+
+def test_a_damaged_gate_is_never_packed(store: Path, trained: dict[str, Any], tmp_path: Path) -> None:
+    weights = store / trained["summary"].gate.path / "gate.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[0] ^= 0x01
+    weights.write_bytes(bytes(data))
+    result = _dlm("pack", str(trained["doc"]), "-o", str(tmp_path / "doc.dlm.pack"))
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0].startswith("error: the learned gate gate/run3 is damaged")
+    assert not (tmp_path / "doc.dlm.pack").exists()

@@ -37,6 +37,7 @@ class PackedAdapter:
     phase: str
     run_id: int
     created_at: str
+    name: str | None = None  # the named adapter (training.adapters) it is a version of
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class StoreCopy:
         segments: The token files the copy's cache names (relative to the store), sorted.
         exports: The export folders recorded (absolute, as recorded), sorted.
         created_at: The store's newest timestamp: newest adapter, else newest run.
+        gate: The newest learned gate's folder (relative to the store) and its weights' sha256 (None
+            for a uniform gate); None when the store has no gate.
     """
 
     db: Path
@@ -58,6 +61,7 @@ class StoreCopy:
     segments: list[str]
     exports: list[str]
     created_at: str | None
+    gate: tuple[str, str | None] | None = None
 
 
 def copy_database(store: Store, scratch: Path, *, keep_cache: bool) -> StoreCopy:
@@ -100,7 +104,7 @@ def _describe(conn: sqlite3.Connection, db: Path, store: Store) -> StoreCopy:
     adapters = [
         PackedAdapter(*row)
         for row in conn.execute(
-            "SELECT version, path, sha256, phase, run_id, created_at FROM adapters ORDER BY version"
+            "SELECT version, path, sha256, phase, run_id, created_at, name FROM adapters ORDER BY version"
         )
     ]
     segments = sorted(row[0] for row in conn.execute("SELECT path FROM token_segments"))
@@ -109,4 +113,7 @@ def _describe(conn: sqlite3.Connection, db: Path, store: Store) -> StoreCopy:
         "SELECT MAX(created_at) FROM adapters UNION ALL SELECT MAX(COALESCE(finished_at, started_at)) FROM runs"
     ).fetchall()
     created = next((row[0] for row in newest if row[0] is not None), None)
-    return StoreCopy(db, high_water, adapters, segments, exports, created)
+    gate = conn.execute("SELECT path, sha256 FROM gates ORDER BY id DESC LIMIT 1").fetchone()
+    return StoreCopy(
+        db, high_water, adapters, segments, exports, created, None if gate is None else tuple(gate)
+    )

@@ -132,8 +132,9 @@ def choose_adapters(adapters: list[PackedAdapter], spec: str) -> list[PackedAdap
     """
     if not adapters:
         raise PackError("the store has no adapter yet", hint="train the document first (dlm train)")
-    if spec == "newest":
-        return [adapters[-1]]
+    if spec == "newest":  # the newest of each named adapter (training.adapters), or of the one adapter
+        newest = {adapter.name: adapter for adapter in adapters}
+        return sorted(newest.values(), key=lambda adapter: adapter.version)
     if spec == "all":
         return list(adapters)
     by_version = {adapter.version: adapter for adapter in adapters}
@@ -174,6 +175,16 @@ def _store_files(
                 hint="pack other versions with --adapters, or train again",
             ) from None
         files.extend(TreeFile(f"{layout.STORE_DIR}/{adapter.path}/{name}", folder / name) for name in names)
+    if copy.gate is not None:  # the newest learned gate: what dlm prompt routes by
+        folder = store.path / copy.gate[0]
+        try:
+            names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+        except OSError as exc:
+            raise PackError(
+                f"the learned gate {copy.gate[0]}: cannot read {folder}: {exc.strerror or exc}",
+                hint="train again (dlm train) to fit a new gate",
+            ) from None
+        files.extend(TreeFile(f"{layout.STORE_DIR}/{copy.gate[0]}/{name}", folder / name) for name in names)
     if options.cache:
         files.extend(
             TreeFile(f"{layout.STORE_DIR}/{relpath}", store.path / relpath) for relpath in copy.segments
@@ -232,6 +243,13 @@ def _write(
             digest = (
                 writer.add_bytes(name, source) if isinstance(source, bytes) else writer.add_file(name, source)
             )
+            if copy.gate is not None and name == f"{layout.STORE_DIR}/{copy.gate[0]}/gate.safetensors":
+                if f"sha256:{digest}" != copy.gate[1]:
+                    raise PackError(
+                        f"the learned gate {copy.gate[0]} is damaged: its weights' sha256 is sha256:{digest[:16]}…, "
+                        f"not the one recorded when it was fitted; nothing damaged is packed",
+                        hint="train again (dlm train) to fit a new gate",
+                    )
             adapter = weights.get(name)
             if adapter is not None and f"sha256:{digest}" != adapter.sha256:
                 raise PackError(
