@@ -210,14 +210,23 @@ def _watch(path: str, debounce_ms: int, max_steps: int, options: dict[str, Any])
                 click.echo(f"{head}: {plural(cycle.added, 'row')} added, {cycle.removed} removed; training",
                            err=True)  # fmt: skip
             elif cycle.summary is not None:
-                summary = cycle.summary
-                sft = next((part for part in summary.phases if part.phase == "sft"), summary.phases[-1])
-                loss = "n/a" if sft.final_loss is None else f"{sft.final_loss:.4f}"
-                for message in [*summary.warnings, *summary.lock_warnings]:
-                    warn(message)
-                click.echo(f"{head}: run {summary.run_id}: {plural(sft.steps_this_run, 'step')} on "
-                           f"{plural(cycle.rows, 'row')}, final loss {loss} -> v{summary.adapter_version:04d} "
-                           f"in {cycle.seconds:.1f} s")  # fmt: skip
+                from dlmstore.train.summary import NamedTrainSummary
+
+                named = isinstance(cycle.summary, NamedTrainSummary)
+                runs = (
+                    cycle.summary.adapters
+                    if isinstance(cycle.summary, NamedTrainSummary)
+                    else [cycle.summary]
+                )
+                for summary in runs:
+                    sft = next((part for part in summary.phases if part.phase == "sft"), summary.phases[-1])
+                    loss = "n/a" if sft.final_loss is None else f"{sft.final_loss:.4f}"
+                    for message in [*summary.warnings, *summary.lock_warnings]:
+                        warn(message)
+                    rows = f"adapter {summary.adapter}" if named else plural(cycle.rows, "row")
+                    click.echo(f"{head}: run {summary.run_id}: {plural(sft.steps_this_run, 'step')} on "
+                               f"{rows}, final loss {loss} -> v{summary.adapter_version:04d} "
+                               f"in {cycle.seconds:.1f} s")  # fmt: skip
 
 
 def _saved(paths: tuple[str, ...]) -> str:

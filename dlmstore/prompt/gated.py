@@ -52,6 +52,8 @@ def mixed_model(path: str, document: Any, question: str, *, gate: str) -> MixedM
             match the sha256 recorded for it.
         ExportError: adapters PEFT cannot mix (DoRA, ...).
     """
+    import warnings
+
     from peft import PeftModel
 
     from dlmstore.bases import load_model, load_tokenizer, resolve_base
@@ -62,8 +64,6 @@ def mixed_model(path: str, document: Any, question: str, *, gate: str) -> MixedM
     from dlmstore.store.database import open_store
     from dlmstore.store.path_text import utf8_alias
     from dlmstore.train.adapters import checked_folder, latest
-
-    import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     names = adapter_names(document)

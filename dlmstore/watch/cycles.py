@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from dlmstore.errors import DlmError
 
 if TYPE_CHECKING:
-    from dlmstore.train.summary import TrainSummary
+    from dlmstore.train.summary import NamedTrainSummary, TrainSummary
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class WatchCycle:
         rows: the document's rows now (0 when it could not be read).
         added: rows not in the last run's rows.
         removed: rows of the last run no longer there.
-        summary: the run's summary (``trained`` only).
+        summary: the run's summary (``trained`` only): a run per named adapter for a document that
+            declares them.
         error: the error's message (``failed`` only).
         hint: its hint, if any.
         seconds: from the end of the debounce to this point.
@@ -59,7 +60,7 @@ class WatchCycle:
     rows: int = 0
     added: int = 0
     removed: int = 0
-    summary: TrainSummary | None = None
+    summary: TrainSummary | NamedTrainSummary | None = None
     error: str | None = None
     hint: str | None = None
     seconds: float = 0.0
@@ -67,11 +68,13 @@ class WatchCycle:
 
 @dataclass(frozen=True)
 class _Rows:
-    """What a run would train on: the row keys in order, their copies under tag weights, and the frontmatter."""
+    """What a run would train on: the row keys in order, their copies under tag weights, the frontmatter,
+    and the adapter each in-body section is routed to (``::instruction#tone::``)."""
 
     keys: tuple[str, ...]
     settings: Mapping[str, Any]
     copies: tuple[int, ...] = ()  # one per key when a training.yaml sets weights
+    routes: tuple[str | None, ...] = ()
 
 
 def watch_document(
@@ -91,14 +94,15 @@ def watch_document(
             fewer where ``options["max_steps"]`` or the document's ``training.max_steps`` is smaller.
             A document that trains by epochs trains exactly this many (as DLM's watch mode does).
         options: keyword arguments of :func:`~dlmstore.train.trainer.train_document` for the
-            first run; the cycles after it use them without ``resume`` and ``fresh``.
+            first run; the cycles after it use them without ``resume`` and ``fresh``. A document
+            with named adapters trains each of them (:func:`dlmstore.train.named.adapter_runs.train`).
         force_polling: watchfiles' polling instead of the system's notifications (``None``: its default).
 
     Raises:
         whatever the first run raises (as ``dlm train``); KeyboardInterrupt and
         :class:`~dlmstore.errors.Terminated` from any point.
     """
-    from dlmstore.train.trainer import train_document
+    from dlmstore.train.named.adapter_runs import train
     from dlmstore.watch.saves import Saves, watched_paths
 
     later = {name: value for name, value in options.items() if name != "max_steps"}
@@ -108,7 +112,7 @@ def watch_document(
         saves.watch(watched_paths(document))  # before the first run: a save during it is a cycle after it
         started = time.monotonic()
         yield WatchCycle(0, "training", rows=len(last.keys))
-        summary = train_document(path, **options)
+        summary = train(path, **options)
         yield WatchCycle(
             0, "trained", rows=len(last.keys), summary=summary, seconds=time.monotonic() - started
         )
@@ -129,7 +133,7 @@ def watch_document(
                 continue
             yield WatchCycle(number, "training", saved, len(now.keys), added, removed)
             try:
-                summary = train_document(path, **later, max_steps=_cap(max_steps, options, document))
+                summary = train(path, **later, max_steps=_cap(max_steps, options, document))
             except DlmError as exc:
                 yield _failed(number, saved, exc, started, rows=len(now.keys))
                 continue
@@ -160,7 +164,8 @@ def _read(path: str) -> tuple[Any, _Rows]:
         weights = row_weights(corpus)
     seed = document.frontmatter.training.seed
     copies = () if weights is None else tuple(weights.copies(key, seed) for key in keys)
-    return document, _Rows(keys, document.frontmatter.model_dump(mode="json"), copies)
+    routes = tuple(section.adapter for section in document.sections)
+    return document, _Rows(keys, document.frontmatter.model_dump(mode="json"), copies, routes)
 
 
 def _cap(max_steps: int, options: Mapping[str, Any], document: Any) -> int:
