@@ -17,9 +17,11 @@ One export of adapter version N writes, into one folder
 llama.cpp). The quantisation is ``--quant``, else the document's
 ``export.default_quant``, else ``Q4_K_M``; the adapter is ``--adapter``
 (a version number, or a name of ``training.adapters``: that adapter's newest
-version), else the newest. A document of named adapters needs ``--adapter``
-or ``--adapter-mix``, which mixes named adapters into one (:mod:`.mix`,
-written as ``mix/`` beside the other files and recorded in ``exports.mix``).
+version), else the newest (:mod:`.choice`). A document of named adapters
+needs ``--adapter`` or ``--adapter-mix``, which mixes named adapters into
+one (:mod:`.mix`, written as ``mix/`` beside the other files and recorded
+in ``exports.mix``), unless it has a learned gate, whose mean output is
+then the mix.
 
 The order is the order of cost: the document, the store, the adapter (its
 weights checked against the sha256 recorded when it was trained),
@@ -36,7 +38,6 @@ exporting the same adapter twice gives byte-identical files.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from contextlib import ExitStack
@@ -46,9 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.bases import BaseModelRef, resolve_base
-from dlmstore.errors import ExportError, StoreError
+from dlmstore.errors import ExportError
 from dlmstore.export.adapter_gguf import adapter_unsupported, write_adapter_gguf
 from dlmstore.export.architectures import Hyperparameters, hyperparameters
+from dlmstore.export.choice import MixPlan, choose, gate_note, label, resolve
 from dlmstore.export.folder import (
     HF_DIR,
     MANIFEST,
@@ -60,7 +62,7 @@ from dlmstore.export.folder import (
     stage,
     sweep,
 )
-from dlmstore.export.mix import MIX_DIR, MixPart, build_mix, combination, parse_mix
+from dlmstore.export.mix import MIX_DIR, build_mix, combination
 from dlmstore.export.model_gguf import write_model_gguf
 from dlmstore.export.modelfile import ModelfileSettings, modelfile_text
 from dlmstore.export.quantize import DEFAULT_QUANT, QUANTS, quantize, smoke
@@ -75,10 +77,8 @@ from dlmstore.export.targets import (
     stop_strings,
 )
 from dlmstore.export.vocab import read_vocabulary
-from dlmstore.gate.gates import GateRecord
 from dlmstore.progress import Task
 from dlmstore.store.atomic import write_bytes_atomic
-from dlmstore.store.database import Store
 from dlmstore.store.digests import file_sha256
 from dlmstore.store.path_text import utf8_alias
 from dlmstore.train.adapters import (
@@ -201,20 +201,13 @@ def export_document(
     document = parse_document(path)
     declared = list(document.frontmatter.training.adapters or {})
     gated = document.frontmatter.training.gate.enabled
-    adapter, parts = _choice(path, declared, adapter, mix, mix_method, gated=gated)
+    choice = choose(path, declared, adapter, mix, mix_method, gated=gated)
     chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
     if chosen is not None and chosen not in QUANTS:
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")
     with open_store(document.dlm_id, create=False) as store, ExitStack() as aliases:
-        gate = None
-        if parts is None and adapter is None and declared:  # a gated document: the gate's static mix
-            gate, parts, versions = _gate_mix(store, path, declared)
-        elif parts is None:
-            versions = [_adapter(store, path, adapter)]
-        else:
-            versions = [_named(store, path, part.name) for part in parts]
-        if parts is not None:
-            _one_base(versions)
+        picked = resolve(store, path, choice)
+        versions, parts, gate = picked.versions, picked.parts, picked.gate
         # Loaded by safetensors, tokenizers and peft, which open only UTF-8 paths.
         folders = [
             aliases.enter_context(utf8_alias(checked_folder(store, v, hint=_DAMAGED_HINT))) for v in versions
@@ -223,7 +216,7 @@ def export_document(
         plan = (
             None
             if parts is None
-            else _MixPlan(
+            else MixPlan(
                 parts,
                 versions,
                 folders,
@@ -246,17 +239,8 @@ def export_document(
             f"removed {path}: the staging folder of an export that was killed before it finished"
             for path in sweep(claim, store.path / EXPORTS_DIR)
         ]
-        if gate is not None:
-            weights = ", ".join(f"{p.name} {p.weight:.4g}" for p in parts or ())
-            how = (
-                f"its mean output over its {gate.prompts} training prompts"
-                if gate.mode == "trained"
-                else "uniform, as the gate is (too few sections to train it)"
-            )
-            notes.append(
-                f"the learned gate (gates.id {gate.id}) gives the static mix, {how}: {weights} "
-                "(--adapter or --adapter-mix chooses otherwise)"
-            )
+        if gate is not None and parts is not None:
+            notes.append(gate_note(gate, parts))
         staging = stage(claim)
         try:
             with staging, utf8_alias(staging.path) as root:
@@ -341,174 +325,6 @@ def export_document(
     )
 
 
-@dataclass(frozen=True)
-class _MixPlan:
-    """The named adapters an ``--adapter-mix`` export mixes, their checked folders, and how."""
-
-    parts: tuple[MixPart, ...]
-    versions: list[AdapterVersion]
-    folders: list[Path]
-    how: str
-    gate_id: int | None = None  # the gate whose mean output gave the weights
-
-    def folder_name(self) -> str:
-        """``mix-v0003x1-v0004x0.5``: the default export folder's name before the quantisation."""
-        return "mix-" + "-".join(
-            f"v{v.version:04d}x{p.weight:g}" for p, v in zip(self.parts, self.versions, strict=True)
-        )
-
-    def record(self) -> dict[str, Any]:
-        """What ``exports.mix`` and the manifest's ``mix`` say."""
-        parts = [
-            {"name": p.name, "version": v.version, "sha256": v.sha256, "weight": p.weight}
-            for p, v in zip(self.parts, self.versions, strict=True)
-        ]
-        return {"parts": parts, "combination": self.how, "gate_id": self.gate_id}
-
-
-def _choice(
-    path: str,
-    declared: list[str],
-    adapter: int | str | None,
-    mix: str | None,
-    method: str | None,
-    *,
-    gated: bool,
-) -> tuple[int | str | None, tuple[MixPart, ...] | None]:
-    """What to export, checked against the document before the store opens.
-
-    Returns ``adapter`` as a version number or a declared adapter's name (or
-    None), and the parts of ``mix`` (None without ``--adapter-mix``). A
-    document of named adapters without either needs a gate (``gated``),
-    whose static mix is found in the store.
-    """
-    if isinstance(adapter, str) and adapter not in declared:
-        if not re.fullmatch(r"v?\d+", adapter):
-            if not declared:
-                raise ExportError(
-                    f"--adapter {adapter}: this document declares no named adapters (training.adapters)",
-                    hint="give a version number (--adapter 3), or leave --adapter out for the newest",
-                )
-            raise ExportError(
-                f"--adapter {adapter}: the document declares no adapter of that name "
-                f"(training.adapters: {', '.join(declared)})"
-            )
-        adapter = int(adapter.removeprefix("v"))
-    if mix is None:
-        if method is not None:
-            raise ExportError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
-        if adapter is None and declared and not gated:
-            raise ExportError(
-                f"{path} declares named adapters ({', '.join(declared)}): choose one with --adapter NAME, "
-                "or mix them with --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
-            )
-        return adapter, None
-    if adapter is not None:
-        raise ExportError("--adapter and --adapter-mix both choose what to export; give one of them")
-    if not declared:
-        raise ExportError(
-            f"{path}: --adapter-mix mixes named adapters, and this document declares none (training.adapters)",
-            hint=f"export its adapter with `dlm export {path}`",
-        )
-    return None, parse_mix(mix, declared)
-
-
-def _adapter(store: Store, path: str, wanted: int | str | None) -> AdapterVersion:
-    """The version ``wanted`` (a number, or a declared adapter's name: its newest), else the newest."""
-    from dlmstore.train.adapters import find_version, latest
-
-    if isinstance(wanted, str):
-        return _named(store, path, wanted)
-    found = latest(store) if wanted is None else find_version(store, wanted)
-    if found is not None:
-        return found
-    with store.read() as conn:
-        versions = [row["version"] for row in conn.execute("SELECT version FROM adapters ORDER BY version")]
-    if not versions:
-        raise StoreError(f"{path}: no adapter has been trained yet", hint=f"run `dlm train {path}` first")
-    shown = ", ".join(f"v{version:04d}" for version in versions[-10:])
-    if wanted is None:  # only named adapters were trained, and the document no longer declares them
-        raise StoreError(
-            f"{path}: its adapter has not been trained yet (the store's versions are of named adapters)",
-            hint=f"run `dlm train {path}`, or export a version by number ({shown})",
-        )
-    raise StoreError(f"{path}: there is no adapter v{wanted:04d}", hint=f"adapters of this document: {shown}")
-
-
-def _gate_mix(
-    store: Store, path: str, declared: list[str]
-) -> tuple[GateRecord, tuple[MixPart, ...], list[AdapterVersion]]:
-    """The newest gate, its mean output over its training prompts as weights, and the versions it routes.
-
-    As in DLM, an export of a gated document takes the gate's average
-    routing as a static mix (a runtime cannot run the gate); the versions
-    are those fitted with the gate.
-    """
-    from dlmstore.gate.gates import latest_gate
-    from dlmstore.train.adapters import find_version
-
-    choose = "or choose with --adapter NAME or --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
-    gate = latest_gate(store)
-    if gate is None:
-        raise StoreError(
-            f"{path}: its learned gate has not been trained yet (training.gate)",
-            hint=f"run `dlm train {path}`, {choose}",
-        )
-    if sorted(gate.names) != sorted(declared):
-        raise ExportError(
-            f"{path}: the newest gate routes between {', '.join(gate.names)}, and the document declares "
-            f"{', '.join(declared)}",
-            hint=f"run `dlm train {path}` to fit a gate for them, {choose}",
-        )
-    parts: list[MixPart] = []
-    versions: list[AdapterVersion] = []
-    for entry in gate.adapters:
-        weight = float(gate.mean_weights.get(entry["name"], 0.0))
-        found = find_version(store, int(entry["version"]))
-        if found is None:
-            raise StoreError(
-                f"{path}: gate {gate.id} routes to adapter v{int(entry['version']):04d}, which is not registered",
-                hint=f"run `dlm train {path}`, {choose}",
-            )
-        if weight > 0:
-            parts.append(MixPart(str(entry["name"]), weight))
-            versions.append(found)
-    return gate, tuple(parts), versions
-
-
-def _named(store: Store, path: str, name: str) -> AdapterVersion:
-    """The newest version of the declared adapter ``name``."""
-    from dlmstore.train.adapters import latest
-
-    found = latest(store, name=name)
-    if found is None:
-        raise StoreError(
-            f"{path}: adapter {name!r} has not been trained yet", hint=f"run `dlm train {path}` first"
-        )
-    return found
-
-
-def _one_base(versions: list[AdapterVersion]) -> None:
-    bases = {v.base_model for v in versions}
-    if len(bases) > 1:
-        shown = ", ".join(f"{v.name} on {v.base_model}" for v in versions)
-        raise ExportError(
-            f"--adapter-mix: the adapters were trained on different base models ({shown})",
-            hint="train them again on the document's base_model (dlm train), then mix them",
-        )
-
-
-def _label(version: AdapterVersion, plan: _MixPlan | None) -> str:
-    """What the export carries, for the GGUF's name and the Modelfile's header."""
-    if plan is not None:
-        shown = ", ".join(
-            f"{p.name} v{v.version:04d} x{p.weight:g}" for p, v in zip(plan.parts, plan.versions, strict=True)
-        )
-        return f"adapters mixed ({plan.how}): {shown}"
-    named = f"{version.name} " if version.name else ""
-    return f"adapter {named}v{version.version:04d}"
-
-
 def _sha256(files: list[ExportedFile], name: str) -> str:
     return next(f.sha256 for f in files if f.path == name)
 
@@ -518,7 +334,7 @@ def _write(
     ref: BaseModelRef,
     adapter_dir: Path,
     version: AdapterVersion,
-    plan: _MixPlan | None,
+    plan: MixPlan | None,
     document: Any,
     quant: str | None,
     target: str,
@@ -559,7 +375,7 @@ def _write(
     written["hf"] = HF_DIR
     if params is None or quant is None:
         return written
-    name = f"{document.dlm_id} {_label(version, plan)}"
+    name = f"{document.dlm_id} {label(version, plan)}"
     written["model"] = _gguf(hf, root, "model", quant, name)
     if unsupported is None:
         written["base"] = _gguf(base_dir, root, "base", quant, ref.name)
@@ -589,8 +405,8 @@ def _num_ctx(document: Any, params: Hyperparameters) -> int:
     return min(int(document.frontmatter.training.sequence_len), params.context_length)
 
 
-def _header(document: Any, version: AdapterVersion, plan: _MixPlan | None, quant: str) -> list[str]:
-    what = _label(version, plan) + ("" if plan is not None else f" ({version.sha256})")
+def _header(document: Any, version: AdapterVersion, plan: MixPlan | None, quant: str) -> list[str]:
+    what = label(version, plan) + ("" if plan is not None else f" ({version.sha256})")
     return [
         f"Written by dlm export: document {document.dlm_id}, {what},",
         f"base model {version.base_model}, quantisation {quant}.",
@@ -600,7 +416,7 @@ def _header(document: Any, version: AdapterVersion, plan: _MixPlan | None, quant
 def _modelfile(
     document: Any,
     version: AdapterVersion,
-    plan: _MixPlan | None,
+    plan: MixPlan | None,
     adapter_dir: Path,
     quant: str,
     params: Hyperparameters,
