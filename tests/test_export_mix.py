@@ -405,7 +405,7 @@ def test_the_mixed_adapter_gguf_on_the_base_gguf_runs_in_llama_cpp_as_the_merged
 
     from dlmstore.export.runtime import load_model
 
-    args = ["--adapter-mix", "knowledge:1.0,tone:0.5", "--quant", "F16", "--target", "llama-server", "--json"]
+    args = ["--adapter-mix", "knowledge:1.0,tone:0.5", "--quant", "F16", "--target", "ollama", "--json"]
     result = runner.invoke(cli, ["export", str(doc), *args])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -416,8 +416,11 @@ def test_the_mixed_adapter_gguf_on_the_base_gguf_runs_in_llama_cpp_as_the_merged
         "base.F16.gguf",
     )
     assert (
-        "adapters mixed (cat): knowledge v0002 x1, tone v0003 x0.5"
-        in (folder / "llama-server.sh").read_text()
+        (folder / "Modelfile")
+        .read_text()
+        .startswith(
+            f"# Written by dlm export: document {VALID_ID}, adapters mixed (cat): knowledge v0002 x1, tone v0003 x0.5,\n"
+        )
     )
     opened = [
         load_model(folder / "model.F16.gguf", n_ctx=64, logits_all=True),
