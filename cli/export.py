@@ -30,7 +30,8 @@ def _mix_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "adapter",
     metavar="N|NAME",
     help="Export adapter version N (as in vNNNN), or the newest version of the named adapter NAME "
-    "(training.adapters); default: the newest (a document of named adapters needs --adapter or --adapter-mix).",
+    "(training.adapters); default: the newest. A document of named adapters needs --adapter or --adapter-mix, "
+    "unless it has a learned gate: then its mean output over its training prompts is the mix.",
 )
 @click.option(
     "--adapter-mix",
