@@ -240,6 +240,7 @@ def test_linear_is_chosen_for_one_rank_cat_for_several_and_linear_on_several_is_
     assert combination(parts, [eight, also_eight], None) == "linear"
     assert combination(parts, [eight, four], None) == "cat"
     assert combination(parts, [eight, four], "svd") == "svd"
+    assert combination(parts[:1], [eight], "svd") == "linear"  # what PEFT does with one adapter
     with pytest.raises(ExportError) as caught:
         combination(parts, [eight, four], "linear")
     assert caught.value.reports() == [

@@ -108,7 +108,8 @@ def combination(parts: Sequence[MixPart], folders: Sequence[Path], method: str |
     """The combination type to mix the adapters in ``folders`` with, once their configs allow it.
 
     ``method`` is ``--adapter-mix-method``; None chooses ``linear`` when every
-    adapter has one rank, else ``cat``.
+    adapter has one rank, else ``cat``. One adapter is always ``linear``, as
+    PEFT mixes it (exact for one).
 
     Raises:
         ExportError: an adapter PEFT cannot mix (see the module docstring),
@@ -131,6 +132,8 @@ def combination(parts: Sequence[MixPart], folders: Sequence[Path], method: str |
             "pattern), which PEFT cannot mix; train them with target_modules of one kind"
         )
     ranks = [_rank(config) for config in configs]
+    if len(parts) == 1:
+        return "linear"  # PEFT mixes one adapter linearly whatever it is asked: exactly weight * B A
     if method is None:
         return "linear" if len(set(ranks)) == 1 else "cat"
     if method == "linear" and len(set(ranks)) > 1:
