@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
-from dlmstore.errors import ExportError
+from dlmstore.errors import AdapterChoiceError, ExportError
 from dlmstore.home import store_dir
 
 from .helpers import EXPORT_BODY, VALID_ID, file_hashes, write_doc
@@ -160,11 +160,9 @@ def test_the_parser_keeps_the_order_written_and_checks_names_against_the_declare
         MixPart("tone", 0.5),
         MixPart("knowledge", 1.0),
     )
-    with pytest.raises(ExportError) as caught:
+    with pytest.raises(AdapterChoiceError) as caught:
         parse_mix("knowledge:1,style:1", ["knowledge", "tone"])
-    assert str(caught.value) == (
-        "--adapter-mix names 'style', which the document does not declare (training.adapters: knowledge, tone)"
-    )
+    assert str(caught.value) == "--adapter-mix names 'style': no such adapter (declared: knowledge, tone)"
 
 
 def test_a_mix_naming_an_undeclared_adapter_is_one_error_naming_the_declared_ones(
@@ -172,9 +170,9 @@ def test_a_mix_naming_an_undeclared_adapter_is_one_error_naming_the_declared_one
 ) -> None:
     result = runner.invoke(cli, ["export", str(doc), "--adapter-mix", "knowledge:1,style:0.5"])
     assert (result.exit_code, result.stderr) == (
-        1,
-        "error: --adapter-mix names 'style', which the document does not declare "
-        "(training.adapters: knowledge, tone)\n",
+        2,
+        "error: --adapter-mix names 'style': no such adapter (declared: knowledge, tone)\n"
+        "hint: name the declared adapters\n",
     )
 
 
@@ -196,9 +194,9 @@ def test_clashing_choices_are_usage_errors(
 def test_a_document_of_named_adapters_needs_adapter_or_adapter_mix(runner: CliRunner, doc: Path) -> None:
     result = runner.invoke(cli, ["export", str(doc)])
     assert (result.exit_code, result.stderr) == (
-        1,
-        f"error: {doc} declares named adapters (knowledge, tone): choose one with --adapter NAME, "
-        "or mix them with --adapter-mix NAME:WEIGHT,NAME:WEIGHT\n",
+        2,
+        "error: doc.dlm declares named adapters (knowledge, tone): `dlm export` needs --adapter NAME or "
+        "--adapter-mix NAME:WEIGHT,NAME:WEIGHT\nhint: e.g. `dlm export doc.dlm --adapter knowledge`\n",
     )
 
 
@@ -209,16 +207,17 @@ def test_a_single_adapter_document_refuses_a_name_and_a_mix(
 
     single = export_doc(tmp_path, tiny_base)
     result = runner.invoke(cli, ["export", str(single), "--adapter", "tone"])
+    # As dlm prompt and dlm eval refuse it (usage errors, exit 2, as in DLM).
     assert (result.exit_code, result.stderr) == (
-        1,
-        "error: --adapter tone: this document declares no named adapters (training.adapters)\n"
-        "hint: give a version number (--adapter 3), or leave --adapter out for the newest\n",
+        2,
+        "error: doc.dlm: --adapter tone: the document declares no named adapters (training.adapters), so it "
+        "has one adapter\nhint: leave out --adapter: `dlm export` uses the document's adapter\n",
     )
     result = runner.invoke(cli, ["export", str(single), "--adapter-mix", "tone:1"])
     assert (result.exit_code, result.stderr) == (
-        1,
-        f"error: {single}: --adapter-mix mixes named adapters, and this document declares none "
-        f"(training.adapters)\nhint: export its adapter with `dlm export {single}`\n",
+        2,
+        "error: doc.dlm: --adapter-mix: the document declares no named adapters (training.adapters), so it "
+        "has one adapter\nhint: leave out --adapter-mix: `dlm export` exports the document's adapter\n",
     )
 
 
@@ -335,8 +334,9 @@ def test_export_adapter_name_exports_that_adapter_s_newest_version(runner: CliRu
 def test_export_adapter_names_the_declared_ones_for_an_unknown_name(runner: CliRunner, doc: Path) -> None:
     result = runner.invoke(cli, ["export", str(doc), "--adapter", "style"])
     assert (result.exit_code, result.stderr) == (
-        1,
-        "error: --adapter style: the document declares no adapter of that name (training.adapters: knowledge, tone)\n",
+        2,
+        "error: doc.dlm: --adapter style: no such adapter (declared: knowledge, tone)\n"
+        "hint: name one of the declared adapters\n",
     )
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlmstore.errors import ExportError, StoreError
+from dlmstore.document.adapter_routing import adapter_names, chosen_adapter
+from dlmstore.document.parser import Document
+from dlmstore.errors import AdapterChoiceError, ExportError, StoreError
 from dlmstore.export.mix import MixPart, parse_mix
 from dlmstore.gate.gates import GateRecord
 from dlmstore.store.database import Store
@@ -77,54 +79,48 @@ class MixPlan:
         return {"parts": parts, "combination": self.how, "gate_id": self.gate_id}
 
 
-def choose(
-    path: str,
-    declared: list[str],
-    adapter: int | str | None,
-    mix: str | None,
-    method: str | None,
-    *,
-    gated: bool,
-) -> Choice:
-    """What to export, checked against the document (its adapter names ``declared``) before the store opens.
+def choose(document: Document, adapter: int | str | None, mix: str | None, method: str | None) -> Choice:
+    """What to export, checked against the document before the store opens.
 
     A document of named adapters given neither ``adapter`` nor ``mix`` needs
-    a gate (``gated``), whose static mix :func:`resolve` finds in the store.
+    a learned gate, whose static mix :func:`resolve` finds in the store. A
+    name is checked as ``dlm prompt`` and ``dlm eval`` check theirs
+    (:func:`~dlmstore.document.adapter_routing.chosen_adapter`).
 
     Raises:
-        ExportError: a name the document does not declare, a name or a mix on
-            a document of one adapter, both or neither on a document of named
-            adapters without a gate, a malformed mix, a method without a mix.
+        AdapterChoiceError: a name the document does not declare, a name or a
+            mix on a document of one adapter, both or neither on a document
+            of named adapters without a gate, a method without a mix (usage
+            errors, exit 2, as in DLM).
+        ExportError: a malformed mix.
     """
-    if isinstance(adapter, str) and adapter not in declared:
-        if not re.fullmatch(r"v?\d+", adapter):
-            if not declared:
-                raise ExportError(
-                    f"--adapter {adapter}: this document declares no named adapters (training.adapters)",
-                    hint="give a version number (--adapter 3), or leave --adapter out for the newest",
-                )
-            raise ExportError(
-                f"--adapter {adapter}: the document declares no adapter of that name "
-                f"(training.adapters: {', '.join(declared)})"
-            )
+    declared = adapter_names(document)
+    shown = document.path.name
+    if isinstance(adapter, str) and adapter not in declared and re.fullmatch(r"v?\d+", adapter):
         adapter = int(adapter.removeprefix("v"))
+    if isinstance(adapter, str):
+        chosen_adapter(
+            document, adapter, command="dlm export"
+        )  # refuses a name the document does not declare
     if mix is None:
         if method is not None:
-            raise ExportError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
-        if adapter is None and declared and not gated:
-            raise ExportError(
-                f"{path} declares named adapters ({', '.join(declared)}): choose one with --adapter NAME, "
-                "or mix them with --adapter-mix NAME:WEIGHT,NAME:WEIGHT"
+            raise AdapterChoiceError("--adapter-mix-method says how to mix adapters; give --adapter-mix too")
+        if adapter is None and declared and not document.frontmatter.training.gate.enabled:
+            raise AdapterChoiceError(
+                f"{shown} declares named adapters ({', '.join(declared)}): `dlm export` needs --adapter NAME "
+                "or --adapter-mix NAME:WEIGHT,NAME:WEIGHT",
+                hint=f"e.g. `dlm export {shown} --adapter {declared[0]}`",
             )
-        return Choice(adapter, None, tuple(declared))
+        return Choice(adapter, None, declared)
     if adapter is not None:
-        raise ExportError("--adapter and --adapter-mix both choose what to export; give one of them")
+        raise AdapterChoiceError("--adapter and --adapter-mix both choose what to export; give one of them")
     if not declared:
-        raise ExportError(
-            f"{path}: --adapter-mix mixes named adapters, and this document declares none (training.adapters)",
-            hint=f"export its adapter with `dlm export {path}`",
+        raise AdapterChoiceError(
+            f"{shown}: --adapter-mix: the document declares no named adapters (training.adapters), "
+            "so it has one adapter",
+            hint="leave out --adapter-mix: `dlm export` exports the document's adapter",
         )
-    return Choice(None, parse_mix(mix, declared), tuple(declared))
+    return Choice(None, parse_mix(mix, declared), declared)
 
 
 def resolve(store: Store, path: str, choice: Choice) -> Chosen:

@@ -185,9 +185,9 @@ def export_document(
         DocumentError: the document is invalid.
         StoreError: no store, no adapter (or not that version), a damaged
             adapter, or store.db cannot be written.
-        ExportError: the adapters asked for do not fit the document (a
-            name it does not declare, no choice on a document of named
-            adapters, a mix PEFT cannot make), llama-cpp-python is missing or crashes, the folder is
+        AdapterChoiceError: the adapters asked for do not fit the document (a
+            name it does not declare, no choice on a document of named adapters).
+        ExportError: a mix PEFT cannot make, llama-cpp-python is missing or crashes, the folder is
             not dlm's, the architecture or tokenizer cannot be written as
             GGUF, or a file cannot be written (a full disk).
         BaseModelError: the base model cannot be loaded.
@@ -199,9 +199,7 @@ def export_document(
     if target not in TARGETS:
         raise ValueError(f"unknown export target {target!r}; expected one of {', '.join(TARGETS)}")
     document = parse_document(path)
-    declared = list(document.frontmatter.training.adapters or {})
-    gated = document.frontmatter.training.gate.enabled
-    choice = choose(path, declared, adapter, mix, mix_method, gated=gated)
+    choice = choose(document, adapter, mix, mix_method)
     chosen = None if target == "hf" else (quant or document.frontmatter.export.default_quant or DEFAULT_QUANT)
     if chosen is not None and chosen not in QUANTS:
         raise ValueError(f"unknown quantisation {chosen!r}; expected one of {', '.join(QUANTS)}")

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.bases import TOKENIZER_FILES
-from dlmstore.errors import ExportError
+from dlmstore.errors import AdapterChoiceError, ExportError
 
 #: PEFT combination types ``dlm export --adapter-mix-method`` offers.
 COMBINATIONS = ("linear", "cat", "svd")
@@ -74,8 +74,8 @@ def parse_mix(spec: str, declared: Sequence[str] | None = None) -> tuple[MixPart
 
     Raises:
         ExportError: the spec is empty, a part is not ``name:weight``, a
-            name is not declared or comes twice, or a weight is not a
-            finite number above 0.
+            name comes twice, or a weight is not a finite number above 0.
+        AdapterChoiceError: a name is not declared (a usage error, exit 2).
     """
     if not spec.strip():
         raise ExportError(f"--adapter-mix is empty: give name:weight parts, e.g. {_EXAMPLE}")
@@ -85,9 +85,9 @@ def parse_mix(spec: str, declared: Sequence[str] | None = None) -> tuple[MixPart
         if not colon or not name or not text:
             raise ExportError(f"--adapter-mix part {piece.strip()!r} is not name:weight (e.g. {_EXAMPLE})")
         if declared is not None and name not in declared:
-            raise ExportError(
-                f"--adapter-mix names {name!r}, which the document does not declare "
-                f"(training.adapters: {', '.join(declared)})"
+            raise AdapterChoiceError(
+                f"--adapter-mix names {name!r}: no such adapter (declared: {', '.join(declared)})",
+                hint="name the declared adapters",
             )
         if any(part.name == name for part in parts):
             raise ExportError(f"--adapter-mix names {name!r} twice; give each adapter one weight")
