@@ -14,6 +14,7 @@ from scenarios_format import FORMAT, REFUSALS
 from scenarios_garden import GARDEN, RESUME
 from scenarios_home import CACHE, DEDUP, STORES
 from scenarios_lock import LOCK
+from scenarios_named import NAMED
 from scenarios_pack import PACK
 from scenarios_replay import REPLAY
 from scenarios_templates import TEMPLATES
@@ -40,5 +41,6 @@ SCENARIOS: dict[str, Scenario] = {
         REPLAY,
         PACK,
         TEMPLATES,
+        NAMED,
     )
 }

@@ -687,8 +687,18 @@ def test_dlm_eval_of_a_version_that_does_not_exist_names_the_newest(eval_doc: Pa
 def test_adapter_and_base_together_or_a_bad_version_are_usage_errors(eval_doc: Path) -> None:
     both = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "v1", "--base"])
     assert both.exit_code == 2 and "--adapter and --base cannot be combined" in both.stderr
-    bad = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "latest"])
-    assert bad.exit_code == 2 and "'latest' is not an adapter version" in bad.stderr
+    bad = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "Latest"])
+    assert (
+        bad.exit_code == 2
+        and "'Latest' is neither an adapter version (v1, v0003, 3) nor an adapter name" in bad.stderr
+    )
+    # A name is a named adapter's (training.adapters), which this document does not declare.
+    named = CliRunner().invoke(cli, ["eval", str(eval_doc), "--adapter", "latest"])
+    assert named.exit_code == 2
+    assert named.stderr.splitlines()[0] == (
+        f"error: {eval_doc.name}: --adapter latest: the document declares no named adapters (training.adapters), "
+        "so it has one adapter"
+    )
 
 
 def test_comparing_an_adapter_with_itself_is_refused_before_anything_runs(eval_doc: Path) -> None:

@@ -515,3 +515,23 @@ def test_a_damaged_gate_is_never_packed(store: Path, trained: dict[str, Any], tm
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith("error: the learned gate gate/run3 is damaged")
     assert not (tmp_path / "doc.dlm.pack").exists()
+
+
+@pytest.mark.slow
+def test_nproc_2_trains_every_named_adapter_on_both_ranks_and_the_gate_once(
+    tmp_path: Path, tiny_base: Path, dlm_home: Path
+) -> None:
+    doc = named_doc(tmp_path, tiny_base, extra="  preference:\n    enabled: false\n")
+    result = CliRunner().invoke(cli, ["train", str(doc), "--nproc", "2"], env={"OMP_NUM_THREADS": "1"})
+    assert result.exit_code == 0, result.output
+    with _db(store_dir(VALID_ID)) as conn:
+        assert conn.execute("SELECT command, adapter, world_size FROM runs ORDER BY id").fetchall() == [
+            ("train", "knowledge", 2),
+            ("train", "tone", 2),
+            ("gate", None, 1),
+        ]
+        assert conn.execute("SELECT version, name FROM adapters ORDER BY version").fetchall() == [
+            (1, "knowledge"),
+            (2, "tone"),
+        ]
+        assert conn.execute("SELECT COUNT(*) FROM gates").fetchone() == (1,)

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.home import store_dir
-from dlmstore.watch.saves import Watched, counts
+from dlmstore.watch.saves import Saves, Watched, counts
 
 from .helpers import VALID_ID, write_doc
 
@@ -233,3 +233,15 @@ def test_only_the_document_counts_in_its_own_folder(tmp_path: Path) -> None:
     assert counts(str(doc), folder, "/nowhere")
     assert not counts(str(tmp_path / "other.dlm"), folder, "/nowhere")
     assert not counts(str(tmp_path / "doc.dlm.tmp"), folder, "/nowhere")
+
+
+def test_a_folder_made_under_a_watched_tree_reports_the_files_already_in_it(tmp_path: Path) -> None:
+    # mkdir then a file at once: the file can land before the new folder's own watch begins, so the
+    # folder's creation stands for the files found in it (editors' temporary files left out).
+    folder = tmp_path / "notes" / ".dlm"
+    folder.mkdir(parents=True)
+    (folder / "training.yaml").write_text("weights: {}\n", encoding="utf-8")
+    (folder / "training.yaml~").write_text("", encoding="utf-8")
+    with Saves() as saves:
+        found = saves._saved_under(str(folder), Watched(str(tmp_path / "notes"), True, None))
+    assert found == [str(folder / "training.yaml")]

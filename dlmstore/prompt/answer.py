@@ -50,8 +50,10 @@ class PromptAnswer:
         adapter: The named adapter that answered (``--adapter``); null for a document's one adapter
             and for a mix.
         mix: The named adapters mixed for the answer, with the weights the gate chose (or equal ones,
-            ``--gate off``); empty unless mixed. ``adapter_version`` is then the most weighted one's.
-        routed_by: ``gate`` or ``uniform`` when the answer comes from a mix; null otherwise.
+            ``--gate off``; with llama.cpp, the export's mix); empty unless mixed. ``adapter_version`` is
+            then the most weighted one's (with llama.cpp, the export's first part's).
+        routed_by: ``gate`` or ``uniform`` when the answer comes from a mix (with llama.cpp: ``gate``
+            for a gated document's static mix, ``mix`` for an ``--adapter-mix`` export); null otherwise.
     """
 
     question: str
@@ -241,9 +243,10 @@ def _llama_cpp(
             )
         adapter = find_version(store, export.adapter_version)
     assert adapter is not None  # exports.adapter_version references adapters.version
-    if name is not None and adapter.name != name:
+    if name is not None and (adapter.name != name or export.mix is not None):
         raise ExportError(
-            f"{path}: the newest GGUF export is of {_exported(adapter.name)}, not of adapter {name}",
+            f"{path}: the newest GGUF export is of {_exported(None if export.mix else adapter.name, export.mix)}, "
+            f"not of adapter {name}",
             hint=f"run `dlm export {path} --adapter {name}` first",
         )
     gguf = checked_file(export, f"model.{export.quant}.gguf")
@@ -253,13 +256,21 @@ def _llama_cpp(
     new = greedy(llm, tokens, max_new_tokens=max_new_tokens)
     seconds = time.perf_counter() - started
     text = bytes(llm.detokenize(new)).decode("utf-8", errors="replace").strip()
+    mixed = export.mix or {}
+    parts = [
+        MixWeight(str(part["name"]), int(part["version"]), float(part["weight"]))
+        for part in mixed.get("parts", [])  # type: ignore[attr-defined]
+    ]
     return PromptAnswer(
         question, text, adapter.version, adapter.phase, adapter.sha256, document.base_model,
-        "llama.cpp", str(gguf), len(new), round(seconds, 4), name,
+        "llama.cpp", str(gguf), len(new), round(seconds, 4), name, parts,
+        None if not parts else ("gate" if mixed.get("gate_id") is not None else "mix"),
     )  # fmt: skip
 
 
-def _exported(name: str | None) -> str:
+def _exported(name: str | None, mix: object = None) -> str:
+    if mix is not None:
+        return "a mix of named adapters"
     return "the document's adapter" if name is None else f"adapter {name}"
 
 

@@ -97,6 +97,10 @@ def evaluate_document(
     options = stages.Options(no_cache=no_cache)
     parsed = parse_document(path)
     dlm_id = parsed.dlm_id
+    if name is not None:  # a name the document does not declare is refused before anything is opened
+        from dlmstore.document.adapter_routing import chosen_adapter
+
+        chosen_adapter(parsed, name, command="dlm eval")
     if not base and not (store_dir(dlm_id) / DB_NAME).is_file():
         raise StoreError(f"{path}: no adapter has been trained yet", hint=_NOTHING_TRAINED.format(path=path))
     with open_store(dlm_id) as store:

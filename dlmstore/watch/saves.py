@@ -132,12 +132,18 @@ class Saves:
             return changed
 
     def _gather(self, watched: Watched, stop: threading.Event) -> None:
-        from watchfiles import DefaultFilter, watch
+        from watchfiles import Change, DefaultFilter, watch
 
         default = DefaultFilter()
 
         def wanted(change: Any, path: str) -> bool:
-            return default(change, path) and counts(path, watched, self._home)
+            if not default(change, path):
+                return False
+            # A folder made under a watched tree may hold files written before its own watch began
+            # (mkdir, then a file at once): they are looked for when it is reported (_saved_under).
+            if watched.recursive and change == Change.added and os.path.isdir(path):
+                return True
+            return counts(path, watched, self._home)
 
         try:
             self._gather_changes(watched, stop, wanted, watch)
@@ -150,11 +156,27 @@ class Saves:
             rust_timeout=0, raise_interrupt=False, force_polling=self._force_polling,
             recursive=watched.recursive, ignore_permission_denied=True,
         ):  # fmt: skip
+            saved = [found for _, path in changes for found in self._saved_under(path, watched)]
+            if not saved:
+                continue
             with self._condition:
-                for _, path in changes:
-                    self._changed[str(Path(path))] = None
+                for path in saved:
+                    self._changed[path] = None
                 self._last = time.monotonic()
                 self._condition.notify_all()
+
+    def _saved_under(self, path: str, watched: Watched) -> list[str]:
+        """``path``, or for a folder just made, the files in it that count as saves."""
+        if not os.path.isdir(path):
+            return [str(Path(path))]
+        found = []
+        for folder, _, names in os.walk(path):
+            found.extend(
+                str(Path(folder) / name)
+                for name in sorted(names)
+                if counts(os.path.join(folder, name), watched, self._home)
+            )
+        return found
 
     def _close_threads(self) -> None:
         self._stop.set()
