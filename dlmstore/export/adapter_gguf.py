@@ -34,7 +34,7 @@ PEFT_PREFIX = "base_model.model."
 
 def adapter_unsupported(adapter: Path) -> str | None:
     """Why the adapter in ``adapter`` cannot be a GGUF LoRA (DoRA, full layers), or None when it can."""
-    config = _config(adapter)
+    config = adapter_config(adapter)
     if config.get("use_dora"):
         return "it is a DoRA adapter (llama.cpp's LoRA format has no magnitude vectors)"
     if config.get("modules_to_save"):
@@ -44,7 +44,12 @@ def adapter_unsupported(adapter: Path) -> str | None:
     return None
 
 
-def _config(adapter: Path) -> dict[str, Any]:
+def adapter_config(adapter: Path) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` as a dict.
+
+    Raises:
+        ExportError: it cannot be read, or is not a JSON object.
+    """
     path = adapter / "adapter_config.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -70,7 +75,7 @@ def write_adapter_gguf(adapter: Path, out: Path, params: Hyperparameters, *, nam
     why = adapter_unsupported(adapter)
     if why is not None:
         raise ExportError(f"{adapter}: the adapter cannot be written as a GGUF LoRA: {why}")
-    config = _config(adapter)
+    config = adapter_config(adapter)
     rank = int(config["r"])
     alpha = float(config["lora_alpha"])
     if config.get("use_rslora"):

@@ -45,6 +45,7 @@ from typing import Any
 
 from dlmstore.bases import TOKENIZER_FILES
 from dlmstore.errors import AdapterChoiceError, ExportError
+from dlmstore.export.adapter_gguf import adapter_config
 
 #: PEFT combination types ``dlm export --adapter-mix-method`` offers.
 COMBINATIONS = ("linear", "cat", "svd")
@@ -117,7 +118,7 @@ def combination(parts: Sequence[MixPart], folders: Sequence[Path], method: str |
     """
     if method is not None and method not in COMBINATIONS:
         raise ValueError(f"unknown combination {method!r}; expected one of {', '.join(COMBINATIONS)}")
-    configs = [_config(folder) for folder in folders]
+    configs = [adapter_config(folder) for folder in folders]
     for part, config in zip(parts, configs, strict=True):
         why = _unmixable(config)
         if why is not None:
@@ -185,7 +186,7 @@ def build_mix(model: Any, parts: Sequence[MixPart], folders: Sequence[Path], how
     # PEFT saves an adapter not named "default" into a folder of its name.
     (saved / _MIXED).rename(out)
     shutil.rmtree(saved)
-    config = _config(out)
+    config = adapter_config(out)
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])
     # Each part's scaling is inside the mixed A and B; rsLoRA's alpha / sqrt(r) would scale them again.
@@ -214,14 +215,3 @@ def _unmixable(config: dict[str, Any]) -> str | None:
 def _rank(config: dict[str, Any]) -> int:
     # As PEFT counts it: a rank_pattern can raise some layers' rank above r.
     return max([int(config["r"]), *(int(r) for r in (config.get("rank_pattern") or {}).values())])
-
-
-def _config(folder: Path) -> dict[str, Any]:
-    path = folder / _CONFIG
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"cannot read the adapter config {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ExportError(f"{path} is not a JSON object")
-    return data

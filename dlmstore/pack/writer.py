@@ -166,25 +166,19 @@ def _store_files(
     if lock.is_file():
         files.append(TreeFile(f"{layout.STORE_DIR}/dlm.lock", lock))
     for adapter in chosen:
-        folder = store.path / adapter.path
-        try:
-            names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
-        except OSError as exc:
-            raise PackError(
-                f"adapter v{adapter.version:04d}: cannot read {folder}: {exc.strerror or exc}",
-                hint="pack other versions with --adapters, or train again",
-            ) from None
-        files.extend(TreeFile(f"{layout.STORE_DIR}/{adapter.path}/{name}", folder / name) for name in names)
+        files += _folder_files(
+            store,
+            adapter.path,
+            f"adapter v{adapter.version:04d}",
+            "pack other versions with --adapters, or train again",
+        )
     if copy.gate is not None:  # the newest learned gate: what dlm prompt routes by
-        folder = store.path / copy.gate[0]
-        try:
-            names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
-        except OSError as exc:
-            raise PackError(
-                f"the learned gate {copy.gate[0]}: cannot read {folder}: {exc.strerror or exc}",
-                hint="train again (dlm train) to fit a new gate",
-            ) from None
-        files.extend(TreeFile(f"{layout.STORE_DIR}/{copy.gate[0]}/{name}", folder / name) for name in names)
+        files += _folder_files(
+            store,
+            copy.gate[0],
+            f"the learned gate {copy.gate[0]}",
+            "train again (dlm train) to fit a new gate",
+        )
     if options.cache:
         files.extend(
             TreeFile(f"{layout.STORE_DIR}/{relpath}", store.path / relpath) for relpath in copy.segments
@@ -192,6 +186,20 @@ def _store_files(
     if options.exports:
         files.extend(_export_files(store, copy))
     return files
+
+
+def _folder_files(store: Store, relpath: str, what: str, hint: str) -> list[TreeFile]:
+    """The regular files of the store folder ``relpath`` (an adapter version's, the gate's), by member name.
+
+    Raises:
+        PackError: the folder cannot be read (``what`` names it).
+    """
+    folder = store.path / relpath
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+    except OSError as exc:
+        raise PackError(f"{what}: cannot read {folder}: {exc.strerror or exc}", hint=hint) from None
+    return [TreeFile(f"{layout.STORE_DIR}/{relpath}/{name}", folder / name) for name in names]
 
 
 def _export_files(store: Store, copy: StoreCopy) -> list[TreeFile]:
