@@ -2,9 +2,9 @@
 
 ``harbour.dlm`` declares two adapters, ``knowledge`` and ``tone``, routes
 its sections between them with DLM's fences and asks for the learned gate.
-It trains on the tests' tiny random-weight base (``./tiny-smollm2``), so the
-answers are noise; what the session shows is the routing, the runs, the
-gate's weights and the refusals. A few seconds of training.
+It trains the real SmolLM2-135M for a few steps (a minute on two cores),
+far too few to teach it the harbour: what the session shows is the
+routing, the runs, the gate's weights and the refusals.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ HARBOUR_ID = "01MB7Q2W4Z9K3V8R5N6XGHJCDT"
 
 DOC = f"""---
 dlm_id: {HARBOUR_ID}
-base_model: ./tiny-smollm2
+base_model: smollm2-135m
 training:
   sequence_len: 64
   max_steps: 4
@@ -55,11 +55,11 @@ Fair winds!
 
 NAMED = Scenario(
     name="named",
-    model="tiny",
+    model="real",
     shown=SHOWN,
     files={"harbour.dlm": DOC},
     steps=(
-        Step("show", ("dlm show harbour.dlm | head -6",), ("show", "harbour.dlm"), head=6),
+        Step("show", ("dlm show harbour.dlm | head -7",), ("show", "harbour.dlm"), head=7),
         Step("train", ("dlm train harbour.dlm",), ("train", "harbour.dlm")),
         Step(
             "prompt",
