@@ -17,6 +17,9 @@ built is either still in use or already freed, and what it built is moved
 to the collector's oldest generation so the next collection does not walk
 it (see :func:`paused`).
 
+:func:`frozen` keeps a run's full collections (accelerate runs one as
+training starts) from traversing what was alive before it.
+
 :func:`no_collection_at_exit` spares a finished command the collection the
 interpreter runs as it shuts down: that collection traverses every object
 still alive (modules, the store, what the command built), about 30 ms of a
@@ -51,6 +54,25 @@ def paused() -> Iterator[None]:
         gc.unfreeze()
         if was_enabled:
             gc.enable()
+
+
+@contextmanager
+def frozen() -> Iterator[None]:
+    """Run the block with every object alive at its start out of the collector's sight; restore after.
+
+    Training starts with a full collection (accelerate's ``free_memory``,
+    at the top of transformers' training loop), which traverses every
+    object alive: after a corpus of 13,000 source files, 0.2 s before the
+    first step, on every run and every ``dlm train --watch`` cycle. Frozen,
+    those objects are not traversed (they are in use until the run ends
+    anyway); what the block allocates is collected as usual, and on the
+    way out everything goes back to the oldest generation.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @cache  # registered once per process

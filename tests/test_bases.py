@@ -419,3 +419,18 @@ def test_an_unknown_name_with_nothing_close_lists_what_is_accepted() -> None:
         "use a named base (smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, ... 21 in all, listed in "
         "docs/base-models.md), hf:org/name for any Hugging Face model, or a local model directory"
     )
+
+
+def test_a_tokenizer_loaded_again_from_unchanged_files_is_the_one_loaded_before_and_a_changed_file_reloads_it(
+    tiny_base: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "base"
+    shutil.copytree(tiny_base, folder)
+    ref = resolve_base(str(folder))
+    first = load_tokenizer(ref)
+    assert load_tokenizer(ref) is first
+    config = folder / "tokenizer_config.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    again = load_tokenizer(ref)
+    assert again is not first
+    assert again("a harbour").input_ids == first("a harbour").input_ids

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlmstore.collector import paused
+from dlmstore.collector import frozen, paused
 
 from .helpers import write_doc
 
@@ -56,3 +56,18 @@ def test_a_finished_dlm_command_leaves_nothing_for_the_shutdown_collection_to_tr
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("frozen at exit:")]
     assert int(line.split(":")[1]) > 10_000  # every live object: the modules, the store, the document
+
+
+def test_a_frozen_block_keeps_what_was_alive_before_it_out_of_the_collectors_sight_and_gives_it_back() -> (
+    None
+):
+    gc.unfreeze()
+    before = gc.get_freeze_count()
+    alive = [[index] for index in range(1000)]  # tracked containers, alive through the block
+    with frozen():
+        assert gc.get_freeze_count() >= before + len(alive)
+        made = [[index] for index in range(10)]
+        gc.collect()  # a full collection walks none of the frozen objects
+        assert gc.get_freeze_count() >= before + len(alive)
+    assert gc.get_freeze_count() == 0
+    assert len(made) == 10 and len(alive) == 1000

@@ -5,7 +5,9 @@ and ends, for the CLI to draw. Each cycle:
 
 1. waits for a save (:class:`~dlmstore.watch.saves.Saves`) and then for
    ``debounce_ms`` without one, so a burst of saves is one cycle;
-2. reads the document and its sources as ``dlm show`` does (files the
+2. meanwhile (as soon as the first save arrives, and again after the wait
+   when another save came during it) reads the document and its sources as
+   ``dlm show`` does (files the
    store's stat records prove unchanged are not read) and compares their
    row keys, in order, the copies tag weights give each row
    (``.dlm/training.yaml``, :mod:`dlmstore.corpus.weights`) and the
@@ -118,14 +120,25 @@ def watch_document(
         )
         number = 0
         while True:
+            # The rows are read as soon as a save arrives, while the debounce waits for quiet; a save
+            # during the read or the wait makes them read again once it is quiet.
+            batches = saves.arrived()
+            try:
+                read: tuple[Any, _Rows] | DlmError = _read(path)
+            except DlmError as exc:
+                read = exc
             saved = saves.settled(debounce_ms / 1000)
             number += 1
             started = time.monotonic()
-            try:
-                document, now = _read(path)
-            except DlmError as exc:
-                yield _failed(number, saved, exc, started)
+            if saves.since(batches):
+                try:
+                    read = _read(path)
+                except DlmError as exc:
+                    read = exc
+            if isinstance(read, DlmError):
+                yield _failed(number, saved, read, started)
                 continue
+            document, now = read
             saves.watch(watched_paths(document))  # its sources may have changed
             added, removed = _difference(last, now)
             if now == last:

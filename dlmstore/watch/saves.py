@@ -98,6 +98,7 @@ class Saves:
         self._force_polling = force_polling
         self._changed: dict[str, None] = {}
         self._last = 0.0
+        self._batches = 0  # batches of saves seen so far: tells a reader whether a save came meanwhile
         self._condition = threading.Condition()
         self._watching: tuple[Watched, ...] = ()
         self._stop = threading.Event()
@@ -116,6 +117,19 @@ class Saves:
         ]
         for thread in self._threads:
             thread.start()
+
+    def arrived(self) -> int:
+        """Block until a save is pending (none taken by :meth:`settled` yet); the number of batches of
+        saves seen so far, which :meth:`since` compares with. Ctrl-C and SIGTERM raise here."""
+        with self._condition:
+            while not self._changed:
+                self._condition.wait(1.0)
+            return self._batches
+
+    def since(self, batches: int) -> bool:
+        """Whether a save came after :meth:`arrived` returned ``batches``."""
+        with self._condition:
+            return self._batches != batches
 
     def settled(self, quiet_s: float) -> tuple[str, ...]:
         """The paths saved since the last call, once a save came and then none for ``quiet_s`` seconds.
@@ -163,13 +177,14 @@ class Saves:
                 for path in saved:
                     self._changed[path] = None
                 self._last = time.monotonic()
+                self._batches += 1
                 self._condition.notify_all()
 
     def _saved_under(self, path: str, watched: Watched) -> list[str]:
         """``path``, or for a folder just made, the files in it that count as saves."""
         if not os.path.isdir(path):
             return [str(Path(path))]
-        found = []
+        found: list[str] = []
         for folder, _, names in os.walk(path):
             found.extend(
                 str(Path(folder) / name)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlmstore.collector import frozen
 from dlmstore.train.adapters import Phase, PreferenceMethod
 from dlmstore.train.plan import TrainingPlan
 
@@ -67,7 +68,8 @@ def run_trainer(
     phase = recorder.phase
     try:
         t0 = time.perf_counter()
-        outcome = trainer.train(resume_from_checkpoint=resume_from)
+        with frozen():  # the collection training starts with walks none of what was alive before
+            outcome = trainer.train(resume_from_checkpoint=resume_from)
         train_s = time.perf_counter() - t0
     finally:
         recorder.flush()
