@@ -535,3 +535,16 @@ def test_nproc_2_trains_every_named_adapter_on_both_ranks_and_the_gate_once(
             (2, "tone"),
         ]
         assert conn.execute("SELECT COUNT(*) FROM gates").fetchone() == (1,)
+
+
+def test_verify_retrain_of_a_named_adapter_pack_reproduces_every_adapter(
+    store: Path, trained: dict[str, Any], tmp_path: Path, one_torch_thread: None
+) -> None:
+    pack = tmp_path / "doc.dlm.pack"
+    packed = _dlm("pack", str(trained["doc"]), "-o", str(pack), "--include-sources", "--include-base")
+    assert packed.exit_code == 0, packed.output
+    result = _dlm("verify", str(pack), "--retrain", "--json")
+    assert result.exit_code == 0, result.output
+    retrain = json.loads(result.stdout)["retrain"]
+    assert retrain["reproduced"] is True
+    assert (retrain["adapter_version"], retrain["packed_version"]) == (6, 3)  # v4-v6 beside the unpacked v1-v3

@@ -208,8 +208,14 @@ def _can_retrain(document: Path, manifest: PackManifest) -> None:
 
 
 def _retrain(pack: Path, adapters: list[AdapterCheck]) -> Retrain:
-    """Unpack into a scratch home, train the document there, compare with the packed newest adapter."""
-    from dlmstore.train.trainer import train_document
+    """Unpack into a scratch home, train the document there, compare with the packed newest adapter.
+
+    A document of named adapters (``training.adapters``) trains every adapter: the retrain
+    reproduces when each adapter's new weights are the packed newest version of that adapter's
+    (the summary names the last adapter trained, and the pack's newest version).
+    """
+    from dlmstore.train.named.adapter_runs import train
+    from dlmstore.train.summary import NamedTrainSummary
 
     if not adapters:
         raise PackError("the pack carries no adapter to compare a retrain with")
@@ -217,12 +223,16 @@ def _retrain(pack: Path, adapters: list[AdapterCheck]) -> Retrain:
     with tempfile.TemporaryDirectory(prefix="dlm-retrain-") as folder, home_at(Path(folder) / "home"):
         scratch = Path(folder)
         installed = unpack(pack, to=scratch / "document")
-        summary = train_document(installed.document)
+        trained = train(str(installed.document))
+    runs = trained.adapters if isinstance(trained, NamedTrainSummary) else [trained]
+    packed = {adapter.sha256 for adapter in adapters}
+    summary = runs[-1]
     return Retrain(
         adapter_version=summary.adapter_version,
         sha256=summary.adapter_sha256,
         packed_version=newest.version,
         packed_sha256=newest.sha256,
-        reproduced=summary.adapter_sha256 == newest.sha256,
-        steps=sum(part.steps for part in summary.phases),
+        reproduced=summary.adapter_sha256 == newest.sha256
+        and all(run.adapter_sha256 in packed for run in runs),
+        steps=sum(part.steps for run in runs for part in run.phases),
     )
