@@ -38,7 +38,9 @@ SHARED = "".join(
     f"The harbour log, entry {i}: the tide turned at {i % 12 + 1} o'clock and the north wall held.\n\n"
     for i in range(40)
 )
-KNOWLEDGE = [(f"How deep is berth {i}?", f"Berth {i} is {8 + i % 5} metres deep at low tide.") for i in range(24)]
+KNOWLEDGE = [
+    (f"How deep is berth {i}?", f"Berth {i} is {8 + i % 5} metres deep at low tide.") for i in range(24)
+]
 TONE = [(f"Greet visitor {i}.", f"Ahoy, visitor {i}! Fair winds to ye.") for i in range(24)]
 
 
@@ -67,7 +69,9 @@ def write_docs(folder: Path, steps: int) -> dict[str, Path]:
     )  # fmt: skip
     knowledge = folder / "knowledge.dlm"
     knowledge.write_text(
-        _front("01M8B2RZQ3G7V3J0CQ9T5W6XKB", steps, "  lora_r: 8\n") + SHARED + _pairs(KNOWLEDGE, "::instruction::"),
+        _front("01M8B2RZQ3G7V3J0CQ9T5W6XKB", steps, "  lora_r: 8\n")
+        + SHARED
+        + _pairs(KNOWLEDGE, "::instruction::"),
         encoding="utf-8",
     )
     tone = folder / "tone.dlm"
@@ -132,7 +136,9 @@ def main() -> None:
         )
     wall_named, wall_base = statistics.median(walls["named"]), statistics.median(walls["baseline"])
     in_named, in_base = statistics.median(inside["named"]), statistics.median(inside["baseline"])
-    print(f"\nmedians of {args.repeat} ({args.max_steps} steps per adapter, SmolLM2-135M, base load {statistics.median(loads):.2f} s):")
+    print(
+        f"\nmedians of {args.repeat} ({args.max_steps} steps per adapter, SmolLM2-135M, base load {statistics.median(loads):.2f} s):"
+    )
     print(f"  processes:  named {wall_named:.1f} s vs two documents less one base load {wall_base:.1f} s: "
           f"{wall_named / wall_base:.2f}x (target <= 1.15x)")  # fmt: skip
     print(f"  in process: named {in_named:.1f} s vs two documents less one base load {in_base:.1f} s: "
