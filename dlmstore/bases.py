@@ -299,19 +299,35 @@ def _check_local_folder(ref: BaseModelRef) -> None:
         )
 
 
-#: Tokenizers loaded in this process, by where they came from and the state of their files: the
-#: runs of one ``dlm train`` of named adapters, and each cycle of ``dlm train --watch``, take the one
-#: loaded before instead of reading and building it again (a tenth of a second each). Nothing in
-#: dlmstore changes a tokenizer once loaded.
-_TOKENIZERS: dict[tuple[object, ...], Any] = {}
+#: Inside :func:`tokenizers_kept`: the tokenizers loaded there, by where they came from and the
+#: state of their files (None outside it: every load reads and builds the tokenizer).
+_TOKENIZERS: dict[tuple[object, ...], Any] | None = None
 _TOKENIZERS_KEPT = 4
+
+
+@contextmanager
+def tokenizers_kept() -> Iterator[None]:
+    """Within the block, a tokenizer loaded again from unchanged files is the one loaded before.
+
+    For the long commands that load one base's tokenizer over and over: the
+    runs of one ``dlm train`` of named adapters, the cycles of ``dlm train
+    --watch`` (a tenth of a second each). Nothing they run changes a
+    tokenizer once loaded. Outside such a block every load is a fresh one.
+    """
+    global _TOKENIZERS
+    outer = _TOKENIZERS
+    _TOKENIZERS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _TOKENIZERS = outer
 
 
 def load_tokenizer(ref: BaseModelRef) -> Any:
     """Load the tokenizer of ``ref`` (imports transformers), at its pinned revision if any.
 
-    A tokenizer this process loaded before from the same files, unchanged
-    since (their sizes and modification times), is returned again.
+    Inside :func:`tokenizers_kept`, a tokenizer loaded before from the same
+    files, unchanged since (their sizes and modification times), is returned again.
 
     A local folder whose ``tokenizer_config.json`` names transformers' plain
     ``TokenizersBackend`` (what a built-in's conversion writes, and what
@@ -321,9 +337,10 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
     never needs (see :mod:`dlmstore.torch_loader`).
     """
     source = tokenizer_source(ref)
-    key = _tokenizer_key(ref, source)
-    if key is not None and key in _TOKENIZERS:
-        return _TOKENIZERS[key]
+    kept = _TOKENIZERS
+    key = None if kept is None else _tokenizer_key(ref, source)
+    if kept is not None and key is not None and key in kept:
+        return kept[key]
     with _quiet_transformers() as transformers, _loadable(ref, source) as path:
         try:
             if _plain_backend(source):
@@ -333,10 +350,10 @@ def load_tokenizer(ref: BaseModelRef) -> Any:
         except (OSError, ValueError) as exc:
             raise _load_error(ref, "tokenizer", exc) from None
     tokenizer.name_or_path = source  # what fingerprint_tokenizer hashes: the folder, not the alias
-    if key is not None:
-        while len(_TOKENIZERS) >= _TOKENIZERS_KEPT:
-            del _TOKENIZERS[next(iter(_TOKENIZERS))]
-        _TOKENIZERS[key] = tokenizer
+    if kept is not None and key is not None:
+        while len(kept) >= _TOKENIZERS_KEPT:
+            del kept[next(iter(kept))]
+        kept[key] = tokenizer
     return tokenizer
 
 

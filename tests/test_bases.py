@@ -424,13 +424,17 @@ def test_an_unknown_name_with_nothing_close_lists_what_is_accepted() -> None:
 def test_a_tokenizer_loaded_again_from_unchanged_files_is_the_one_loaded_before_and_a_changed_file_reloads_it(
     tiny_base: Path, tmp_path: Path
 ) -> None:
+    from dlmstore.bases import tokenizers_kept
+
     folder = tmp_path / "base"
     shutil.copytree(tiny_base, folder)
     ref = resolve_base(str(folder))
-    first = load_tokenizer(ref)
-    assert load_tokenizer(ref) is first
-    config = folder / "tokenizer_config.json"
-    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
-    again = load_tokenizer(ref)
+    assert load_tokenizer(ref) is not load_tokenizer(ref)  # outside tokenizers_kept: fresh each time
+    with tokenizers_kept():
+        first = load_tokenizer(ref)
+        assert load_tokenizer(ref) is first
+        config = folder / "tokenizer_config.json"
+        config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+        again = load_tokenizer(ref)
     assert again is not first
     assert again("a harbour").input_ids == first("a harbour").input_ids

@@ -219,6 +219,16 @@ def test_one_dlm_train_records_a_run_a_lock_and_a_version_line_per_adapter(
     ]
     assert locks == [(1,), (2,)]
     assert evaluated == [(1, "base"), (1, "v0001"), (2, "base"), (2, "v0002"), (2, "v0003")]
+    # The tokenizer each run loaded (once, then kept for the next run) is saved unchanged beside each version.
+    saved = [
+        {
+            path.name: file_sha256(path)
+            for path in (store / f"adapter/versions/v000{n}").iterdir()
+            if "token" in path.name
+        }
+        for n in (1, 2, 3)
+    ]
+    assert saved[0] and saved[0] == saved[1] == saved[2]
 
 
 def test_each_adapter_trains_on_its_routed_rows_with_its_own_lora_settings(trained: dict[str, Any]) -> None:

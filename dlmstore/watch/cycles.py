@@ -104,12 +104,14 @@ def watch_document(
         whatever the first run raises (as ``dlm train``); KeyboardInterrupt and
         :class:`~dlmstore.errors.Terminated` from any point.
     """
+    from dlmstore.bases import tokenizers_kept
     from dlmstore.train.named.adapter_runs import train
     from dlmstore.watch.saves import Saves, watched_paths
 
     later = {name: value for name, value in options.items() if name != "max_steps"}
     later.update(resume=False, fresh=False)
-    with Saves(force_polling=force_polling) as saves:
+    # Every cycle's run loads the base's tokenizer: loaded again from unchanged files, it is the same.
+    with Saves(force_polling=force_polling) as saves, tokenizers_kept():
         document, last = _read(path)
         saves.watch(watched_paths(document))  # before the first run: a save during it is a cycle after it
         started = time.monotonic()

@@ -54,6 +54,7 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
             finds nothing to resume for any adapter; or what an adapter's run raises
             (the adapters trained before it keep their versions).
     """
+    from dlmstore.bases import tokenizers_kept
     from dlmstore.document.adapter_routing import adapter_names
     from dlmstore.document.parser import parse_document
     from dlmstore.errors import TrainingError
@@ -73,11 +74,12 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
     plan = _resumption(document, names) if options.get("resume") else dict.fromkeys(names, "fresh")
     skipped = [name for name in names if plan[name] == "skip"]
     loan = BaseLoan()
-    summaries = [
-        train_document(path, **{**options, "resume": plan[name] == "resume"}, adapter=name, loan=loan)
-        for name in names
-        if plan[name] != "skip"
-    ]
+    with tokenizers_kept():  # each adapter's run loads the base's tokenizer: once is enough
+        summaries = [
+            train_document(path, **{**options, "resume": plan[name] == "resume"}, adapter=name, loan=loan)
+            for name in names
+            if plan[name] != "skip"
+        ]
     gate = None
     training = document.frontmatter.training
     if training.gate.enabled and current_world().is_main:
