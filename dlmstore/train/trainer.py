@@ -85,6 +85,7 @@ def train_document(
     no_replay: bool = False,
     adapter: str | None = None,
     loan: BaseLoan | None = None,
+    keep_group: bool = False,
 ) -> TrainSummary:
     """Train a LoRA adapter on the document at ``path``: SFT, then the preference phase.
 
@@ -114,6 +115,10 @@ def train_document(
             (``dlmstore.train.named.adapter_runs.train_named`` trains them all).
         loan: the base model lent to each named adapter's run in turn
             (``dlmstore.train.named.base_loan``); None loads it here.
+        keep_group: under ``--nproc``, stay in the process group when the
+            run succeeds: the caller leaves it (``train_named`` trains every
+            adapter in one group; leaving and joining again between them
+            could hang on the rendezvous).
 
     Launched as one of several ranks (``dlm train --nproc``, torchrun),
     rank 0 does everything that touches the store and every rank trains on
@@ -162,7 +167,8 @@ def train_document(
     except BaseException:
         leave(world, failed=True)  # no barrier: a peer may be stuck in a collective this rank left
         raise
-    leave(world)
+    if not keep_group:
+        leave(world)
     return summary
 
 

@@ -19,7 +19,10 @@ is shared, not repeated:
 whose newest run completed on this very document (the interrupted
 invocation had trained it already) is passed over, and one the interrupted
 invocation never reached trains from the start. ``--nproc`` launches
-every rank into this same loop, so the ranks train each adapter together.
+every rank into this same loop, so the ranks train each adapter together,
+in one process group joined before the first adapter and left after the
+last (leaving and joining again between adapters could hang on the
+rendezvous: it did once, in a fresh clone's suite).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
     from dlmstore.document.adapter_routing import adapter_names
     from dlmstore.document.parser import parse_document
     from dlmstore.errors import TrainingError
-    from dlmstore.train.distributed import current_world
+    from dlmstore.train.distributed import current_world, join, leave
     from dlmstore.train.named.base_loan import BaseLoan
     from dlmstore.train.summary import NamedTrainSummary
     from dlmstore.train.trainer import train_document
@@ -74,15 +77,28 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
     plan = _resumption(document, names) if options.get("resume") else dict.fromkeys(names, "fresh")
     skipped = [name for name in names if plan[name] == "skip"]
     loan = BaseLoan()
-    with tokenizers_kept():  # each adapter's run loads the base's tokenizer: once is enough
-        summaries = [
-            train_document(path, **{**options, "resume": plan[name] == "resume"}, adapter=name, loan=loan)
-            for name in names
-            if plan[name] != "skip"
-        ]
+    world = current_world()
+    join(world)  # one process group for every adapter's run (--nproc), left once at the end
+    try:
+        with tokenizers_kept():  # each adapter's run loads the base's tokenizer: once is enough
+            summaries = [
+                train_document(
+                    path,
+                    **{**options, "resume": plan[name] == "resume"},
+                    adapter=name,
+                    loan=loan,
+                    keep_group=True,
+                )
+                for name in names
+                if plan[name] != "skip"
+            ]
+    except BaseException:
+        leave(world, failed=True)  # as train_document leaves on failure: no barrier
+        raise
+    leave(world)
     gate = None
     training = document.frontmatter.training
-    if training.gate.enabled and current_world().is_main:
+    if training.gate.enabled and world.is_main:
         from dlmstore.train.named.gate_pass import fit_document_gate
 
         seed = training.seed if options.get("seed") is None else options["seed"]
