@@ -363,11 +363,8 @@ def _tokenizer_key(ref: BaseModelRef, source: str) -> tuple[object, ...] | None:
     if ref.kind not in ("builtin", "local"):
         return None
     try:
-        entries = sorted(
-            (entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
-            for entry in os.scandir(source)
-            if entry.is_file()
-        )
+        stats = [(entry.name, entry.stat()) for entry in os.scandir(source) if entry.is_file()]
+        entries = sorted((name, found.st_size, found.st_mtime_ns) for name, found in stats)
     except OSError:
         return None
     return (os.path.realpath(source), ref.revision, tuple(entries))
