@@ -156,6 +156,10 @@ class ResumeError(DatasetError):
     """A loader checkpoint does not match the loader it is being loaded into."""
 
 
+class ObjectStoreError(DlmError):
+    """An object-store URL (``s3://bucket/prefix``) is malformed, or the store refused or did not answer."""
+
+
 class PackError(DlmError):
     """A ``.dlm.pack`` cannot be written, read, installed or verified (``dlm pack``/``unpack``/``verify``)."""
 

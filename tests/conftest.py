@@ -1,5 +1,11 @@
 """Shared fixtures: every test gets its own DLM_HOME; nothing touches the network.
 
+Object storage is the one server a test may reach: ``s3`` gives a test a
+fresh bucket on a real S3-protocol server on 127.0.0.1 (``s3_server.py``),
+and points the AWS environment at it. Every other test runs with that
+environment pointed at a closed port of 127.0.0.1 and no AWS profile,
+credentials file or instance metadata, so no test reaches any other address.
+
 The SmolLM2 base is converted from its GGUF file at most once per test
 session, into a session directory that each test's home links to as
 ``bases/``, so tests that need the real tokenizer pay ~5 s once, not per test.
@@ -25,6 +31,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from .s3_server import S3Bucket, S3Server
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -57,6 +65,76 @@ TINY_SMOLLM2_CONFIG: dict[str, Any] = {
 
 #: Seed of the tiny model's random weights: every session builds the same bytes.
 TINY_SEED = 0
+
+
+#: Variables that could lead a client elsewhere than the tests' server: unset for the session.
+_AWS_ELSEWHERE = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _object_storage_goes_nowhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Point the AWS environment at a closed port of 127.0.0.1 for the whole session.
+
+    The port is bound and never listened on, so a connection is refused at
+    once and no other process can take the port. No profile, config or
+    credentials file and no instance metadata are read. The ``s3`` fixture
+    points a test at the real server instead.
+    """
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    missing = tmp_path_factory.mktemp("no-aws") / "absent"
+    with pytest.MonkeyPatch.context() as patch:
+        for name in _AWS_ELSEWHERE:
+            patch.delenv(name, raising=False)
+        patch.setenv("AWS_ENDPOINT_URL_S3", nowhere)
+        patch.setenv("AWS_ENDPOINT_URL", nowhere)
+        patch.setenv("AWS_CONFIG_FILE", str(missing))
+        patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(missing))
+        patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield
+    closed.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on 127.0.0.1, started by the first test that asks, stopped at the session's end."""
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A fresh bucket on the session's S3 server (reset first), the AWS environment pointed at it.
+
+    Set in ``os.environ``, so CLI subprocesses, Ray workers and training
+    ranks started by the test reach the same server.
+    """
+    from .s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, client_for
+
+    s3_server.reset()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    client = client_for(s3_server.endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    return S3Bucket(endpoint=s3_server.endpoint, bucket=BUCKET, client=client, server=s3_server)
 
 
 @pytest.fixture(scope="session")
