@@ -322,8 +322,21 @@ def _render_build(done: Any, as_json: bool) -> None:
     if skipped:
         click.echo(f"skipped: {skipped}")
     click.echo(f"dtype:  {build.token_dtype} (vocab {build.vocab_size}), tokenizer {build.tokenizer_sha256}")
+    if build.driver_bytes is not None:
+        click.echo(f"driver: {_driver_line(build.driver_bytes)}")
     click.echo(f"store:  {done.registered.db_path} (dataset {done.registered.dataset_id})")
     click.echo(f"next:   dlm data validate {build.path}")
+
+
+def _driver_line(moved: Any) -> str:
+    """What passed through the Ray driver: the tokenizer once, then a share of the input."""
+    rest = moved.read + moved.sent + moved.received - moved.tokenizer
+    share = f"{rest / moved.input:.2%} of" if moved.input else "for"
+    reader = "the workers read the input" if moved.reader == "workers" else "the driver read the input"
+    return (
+        f"{human_bytes(moved.read + moved.sent + moved.received)} through it: the tokenizer "
+        f"({human_bytes(moved.tokenizer)}) once, then {share} the {human_bytes(moved.input)} input; {reader}"
+    )
 
 
 @data_group.command("validate")

@@ -136,7 +136,9 @@ def test_build_sft_json_is_the_build_and_registration_contract(
         "splits",
         "skipped",
         "seconds",
+        "driver_bytes",
     }
+    assert data["build"]["driver_bytes"] is None  # the local engine: no driver
     assert set(data["build"]["splits"]["train"]) == {"tokens", "docs", "files", "bytes"}
     assert data["build"]["splits"]["train"]["docs"] + data["build"]["splits"]["val"]["docs"] == 10
     assert data["registered"]["db_path"] == str(tmp_path / "chats" / "store.db")

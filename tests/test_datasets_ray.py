@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import sqlite3
 import sys
@@ -16,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
 from dlmstore.datasets.build.encoding import TextEncoder
+from dlmstore.datasets.build.local import LocatedInput
 from dlmstore.datasets.build.pretrain import build_pretrain_cache
 from dlmstore.datasets.build.ray_build import RayEngine
 from dlmstore.datasets.build.sft import build_sft_cache
@@ -269,5 +273,119 @@ def test_the_cli_builds_on_ray_and_registers_once_every_file_is_written(tmp_path
     shown = [json.loads(r.output)["build"] for r in (built, local)]
     for result in shown:
         result.pop("path"), result.pop("seconds")
+    moved = shown[0].pop("driver_bytes")
+    assert shown[1].pop("driver_bytes") is None  # the local engine: no driver
+    assert (moved["reader"], moved["read"]) == ("workers", 0)  # the driver read none of the input
     assert shown[0] == shown[1]
     assert file_hashes(tmp_path / "ray") == file_hashes(tmp_path / "local")
+
+
+# --- the workers read their own input: the driver plans and commits only ------------------------
+
+
+def jsonl(path: Path, records: list[Any], endings: tuple[str, ...] = ("\n",)) -> Path:
+    path.write_bytes(
+        "".join(
+            json.dumps(r, ensure_ascii=False) + endings[i % len(endings)] for i, r in enumerate(records)
+        ).encode()
+    )
+    return path
+
+
+def corpus(folder: Path, texts: list[str] = TEXTS) -> Path:
+    """TEXTS as files a worker reads by range: JSONL with every line ending, then Parquet in row groups of 7."""
+    folder.mkdir()
+    jsonl(folder / "a.jsonl", [{"text": t} for t in texts[:100]], ("\n", "\r\n", "\r"))
+    pq.write_table(pa.table({"text": texts[100:]}), folder / "b.parquet", row_group_size=7)
+    return folder
+
+
+def test_workers_reading_their_own_ranges_build_the_bytes_of_the_local_engine(
+    tmp_path: Path, encoder: Any
+) -> None:
+    source = corpus(tmp_path / "in")
+    options: dict[str, Any] = {"val_frac": 0.2, "train_tokens": 900, "val_tokens": 200, "shard_bytes": 256}
+    built = {}
+    for name, engine in (
+        ("local", None),
+        ("one", RayEngine(workers=1, range_bytes=300, block_docs=10)),
+        ("two", RayEngine(workers=2, range_bytes=77, block_docs=3)),
+    ):
+        result = build_pretrain_cache(
+            LocatedInput(str(source)), tmp_path / name, tokenizer=encoder, seed=5, name="corpus", engine=engine,
+            **options,
+        )  # fmt: skip
+        built[name] = (file_hashes(tmp_path / name), result.driver_bytes)
+    assert built["one"][0] == built["local"][0] and built["two"][0] == built["local"][0]
+    assert built["local"][1] is None
+    moved = built["two"][1]
+    assert moved is not None and (moved.reader, moved.read) == ("workers", 0)
+    assert moved.input == sum(f.stat().st_size for f in source.iterdir())
+
+
+def test_an_sft_build_whose_workers_read_the_records_is_byte_identical_to_the_local_build(
+    tmp_path: Path, encoder: Any
+) -> None:
+    records: list[Any] = [{"messages": chat} for chat in CHATS]
+    records[12] = {"instruction": "Count to 3.", "context": "", "response": "1, 2, 3."}  # dolly-style
+    source = jsonl(tmp_path / "chats.jsonl", records, ("\n", "\r\n"))
+
+    def build(name: str, engine: RayEngine | None) -> dict[str, str]:
+        build_sft_cache(
+            LocatedInput(str(source), text_field=None), tmp_path / name, tokenizer=encoder, val_frac=0.3, seed=2,
+            name="chats", engine=engine,
+        )  # fmt: skip
+        return file_hashes(tmp_path / name)
+
+    assert build("ray", RayEngine(workers=2, range_bytes=200)) == build("local", None)
+
+
+def test_a_ray_build_of_a_few_megabytes_moves_at_most_one_percent_of_its_input_through_the_driver(
+    tmp_path: Path, encoder: Any
+) -> None:
+    words = "the beds are watered at dawn and the compost is turned every week".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(300)) + f" ({i})" for i in range(1500)]
+    source = jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
+    assert source.stat().st_size > 2_000_000
+    by_workers = build_pretrain_cache(
+        LocatedInput(str(source)), tmp_path / "ray", tokenizer=encoder, val_frac=0.1, name="web",
+        engine=RayEngine(workers=2, range_bytes=256 << 10),
+    ).driver_bytes  # fmt: skip
+    assert by_workers is not None and by_workers.read == 0
+    per_input = by_workers.read + by_workers.sent + by_workers.received - by_workers.tokenizer
+    assert per_input <= 0.01 * by_workers.input  # descriptors out, 4 bytes a document back
+    assert by_workers.tokenizer == len(pickle.dumps(encoder.for_data(), protocol=5))  # sent once
+    by_driver = build_pretrain_cache(
+        iter(texts), tmp_path / "driver", tokenizer=encoder, val_frac=0.1, name="web", engine=RayEngine(workers=2),
+    ).driver_bytes  # fmt: skip
+    assert by_driver is not None and by_driver.reader == "driver"
+    assert by_driver.sent - by_driver.tokenizer > by_driver.input  # every document's text went through it
+    assert file_hashes(tmp_path / "ray") == file_hashes(tmp_path / "driver")
+
+
+def test_a_build_by_range_stopped_by_a_failure_reuses_its_finished_ranges_when_run_again(
+    tmp_path: Path, tokenizer: Any, encoder: Any
+) -> None:
+    texts = [*TEXTS[:80], "Document POISON: fails the first run", *TEXTS[80:]]
+    source = jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
+    (tmp_path / "failing").touch()
+    enc = scripted(tokenizer, tmp_path, fail_while=tmp_path / "failing")
+    engine = RayEngine(workers=2, range_bytes=400)
+
+    def build(out: Path, encoder: Any, engine: RayEngine | None) -> dict[str, str]:
+        build_pretrain_cache(
+            LocatedInput(str(source)), out, tokenizer=encoder, val_frac=0.2, name="web", engine=engine
+        )
+        return file_hashes(out)
+
+    with pytest.raises(DatasetError, match="poisoned document"):
+        build(tmp_path / "ray", enc, engine)
+    assert not (tmp_path / "ray" / "meta.json").exists()
+    before = {t.split(":")[0] for t in texts[:60] if t}  # ranges well before the poisoned one
+    assert before <= set((tmp_path / "encoded.log").read_text().splitlines())
+    (tmp_path / "failing").unlink()
+    (tmp_path / "encoded.log").unlink()
+    built = build(tmp_path / "ray", enc, engine)
+    rerun = (tmp_path / "encoded.log").read_text().splitlines()
+    assert not before & set(rerun) and "Document POISON" in rerun  # only the rest was tokenized
+    assert built == build(tmp_path / "local", encoder, None)

@@ -1,4 +1,4 @@
-"""Local inputs and the light conversions of build-all's sources (wikitext, dolly, oasst1)."""
+"""Local inputs, whole or by range, and the light conversions of build-all's sources (wikitext, dolly, oasst1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlmstore.datasets.build import catalog as src
-from dlmstore.datasets.build.local import iter_local_records, iter_local_texts
+from dlmstore.datasets.build.local import (
+    LocatedInput,
+    Range,
+    count_piece,
+    iter_local_records,
+    iter_local_texts,
+    range_records,
+    range_texts,
+    ranges_of,
+)
 from dlmstore.errors import DatasetError, SourceUnavailableError
 
 
@@ -45,6 +54,97 @@ def test_a_binary_file_in_a_text_folder_is_an_error_not_a_silent_skip(tmp_path: 
     with pytest.raises(DatasetError) as info:
         list(iter_local_texts(tmp_path))
     assert info.value.message == f"{tmp_path / 'img.png'} is not UTF-8 text"
+
+
+def ranges(
+    source: Path, range_bytes: int, range_rows: int = 8192, text_field: str | None = "text"
+) -> list[Range]:
+    """What a Ray build's driver plans: pieces from file sizes, counted, then prefix sums."""
+    pieces = LocatedInput(str(source), text_field).pieces(range_bytes)
+    return ranges_of(pieces, [count_piece(piece) for piece in pieces], range_rows)
+
+
+def mixed_input(folder: Path) -> Path:
+    """JSONL with every line ending, blank lines and multi-byte text; an empty JSONL; Parquet; a JSON list."""
+    endings = ["\n", "\r\n", "\r"]
+    lines = []
+    for i in range(120):
+        lines.append(
+            json.dumps({"text": "é" * (i % 13) + f" document {i}"}, ensure_ascii=False) + endings[i % 3]
+        )
+        if i % 17 == 0:
+            lines.append("  \t" + endings[(i + 1) % 3])  # a blank line: a line, no record
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes("".join(lines).encode())
+    (folder / "b.jsonl").write_bytes(b"")
+    (folder / "c.jsonl").write_text('{"text": "no newline at the end"}')
+    pq.write_table(
+        pa.table({"text": [f"row {i}" for i in range(50)]}), folder / "d.parquet", row_group_size=7
+    )
+    (folder / "e.json").write_text(json.dumps([{"text": "listed 1"}, {"text": "listed 2"}]))
+    return folder
+
+
+@pytest.mark.parametrize("range_bytes", [1, 2, 5, 64, 1000, 1 << 20])
+def test_ranges_cut_anywhere_read_the_documents_of_reading_the_whole_input_in_order(
+    tmp_path: Path, range_bytes: int
+) -> None:
+    source = mixed_input(tmp_path / "in")
+    parts = ranges(source, range_bytes, range_rows=10)
+    assert [t for part in parts for t in range_texts(part, "text")] == list(iter_local_texts(source))
+    assert [part.position for part in parts] == [sum(p.count for p in parts[:i]) for i in range(len(parts))]
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        (b'\n{"body": "no text"}\n', "a.jsonl: record 121 has no string field 'text'"),
+        (b'\n\n{"text": \n', "a.jsonl:131: not JSON: Expecting value"),
+        (b"\n[1, 2]\n", "a.jsonl:130: expected a JSON object, found list"),
+    ],
+)
+def test_a_bad_record_read_by_range_is_the_error_of_reading_the_whole_file(
+    tmp_path: Path, tail: bytes, expected: str
+) -> None:
+    source = mixed_input(tmp_path / "in")
+    (source / "a.jsonl").write_bytes((source / "a.jsonl").read_bytes() + tail)
+    messages = []
+    for read in [lambda: list(iter_local_texts(source)), *(
+        lambda size=size: [t for part in ranges(source, size) for t in range_texts(part, "text")]
+        for size in (7, 300, 1 << 20)
+    )]:  # fmt: skip
+        with pytest.raises(DatasetError) as info:
+            read()
+        messages.append(info.value.message)
+    assert messages == [f"{source / expected.split(':')[0]}:{expected.split(':', 1)[1]}"] * 4
+
+
+def test_text_files_by_range_are_read_as_whole_files_with_their_newlines_translated(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"note{i}.md").write_bytes(f"note {i}\r\nsecond line\r".encode())
+    for size in (1, 30, 1 << 20):
+        assert [t for part in ranges(tmp_path, size) for t in range_texts(part, "text")] == list(
+            iter_local_texts(tmp_path)
+        )
+    assert list(iter_local_texts(tmp_path))[0] == "note 0\nsecond line\n"
+
+
+def test_conversations_by_range_are_the_records_of_the_whole_input(tmp_path: Path) -> None:
+    source = mixed_input(tmp_path / "in")
+    for size in (3, 1 << 20):
+        parts = ranges(source, size, range_rows=4, text_field=None)
+        assert [r for part in parts for r in range_records(part)] == list(iter_local_records(source))
+
+
+def test_a_file_changed_after_the_build_was_planned_is_refused_by_name(tmp_path: Path) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(20)))
+    (first, *_) = ranges(source, 64)
+    with open(source, "a") as grown:
+        grown.write(json.dumps({"text": "appended"}) + "\n")
+    with pytest.raises(DatasetError) as info:
+        range_texts(first, "text")
+    assert info.value.message == f"{source} changed while the build read it (size or modification time)"
 
 
 def test_wikitext_lines_are_joined_into_articles_at_top_level_headings() -> None:

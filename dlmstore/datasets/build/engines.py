@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from dlmstore.datasets.build.chat import ChatEncoding
     from dlmstore.datasets.build.encoding import TextEncoder
-    from dlmstore.datasets.build.output import Clock
+    from dlmstore.datasets.build.local import LocatedInput
+    from dlmstore.datasets.build.output import Clock, DriverBytes
     from dlmstore.datasets.build.routing import PretrainRouter
     from dlmstore.datasets.meta import FileEntry
 
@@ -47,13 +48,16 @@ class Engine(Protocol):
         stop: dict[str, bool],
         out: Path,
         clock: Clock,
-    ) -> tuple[list[FileEntry], PretrainRouter]:
-        """Tokenize and write a pretrain dataset; returns its files and routing.
+        located: LocatedInput | None = None,
+    ) -> tuple[list[FileEntry], PretrainRouter, DriverBytes]:
+        """Tokenize and write a pretrain dataset; returns its files, routing and driver traffic.
 
         ``spec`` is the builder's resolved settings
         (:class:`~.pretrain.PretrainSpec`), ``labelled`` its documents
         with their fixed split (``None``: drawn), ``stop`` the splits that
         are full, kept up to date for the reader of ``labelled``.
+        ``located``: the same documents as files the engine's workers may
+        read by range themselves (``labelled`` is then not read).
         """
         ...
 
@@ -68,11 +72,12 @@ class Engine(Protocol):
         seed: int,
         clock: Clock,
         name: str,
-    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int]:
-        """Tokenize and write an SFT dataset.
+        located: LocatedInput | None = None,
+    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int, DriverBytes]:
+        """Tokenize and write an SFT dataset (``located``: as for :meth:`build_pretrain`).
 
         Returns:
-            ``(files, skip counts, examples per split, tokens per split, examples read)``.
+            ``(files, skip counts, examples per split, tokens per split, examples read, driver traffic)``.
         """
         ...
 

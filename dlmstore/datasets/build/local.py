@@ -1,4 +1,4 @@
-"""Local inputs: text files, JSONL and Parquet as streams of texts or records.
+"""Local inputs: text files, JSONL and Parquet as streams of texts or records, whole or by range.
 
 ``dlm data build --from PATH`` and ``build-all --local NAME=PATH`` read
 local data through this module, always as iterators (never a whole corpus
@@ -16,19 +16,40 @@ in memory):
 Records become texts through a field (``text`` by default). Undecodable
 text files are an error naming the file, not a silent skip: a corpus
 that quietly loses files is worse than a build that stops.
+
+**By range.** A Ray build does not read its input on the driver: it cuts
+it into :class:`Piece`\\ s knowing only each file's size (a ``stat``):
+byte ranges of a JSONL file, a whole ``.json`` file, a Parquet file, runs
+of text files. A first round of tasks counts the documents of each piece
+(:func:`count_piece`: JSONL lines, a Parquet footer's row-group sizes),
+the driver takes prefix sums (:func:`ranges_of`), and each :class:`Range`
+then knows the position of its first document in the whole input, and
+its first record's number and line in its file, so a task reading it
+(:func:`range_texts`, :func:`range_records`) yields the documents, and
+raises the errors, that reading the whole input in order does. A byte
+range ``[start, end)`` of a JSONL file owns the lines that *start* inside
+it (a line starts at byte 0 or after ``\\n``), so neighbouring ranges
+never share or lose a line, whatever the size they were cut at; its bytes
+are decoded as ``open(path, encoding="utf-8")`` decodes them (universal
+newlines), so line numbers match too.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from dlmstore.errors import DatasetError
 
 RECORD_SUFFIXES = (".parquet", ".jsonl", ".json")
+#: Bytes of a JSONL file, or of a run of text files, one task reads; the output does not depend on it.
+DEFAULT_RANGE_BYTES = 1 << 20
+_SCAN = 1 << 16
 
 
 def data_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -53,40 +74,51 @@ def data_files(path: str | os.PathLike[str]) -> list[Path]:
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:
     """The records of one ``.jsonl``, ``.json`` or ``.parquet`` file."""
     if path.suffix == ".parquet":
-        yield from _parquet_records(path)
+        yield from _parquet_records(path, str(path))
         return
     with open(path, encoding="utf-8") as handle:
-        if path.suffix == ".json":
-            head = handle.read(1)
-            handle.seek(0)
-            if head == "[":
-                for record in json.load(handle):
-                    yield _checked_record(record, path, None)
-                return
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{number}: not JSON: {exc.msg}") from None
-                yield _checked_record(record, path, number)
+        yield from _text_records(handle, str(path), path.suffix, 1)
 
 
-def _checked_record(record: Any, path: Path, line: int | None) -> dict[str, Any]:
+def _text_records(handle: IO[str], where: str, suffix: str, first_line: int) -> Iterator[dict[str, Any]]:
+    """The records of JSON text: a list (a ``.json`` file starting ``[``), else one per non-blank line."""
+    if suffix == ".json":
+        head = handle.read(1)
+        handle.seek(0)
+        if head == "[":
+            for record in json.load(handle):
+                yield _checked_record(record, where, None)
+            return
+    for number, line in enumerate(handle, start=first_line):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}:{number}: not JSON: {exc.msg}") from None
+            yield _checked_record(record, where, number)
+
+
+def _checked_record(record: Any, where: str, line: int | None) -> dict[str, Any]:
     if not isinstance(record, dict):
-        where = f"{path}:{line}" if line else str(path)
-        raise DatasetError(f"{where}: expected a JSON object, found {type(record).__name__}")
+        at = f"{where}:{line}" if line else where
+        raise DatasetError(f"{at}: expected a JSON object, found {type(record).__name__}")
     return record
 
 
-def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
+def _parquet_file(source: Any, where: str) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise DatasetError(
-            f"reading {path} needs pyarrow, which is not installed", hint="pip install pyarrow"
+            f"reading {where} needs pyarrow, which is not installed", hint="pip install pyarrow"
         ) from None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+    return pq.ParquetFile(source)
+
+
+def _parquet_records(source: Any, where: str, groups: range | None = None) -> Iterator[dict[str, Any]]:
+    parquet = _parquet_file(source, where)
+    chosen = None if groups is None else list(groups)
+    for batch in parquet.iter_batches(batch_size=1024, row_groups=chosen):
         yield from batch.to_pylist()
 
 
@@ -94,36 +126,281 @@ def iter_local_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     """Every record of a local input (files in :func:`data_files` order)."""
     files = data_files(path)
     for file in files:
-        if file.suffix not in RECORD_SUFFIXES:
-            raise DatasetError(
-                f"{file} is not a JSONL, JSON or Parquet file",
-                hint="conversations are read from .jsonl/.json/.parquet records",
-            )
+        _check_record_file(file)
         yield from iter_records(file)
+
+
+def _check_record_file(file: Path | str) -> None:
+    if Path(file).suffix not in RECORD_SUFFIXES:
+        raise DatasetError(
+            f"{file} is not a JSONL, JSON or Parquet file",
+            hint="conversations are read from .jsonl/.json/.parquet records",
+        )
 
 
 def iter_local_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
     """Every document of a local input: record fields, or whole text files."""
     for file in data_files(path):
         if file.suffix in RECORD_SUFFIXES:
-            for number, record in enumerate(iter_records(file), start=1):
-                value = record.get(text_field)
-                if not isinstance(value, str):
-                    raise DatasetError(
-                        f"{file}: record {number} has no string field {text_field!r}",
-                        hint="name the field holding the text with --text-field",
-                    )
-                yield value
+            yield from _texts_of(iter_records(file), str(file), text_field, 1)
         else:
             yield read_text_file(file)
 
 
+def _texts_of(records: Iterator[dict[str, Any]], where: str, text_field: str, first: int) -> Iterator[str]:
+    for number, record in enumerate(records, start=first):
+        value = record.get(text_field)
+        if not isinstance(value, str):
+            raise DatasetError(
+                f"{where}: record {number} has no string field {text_field!r}",
+                hint="name the field holding the text with --text-field",
+            )
+        yield value
+
+
 def read_text_file(path: Path) -> str:
     """A text file's contents; an error naming it when it is not UTF-8 text."""
+    with open(path, "rb") as handle:
+        return _decoded(handle, str(path))
+
+
+def _decoded(handle: IO[bytes], where: str) -> str:
+    """The file's text as ``Path.read_text(encoding="utf-8")`` reads it (universal newlines)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return io.TextIOWrapper(handle, encoding="utf-8").read()
     except UnicodeDecodeError:
         raise DatasetError(
-            f"{path} is not UTF-8 text",
+            f"{where} is not UTF-8 text",
             hint="remove binary files from the input folder or convert them to UTF-8",
         ) from None
+
+
+# --- by range: what a worker reads of a local input by itself ----------------------------------
+
+
+@dataclass(frozen=True)
+class LocatedInput:
+    """A local input a Ray build's workers read by range themselves; iterating it reads it all here.
+
+    Iterated (the local engine), it is :func:`iter_local_texts` of ``path``
+    (``text_field`` set: a pretrain build) or the conversations of
+    :func:`iter_local_records` (``text_field`` ``None``: an SFT build, each
+    record through ``catalog.dolly_messages``).
+    """
+
+    path: str
+    text_field: str | None = "text"
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.text_field is not None:
+            return iter_local_texts(self.path, text_field=self.text_field)
+        from dlmstore.datasets.build.catalog import dolly_messages
+
+        return (dolly_messages(record) for record in iter_local_records(self.path))
+
+    def pieces(self, range_bytes: int = DEFAULT_RANGE_BYTES) -> list[Piece]:
+        """The input cut into pieces from each file's size alone (no byte of it is read)."""
+        files = data_files(self.path)
+        pieces: list[Piece] = []
+        texts: list[InputFile] = []
+        for file in files:
+            if self.text_field is None:
+                _check_record_file(file)
+            ref = InputFile.of(file)
+            if file.suffix not in RECORD_SUFFIXES:
+                texts.append(ref)
+                if sum(t.size for t in texts) >= range_bytes:
+                    pieces.append(Piece("text", tuple(texts), 0, 0))
+                    texts = []
+            elif file.suffix == ".jsonl":
+                starts = range(0, max(ref.size, 1), range_bytes)
+                pieces.extend(Piece("lines", (ref,), a, min(a + range_bytes, ref.size)) for a in starts)
+            else:
+                pieces.append(Piece(file.suffix.lstrip("."), (ref,), 0, ref.size))
+        if texts:
+            pieces.append(Piece("text", tuple(texts), 0, 0))
+        return pieces
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file as a task finds it: its name in messages, where it is, and what it was.
+
+    Attributes:
+        name: the path as the input named it (what error messages say).
+        path: its absolute path (a task may run in another folder, on another node).
+        size: its size in bytes when the build was planned.
+        stamp: its ``st_mtime_ns`` then: with ``size``, what tells a changed file.
+    """
+
+    name: str
+    path: str
+    size: int
+    stamp: str
+
+    @classmethod
+    def of(cls, file: Path) -> InputFile:
+        info = file.stat()
+        return cls(str(file), str(file.resolve()), info.st_size, str(info.st_mtime_ns))
+
+    def open_checked(self) -> IO[bytes]:
+        """The file, opened for reading, as it was when the build was planned (else an error naming it)."""
+        handle = open(self.path, "rb")  # the caller closes it
+        info = os.fstat(handle.fileno())
+        if (info.st_size, str(info.st_mtime_ns)) != (self.size, self.stamp):
+            handle.close()
+            raise DatasetError(
+                f"{self.name} changed while the build read it (size or modification time)",
+                hint="rerun the build once the input no longer changes",
+            )
+        return handle
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of the input one counting task reads.
+
+    Attributes:
+        kind: ``lines`` (bytes ``start .. end - 1`` of a JSONL file: the lines
+            that start there), ``json`` (a whole ``.json`` file), ``parquet``
+            (a whole Parquet file: its row groups are counted, then cut) or
+            ``text`` (whole text files, one document each).
+        files: its file (several for ``text``).
+        start, end: the byte range (``lines``).
+    """
+
+    kind: str
+    files: tuple[InputFile, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Range:
+    """A part of the input one tokenizing task reads, and where its documents are in the whole.
+
+    Attributes:
+        piece: what it reads (for ``parquet``: ``start .. end - 1`` are row groups).
+        position: the position in the input of its first document.
+        record: the number (from 1) in its file of its first record.
+        line: the line (from 1) of its file its bytes start at (``lines``).
+        count: documents it holds.
+    """
+
+    piece: Piece
+    position: int
+    record: int
+    line: int
+    count: int
+
+
+def count_piece(piece: Piece) -> list[int]:
+    """What a counting task returns: ``[records, lines]``, or a Parquet file's rows per row group."""
+    if piece.kind == "text":
+        return [len(piece.files)]
+    (file,) = piece.files
+    if piece.kind == "parquet":
+        with file.open_checked() as handle:
+            meta = _parquet_file(handle, file.name).metadata
+            return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    if piece.kind == "json":
+        with file.open_checked() as handle:
+            text = io.TextIOWrapper(handle, encoding="utf-8")
+            if text.read(1) == "[":
+                text.seek(0)
+                return [len(json.load(text)), 0]
+            text.seek(0)
+            return _count_lines(text)
+    with file.open_checked() as handle:
+        return _count_lines(_owned_lines(handle, piece))
+
+
+def _count_lines(text: IO[str]) -> list[int]:
+    records = lines = 0
+    for line in text:
+        lines += 1
+        records += bool(line.strip())
+    return [records, lines]
+
+
+def _owned_lines(handle: IO[bytes], piece: Piece) -> IO[str]:
+    """The lines a byte range owns, decoded as ``open(path, encoding="utf-8")`` decodes them."""
+    start, end = _line_start(handle, piece.start), _line_start(handle, piece.end)
+    handle.seek(start)
+    return io.TextIOWrapper(io.BytesIO(handle.read(end - start)), encoding="utf-8")
+
+
+def _line_start(handle: IO[bytes], offset: int) -> int:
+    """The first byte at or after ``offset`` that starts a line (byte 0, or one after ``\\n``)."""
+    if offset <= 0:
+        return 0
+    handle.seek(offset - 1)
+    at = offset - 1
+    while chunk := handle.read(_SCAN):
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return at + found + 1
+        at += len(chunk)
+    return at
+
+
+def ranges_of(pieces: list[Piece], counts: list[list[int]], range_rows: int) -> list[Range]:
+    """Each piece's range(s), positions from prefix sums of the counts; a Parquet file is cut
+    into runs of whole row groups of about ``range_rows`` rows."""
+    ranges: list[Range] = []
+    position = 0
+    seen: dict[str, tuple[int, int]] = {}  # file -> (records, lines) of the ranges before
+    for piece, count in zip(pieces, counts, strict=True):
+        records, lines = seen.get(piece.files[0].path, (0, 0))
+        if piece.kind == "parquet":
+            first, rows = 0, 0
+            for group, size in enumerate(count):
+                rows += size
+                if rows >= range_rows or group == len(count) - 1:
+                    cut = Piece("parquet", piece.files, first, group + 1)
+                    ranges.append(Range(cut, position, records + 1, 0, rows))
+                    position, records, first, rows = position + rows, records + rows, group + 1, 0
+        else:
+            held = count[0]
+            ranges.append(Range(piece, position, records + 1, lines + 1, held))
+            position += held
+            records += held
+            lines += count[1] if piece.kind != "text" else 0
+        seen[piece.files[0].path] = (records, lines)
+    return ranges
+
+
+def range_records(part: Range) -> list[dict[str, Any]]:
+    """The records of a range, with the errors reading its whole file would raise at them."""
+    (file,) = part.piece.files
+    with file.open_checked() as handle:
+        if part.piece.kind == "parquet":
+            found = list(_parquet_records(handle, file.name, range(part.piece.start, part.piece.end)))
+        elif part.piece.kind == "json":
+            text = io.TextIOWrapper(handle, encoding="utf-8")
+            found = list(_text_records(text, file.name, ".json", 1))
+        else:
+            found = list(_text_records(_owned_lines(handle, part.piece), file.name, ".jsonl", part.line))
+    _check_count(part, len(found))
+    return found
+
+
+def range_texts(part: Range, text_field: str) -> list[str]:
+    """The documents of a range: its records' ``text_field``, or its whole text files."""
+    if part.piece.kind != "text":
+        (file,) = part.piece.files
+        return list(_texts_of(iter(range_records(part)), file.name, text_field, part.record))
+    texts = []
+    for file in part.piece.files:
+        with file.open_checked() as handle:
+            texts.append(_decoded(handle, file.name))
+    return texts
+
+
+def _check_count(part: Range, found: int) -> None:
+    if found != part.count:
+        raise DatasetError(
+            f"{part.piece.files[0].name} changed while the build read it: "
+            f"{found} records where {part.count} were counted",
+            hint="rerun the build once the input no longer changes",
+        )

@@ -86,6 +86,38 @@ class SplitTotals:
 
 
 @dataclass(frozen=True)
+class DriverBytes:
+    """What passed through the process that ran ``dlm`` (the Ray driver) during a Ray build.
+
+    Attributes:
+        reader: ``workers`` when each task read its own range of the input (the driver
+            only planned and committed), ``driver`` when the driver read the input in
+            order and sent its text to the workers (a stream, a shuffle buffer, a
+            source's own splits).
+        input: Size of the input in bytes: its files (``workers``), or the UTF-8 text
+            of the documents the driver read (``driver``).
+        read: Input bytes the driver read itself.
+        sent: Bytes the driver put into Ray's object store: task arguments (each
+            task's range of the input, or the documents' text) and the tokenizer.
+        received: Bytes the driver got back from tasks: document counts, token counts
+            per document, the written files' sizes and sha256.
+        tokenizer: Of ``sent``, the tokenizer, sent once per build whatever the input's size.
+    """
+
+    reader: str
+    input: int
+    read: int
+    sent: int
+    received: int
+    tokenizer: int
+
+    @property
+    def total(self) -> int:
+        """Every byte counted: read, sent and received."""
+        return self.read + self.sent + self.received
+
+
+@dataclass(frozen=True)
 class BuildResult:
     """What a builder wrote (the JSON shape of ``dlm data build ... --json``).
 
@@ -100,6 +132,8 @@ class BuildResult:
         splits: Each split's totals, by split name.
         skipped: Documents or examples left out, by reason.
         seconds: Time the build took.
+        driver_bytes: What passed through this process during a Ray build; ``null``
+            for the local engine, which reads and writes everything itself.
     """
 
     path: str
@@ -112,6 +146,7 @@ class BuildResult:
     splits: dict[str, SplitTotals]
     skipped: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    driver_bytes: DriverBytes | None = None
 
 
 ProgressFn = Callable[[BuildProgress], None]

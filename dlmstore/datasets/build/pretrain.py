@@ -42,9 +42,11 @@ import numpy as np
 from dlmstore import __version__
 from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
 from dlmstore.datasets.build.engines import Engine, engine_session
+from dlmstore.datasets.build.local import LocatedInput
 from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
+    DriverBytes,
     ProgressFn,
     batched,
     buffer_shuffle,
@@ -93,7 +95,10 @@ def build_pretrain_cache(
     """Tokenize ``texts`` into train/val shards under ``out_dir``; returns what was written.
 
     Args:
-        texts: documents, one string each, read once in order.
+        texts: documents, one string each, read once in order; a
+            :class:`~.local.LocatedInput` lets a Ray build's workers read
+            its files by range instead (not with ``shuffle_buffer`` or
+            ``val_texts``).
         tokenizer: a loaded Hugging Face tokenizer (or a ``TextEncoder``).
         train_tokens, val_tokens: token budgets (``None``: no limit).
         val_frac: probability that a document goes to val; defaults to
@@ -184,10 +189,15 @@ def build_pretrain_cache(
         clock = Clock(spec.name, progress)
         stop = dict.fromkeys(SPLITS, False)
         labelled = _labelled(texts, val_texts, shuffle_buffer, seed, stop)
+        driver: DriverBytes | None = None
         if engine is None:
             entries, router = _build_local(spec, labelled, stop, out, clock, batch_docs)
         else:
-            entries, router = engine.build_pretrain(spec, labelled, stop, out, clock)
+            # Files the workers can read by range, in input order: a shuffle buffer or a
+            # source's own splits need the documents in order on one process, the driver.
+            by_range = isinstance(texts, LocatedInput) and not shuffle_buffer and val_texts is None
+            located = texts if by_range and isinstance(texts, LocatedInput) else None
+            entries, router, driver = engine.build_pretrain(spec, labelled, stop, out, clock, located)
         seen = router.read
         if not any(router.docs.values()):
             what = (
@@ -223,6 +233,7 @@ def build_pretrain_cache(
             splits={s: split_totals(entries, s) for s in SPLITS},
             skipped=router.counts(),
             seconds=clock.seconds,
+            driver_bytes=driver,
         )
 
 

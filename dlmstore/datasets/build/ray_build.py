@@ -1,55 +1,76 @@
 """Building a dataset on Ray: the same bytes as the local engine, from many workers.
 
-The driver (the ``dlm`` process) reads the input in order and cuts it into
-blocks (:mod:`.blocks`). Ray tasks tokenize the blocks into spill files,
-at most two per worker in flight (so the driver never holds more than
-that many blocks); the driver takes their token counts *in block order*
-and routes every document with :mod:`.routing`, exactly as the local
-engine does, which is why the output does not depend on which worker
-finished first or how many there were. Prefix sums of the routed counts
-give each block its offset in its split; a second round of tasks writes
-every pretrain shard (or SFT split file) at its final name and returns its
-size and sha256. The driver then writes ``meta.json``; the recipe
-registers the dataset in one transaction after that.
+**The driver plans and commits; the workers read.** Given a local input
+(:class:`~.local.LocatedInput`: ``dlm data build --from PATH``), the driver
+cuts it into pieces from each file's size alone (:meth:`~.local.LocatedInput.pieces`)
+and never reads a byte of it:
+
+1. *count*: a task per piece counts its documents (JSONL lines, a Parquet
+   footer's row groups; text files are one document each, counted by no
+   one); the driver takes prefix sums, so every range knows the position
+   of its first document in the input (:func:`~.local.ranges_of`);
+2. *tokenize*: a task per range reads it where it lives (a path every
+   node mounts), tokenizes it into a spill file (:mod:`.blocks`) and
+   returns its documents' token counts, at most two ranges per worker in
+   flight;
+3. *route*: the driver takes those counts *in range order* and routes
+   every document with :mod:`.routing`, exactly as the local engine does,
+   which is why the output does not depend on which worker finished first
+   or how many there were; prefix sums of the routed counts give each
+   range its offset in its split;
+4. *write*: a task per pretrain shard (or SFT split file) writes it at its
+   final name from the spill files it covers and returns its size and
+   sha256; the driver then writes ``meta.json`` and the recipe registers
+   the dataset in one transaction. No task opens ``store.db``.
+
+What crosses the driver is each range's descriptor (a file name, a byte
+range, four integers), 8 bytes of token count per document back, the
+written files' entries and the tokenizer once: :class:`Traffic` counts it
+and the result reports it (:class:`~.output.DriverBytes`).
+
+An input that only exists as a stream (a hub dataset, a shuffle buffer, a
+source's own train and validation splits, a transform that reads across
+documents) is read by the driver in order and cut into blocks of
+``block_docs`` documents whose text travels to the workers through Ray's
+object store; everything from step 2 on is the same.
 
 Ray retries a task whose worker died (``max_retries``); spill files and
 shards are written atomically under names that do not depend on the
 attempt, so a retry rewrites the same bytes. A build that fails leaves
 its finished spill files: rerunning the command loads them instead of
-tokenizing again.
+tokenizing again. A spill file is named by what it depends on: a range's
+descriptor and its file's size and modification time (or a block's
+text), the tokenizer, the dtype, the text field or chat format.
 
 :class:`RayEngine` is the :class:`~.engines.Engine` a builder receives to
-run here: its methods are :func:`ray_session`, :func:`build_pretrain_on_ray`
-and :func:`build_sft_on_ray`. The builders never import this module; it
-imports what it needs of them one way (:mod:`.sft`'s ``check_some``,
-:mod:`.pretrain`'s spec type). Ray is
-imported here and nowhere else, inside functions (:func:`import_ray`);
-without it, :func:`ray_session` says how to install it.
+run here. The builders never import this module; it imports what it needs
+of them one way (:mod:`.sft`'s ``check_some``, :mod:`.pretrain`'s spec
+type). Ray is imported in :mod:`.ray_local` and here, inside functions;
+without it, :func:`~.ray_local.ray_session` says how to install it.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import signal
-import socket
-import threading
+import pickle
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlmstore.datasets.build.blocks import (
+    SKIP_CODES,
     BlockShare,
     block_key,
     encode_pretrain_block,
     encode_sft_block,
+    load_spill,
     share_of,
     spill_path,
     write_pretrain_shard,
@@ -58,58 +79,29 @@ from dlmstore.datasets.build.blocks import (
 from dlmstore.datasets.build.chat import ChatEncoding
 from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.datasets.build.engines import DEFAULT_BLOCK_DOCS
-from dlmstore.datasets.build.output import Clock, batched
-from dlmstore.datasets.build.ray_local import ctrl_c_held, descendants, release, signals_kept, start_reaper
+from dlmstore.datasets.build.local import (
+    DEFAULT_RANGE_BYTES,
+    LocatedInput,
+    Range,
+    count_piece,
+    range_records,
+    range_texts,
+    ranges_of,
+)
+from dlmstore.datasets.build.output import Clock, DriverBytes, batched
+from dlmstore.datasets.build.ray_local import import_ray, ray_session
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
 from dlmstore.datasets.meta import FileEntry
-from dlmstore.errors import DatasetError, DlmError, Terminated
+from dlmstore.errors import DatasetError, DlmError
 
 if TYPE_CHECKING:
     from dlmstore.datasets.build.pretrain import PretrainSpec
 
-INSTALL_HINT = "pip install 'dlmstore[ray]'"
-#: How long connecting to a cluster may take before it is reported as unreachable, unless
-#: :data:`CONNECT_TIMEOUT_ENV` says otherwise.
-CONNECT_TIMEOUT_S = 25.0
-#: The environment variable that sets the connect timeout in seconds (a slow cluster, a quick test).
-CONNECT_TIMEOUT_ENV = "DLM_RAY_CONNECT_TIMEOUT"
-PROBE_TIMEOUT_S = 5.0
+__all__ = ["RayEngine", "Traffic", "import_ray", "ray_session"]
+
 MAX_RETRIES = 3
-
 _cache: dict[str, Any] = {}  # per worker process: the tokenizer, deserialised once
-
-
-def connect_timeout() -> float:
-    """Seconds connecting may take: :data:`CONNECT_TIMEOUT_ENV` when set, else :data:`CONNECT_TIMEOUT_S`.
-
-    Raises:
-        DatasetError: the variable is not a positive number of seconds.
-    """
-    value = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
-    if not value:
-        return CONNECT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise DatasetError(
-            f"{CONNECT_TIMEOUT_ENV}={value!r} is not a number of seconds above 0",
-            hint=f"set it to e.g. 60, or unset it for {CONNECT_TIMEOUT_S:.0f} s",
-        )
-    return seconds
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or the error saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise DatasetError(
-            "--engine ray needs Ray, which is not installed", hint=f"install it: {INSTALL_HINT}"
-        ) from None
-    return ray
 
 
 @dataclass(frozen=True)
@@ -125,20 +117,25 @@ class RayEngine:
             running (a cluster), the build keeps ``2 * workers`` tasks in
             flight and Ray runs as many as it has CPUs for (default: the
             CPUs of the cluster).
-        block_docs: documents per tokenizing task; the output does not
+        block_docs: documents per tokenizing task when the driver reads
+            the input, and Parquet rows per task (whole row groups) when
+            the workers do; the output does not depend on it.
+        range_bytes: bytes of input per task when the workers read it
+            (a JSONL byte range, a run of text files); the output does not
             depend on it.
     """
 
     address: str | None = None
     workers: int | None = None
     block_docs: int = DEFAULT_BLOCK_DOCS
+    range_bytes: int = DEFAULT_RANGE_BYTES
 
     def resolved_address(self) -> str | None:
         return self.address or os.environ.get("RAY_ADDRESS") or None
 
     def session(self) -> AbstractContextManager[tuple[Any, int]]:
-        """:func:`ray_session`: Ray connected (or started) for the builds inside."""
-        return ray_session(self)
+        """:func:`~.ray_local.ray_session`: Ray connected (or started) for the builds inside."""
+        return ray_session(self.resolved_address(), self.workers)
 
     def build_pretrain(
         self,
@@ -147,9 +144,10 @@ class RayEngine:
         stop: dict[str, bool],
         out: Path,
         clock: Clock,
-    ) -> tuple[list[FileEntry], PretrainRouter]:
+        located: LocatedInput | None = None,
+    ) -> tuple[list[FileEntry], PretrainRouter, DriverBytes]:
         """:func:`build_pretrain_on_ray` on this engine."""
-        return build_pretrain_on_ray(spec, labelled, stop, out, clock, self)
+        return build_pretrain_on_ray(spec, labelled, stop, out, clock, self, located)
 
     def build_sft(
         self,
@@ -162,104 +160,61 @@ class RayEngine:
         seed: int,
         clock: Clock,
         name: str,
-    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int]:
+        located: LocatedInput | None = None,
+    ) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int, DriverBytes]:
         """:func:`build_sft_on_ray` on this engine."""
-        return build_sft_on_ray(examples, out, chat, encoder, dtype_name, val_frac, seed, clock, self, name)
+        return build_sft_on_ray(
+            examples, out, chat, encoder, dtype_name, val_frac, seed, clock, self, name, located
+        )
 
 
-@contextmanager
-def ray_session(engine: RayEngine) -> Iterator[tuple[Any, int]]:
-    """Ray, connected, and how many tasks to run at once.
+@dataclass
+class Traffic:
+    """Counts what passes through the driver: the payload of every task argument and result.
 
-    Connects to ``engine``'s address (or ``RAY_ADDRESS``), else starts a
-    local Ray with ``workers`` CPUs and stops it afterwards. A Ray already
-    initialised in this process (a test, a notebook) is used as it is.
-
-    Ray does not keep the process's signals, nor outlive it
-    (:mod:`.ray_local`): the SIGTERM and SIGINT handlers ``ray.init``
-    replaces are put back, so SIGTERM ends a build as Ctrl-C does (the
-    build stops, Ray is shut down, the CLI prints one ``error:`` line), and
-    a local Ray's processes are handed to a reaper that kills any still
-    running once this process ends, however it ends.
-
-    Raises:
-        DatasetError: Ray is not installed, or the cluster cannot be
-            reached within :func:`connect_timeout` seconds, or that is not a number.
-        Terminated: SIGTERM came while ``ray.init`` had Ray's own handler in place.
+    Ray's own messages (task specifications, object references, heartbeats)
+    are not counted: a few hundred bytes per task whatever its payload.
     """
-    ray = import_ray()
-    if ray.is_initialized():
-        yield ray, engine.workers or _cluster_cpus(ray)
-        return
-    address = engine.resolved_address()
-    before = descendants(os.getpid()) if address is None else set()
-    reaper = None
-    # Ray is shut down however this ends, from the moment ray.init starts, and what a local
-    # ray.init started is reaped even when it was stopped before the reaper was handed it (a
-    # SIGTERM while it starts: its dashboard and runtime-env agents outlived the build by a minute).
-    try:
-        try:
-            with signals_kept(), ctrl_c_held():
-                if address is None:
-                    ray.init(
-                        address="local",
-                        num_cpus=engine.workers or os.cpu_count() or 1,
-                        include_dashboard=False,
-                        logging_level=logging.WARNING,
-                    )
-                else:
-                    _connect(ray, address)
-        except SystemExit as exc:  # what Ray's own SIGTERM handler raises, in place while ray.init runs
-            if exc.code != signal.SIGTERM:
-                raise
-            raise Terminated(signal.SIGTERM) from None
-        if address is None:
-            reaper = start_reaper(before)
-        yield ray, engine.workers or _cluster_cpus(ray)
-    finally:
-        with signals_kept():
-            ray.shutdown()
-        if reaper is None and address is None:
-            reaper = start_reaper(before)
-        if reaper is not None:
-            release(reaper)
+
+    reader: str
+    input: int = 0
+    read: int = 0
+    sent: int = 0
+    received: int = 0
+    tokenizer: int = 0
+    _seen: set[int] = field(default_factory=set)
+
+    def put(self, ray: Any, value: Any, *, tokenizer: bool = False) -> Any:
+        """``ray.put(value)``, its size counted as sent."""
+        size = _size(value)
+        self.sent += size
+        if tokenizer:
+            self.tokenizer += size
+        return ray.put(value)
+
+    def send(self, *values: Any) -> None:
+        """Task arguments sent by value (object references are counted where they were put)."""
+        self.sent += sum(_size(v) for v in values)
+
+    def got(self, value: Any) -> Any:
+        self.received += _size(value)
+        return value
+
+    def result(self) -> DriverBytes:
+        return DriverBytes(self.reader, self.input, self.read, self.sent, self.received, self.tokenizer)
 
 
-def _cluster_cpus(ray: Any) -> int:
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+def _size(value: Any) -> int:
+    """The payload of ``value`` as Ray serialises it (pickle protocol 5; arrays by their buffer)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, tuple) and all(isinstance(v, np.ndarray) for v in value):
+        return sum(int(v.nbytes) for v in value)
+    return len(pickle.dumps(value, protocol=5))
 
 
-def _connect(ray: Any, address: str) -> None:
-    """``ray.init(address)``, bounded in time: a cluster that does not answer is an error, not a hang."""
-    timeout = connect_timeout()
-    hint = (
-        "check --ray-address / RAY_ADDRESS (the head node's host:port, e.g. 10.0.0.5:6379), "
-        "or leave both unset to run a local Ray"
-    )
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if host and port.isdigit():
-        try:
-            socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S).close()
-        except OSError as exc:
-            raise DatasetError(
-                f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}", hint=hint
-            ) from None
-    outcome: dict[str, BaseException | None] = {}
-
-    def init() -> None:
-        try:
-            ray.init(address=address, logging_level=logging.WARNING)
-            outcome["error"] = None
-        except BaseException as exc:  # reported by the caller's thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=init, name="dlm-ray-connect", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if "error" not in outcome:
-        raise DatasetError(f"the Ray cluster at {address} did not answer within {timeout:g} s", hint=hint)
-    if outcome["error"] is not None:
-        raise DatasetError(f"cannot connect to the Ray cluster at {address}: {outcome['error']}", hint=hint)
+def _text_size(texts: list[Any]) -> int:
+    return sum(len(t.encode("utf-8")) if isinstance(t, str) else _size(t) for t in texts)
 
 
 def _encoder(holder: list[Any]) -> Any:
@@ -291,7 +246,16 @@ def _encoder(holder: list[Any]) -> Any:
 
 
 def _encode_pretrain_task(holder: list[Any], texts: list[str], path: str, dtype_name: str) -> Any:
-    return encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name)
+    return _counts(encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name))
+
+
+def _encode_range_task(holder: list[Any], part: Range, text_field: str, path: str, dtype_name: str) -> Any:
+    """Tokenize a range of the input this task reads itself (unless its spill file is complete)."""
+    done = load_spill(Path(path))
+    if done is not None:
+        return _counts(done["lengths"])
+    texts = range_texts(part, text_field)
+    return _counts(encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name))
 
 
 def _encode_sft_task(
@@ -302,7 +266,26 @@ def _encode_sft_task(
     path: str,
     dtype_name: str,
 ) -> Any:
-    return encode_sft_block(chat, _encoder(holder), examples, first, Path(path), dtype_name)
+    lengths, skipped = encode_sft_block(chat, _encoder(holder), examples, first, Path(path), dtype_name)
+    return _counts(lengths), skipped
+
+
+def _encode_sft_range_task(
+    holder: list[Any], chat: ChatEncoding, part: Range, path: str, dtype_name: str
+) -> Any:
+    """Tokenize the conversations of a range this task reads itself (dolly-style records converted)."""
+    done = load_spill(Path(path))
+    if done is not None:
+        return _counts(done["lengths"]), done["skipped"]
+    from dlmstore.datasets.build.catalog import dolly_messages
+
+    examples = [dolly_messages(record) for record in range_records(part)]
+    return _encode_sft_task(holder, chat, examples, part.position, path, dtype_name)
+
+
+def _counts(lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Token counts as they travel back to the driver: 4 bytes a document."""
+    return np.asarray(lengths, dtype=np.int32)
 
 
 def _in_order(
@@ -383,8 +366,33 @@ def _blocks(
         yield label, block
 
 
-def _write_all(ray: Any, tasks: list[Any]) -> list[FileEntry]:
-    return [entry for ref in tasks for entry in _get(ray, ref)]
+def _write_all(ray: Any, tasks: list[Any], traffic: Traffic) -> list[FileEntry]:
+    return [entry for ref in tasks for entry in traffic.got(_get(ray, ref))]
+
+
+def _counted(
+    ray: Any, located: LocatedInput, engine: RayEngine, workers: int, clock: Clock, traffic: Traffic
+) -> list[Range]:
+    """Round 1: the input cut into pieces (a ``stat`` per file), their documents counted by tasks, in order.
+
+    Text files are one document each and counted by no one; a JSONL range
+    is read by a task that counts its lines; a Parquet file's footer is
+    read for its row groups.
+    """
+    pieces = located.pieces(engine.range_bytes)
+    traffic.input = sum({f.path: f.size for p in pieces for f in p.files}.values())
+    count = ray.remote(count_piece).options(num_cpus=1, max_retries=MAX_RETRIES)
+    counts = [[len(p.files)] if p.kind == "text" else [] for p in pieces]
+
+    def submissions() -> Iterator[tuple[int, Any]]:
+        for index, piece in enumerate(pieces):
+            if piece.kind != "text":
+                traffic.send(piece)
+                yield index, count.remote(piece)
+
+    for index, found in _in_order(ray, submissions(), 4 * workers, clock, lambda: (0, 0)):
+        counts[index] = traffic.got(found)
+    return ranges_of(pieces, counts, engine.block_docs)
 
 
 def build_pretrain_on_ray(
@@ -394,56 +402,133 @@ def build_pretrain_on_ray(
     out: Path,
     clock: Clock,
     engine: RayEngine,
-) -> tuple[list[FileEntry], PretrainRouter]:
-    """Tokenize and write a pretrain dataset with Ray tasks; returns its files and routing."""
-    with ray_session(engine) as (ray, workers):
-        encode = ray.remote(_encode_pretrain_task).options(num_cpus=1, max_retries=MAX_RETRIES)
-        write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
-        holder = [ray.put(spec.encoder.for_data())]  # no transformers import in the workers
-        key = spec.encoder.tokenizer_sha256
-        header = {"kind": "pretrain", "tokenizer": key, "dtype": spec.dtype_name}
-        done = {"docs": 0, "tokens": 0}
+    located: LocatedInput | None = None,
+) -> tuple[list[FileEntry], PretrainRouter, DriverBytes]:
+    """Tokenize and write a pretrain dataset with Ray tasks; returns its files, routing and driver traffic.
 
-        def submissions() -> Iterator[tuple[Any, Any]]:
-            for label, texts in _blocks(labelled, engine.block_docs):
-                path = spill_path(out, block_key(header, texts))
-                yield (label, len(texts), path), encode.remote(holder, texts, str(path), spec.dtype_name)
+    ``located``: the workers read the input by range (``labelled`` is then
+    never read); ``None``: the driver reads ``labelled`` in order.
+    """
+    with engine.session() as (ray, workers):
+        traffic = Traffic("driver" if located is None else "workers")
+        submissions: Iterator[tuple[Any, Any]]
+        if located is None:
+            holder = [traffic.put(ray, spec.encoder.for_data(), tokenizer=True)]
+            submissions = _pretrain_blocks(ray, holder, labelled, spec, out, engine, traffic)
+        else:
+            assert located.text_field is not None
+            ranges = _counted(ray, located, engine, workers, clock, traffic)
+            holder = [traffic.put(ray, spec.encoder.for_data(), tokenizer=True)]
+            submissions = _pretrain_ranges(ray, holder, ranges, located.text_field, spec, out, traffic)
+        shares, router = _route_pretrain(ray, submissions, spec, stop, clock, workers, traffic)
+        return _write_pretrain(ray, out, shares, router, spec, traffic), router, traffic.result()
 
-        router = PretrainRouter(spec.budgets)
-        shares: dict[str, list[BlockShare]] = {s: [] for s in SPLITS}
-        position = 0
-        progress = lambda: (done["docs"], done["tokens"])  # noqa: E731
-        for (label, count, path), lengths in _in_order(ray, submissions(), 2 * workers, clock, progress):
-            done["docs"] += count
-            done["tokens"] += int(lengths.sum())
-            held = dict(router.held)
-            if label is None:
-                drawn = draw_splits(spec.seed, position, count, spec.val_frac)
-                position += count
-                taken = router.route(lengths, drawn)
-                splits = np.where(drawn, "val", "train")
-            else:
-                taken = router.route_fixed(lengths, label)
-                splits = np.full(count, label)
-            for split in SPLITS:
-                mask = np.zeros(count, dtype=bool)
-                mask[taken] = True
-                mask &= splits == split
-                if mask.any():
-                    shares[split].append(share_of(path, mask, held[split], router.held[split] - held[split]))
-                stop[split] = router.full(split)
-            clock.tick(done["docs"], done["tokens"])
-            if router.stopped:
-                break
-        tasks = []
+
+def _pretrain_header(spec: PretrainSpec) -> dict[str, Any]:
+    return {"kind": "pretrain", "tokenizer": spec.encoder.tokenizer_sha256, "dtype": spec.dtype_name}
+
+
+def _pretrain_blocks(
+    ray: Any,
+    holder: list[Any],
+    labelled: Iterator[tuple[str, str | None]],
+    spec: PretrainSpec,
+    out: Path,
+    engine: RayEngine,
+    traffic: Traffic,
+) -> Iterator[tuple[Any, Any]]:
+    """Tokenizing tasks of blocks of documents the driver read, their text sent with them."""
+    encode = ray.remote(_encode_pretrain_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+    header = _pretrain_header(spec)
+    for label, texts in _blocks(labelled, engine.block_docs):
+        path = spill_path(out, block_key(header, texts))
+        size = _text_size(texts)
+        traffic.input += size
+        traffic.read += size
+        traffic.sent += size
+        traffic.send(str(path), spec.dtype_name)
+        yield (label, len(texts), path), encode.remote(holder, texts, str(path), spec.dtype_name)
+
+
+def _pretrain_ranges(
+    ray: Any,
+    holder: list[Any],
+    ranges: list[Range],
+    text_field: str,
+    spec: PretrainSpec,
+    out: Path,
+    traffic: Traffic,
+) -> Iterator[tuple[Any, Any]]:
+    """Tokenizing tasks of ranges of the input, each read by its task; a spill file named by its descriptor."""
+    encode = ray.remote(_encode_range_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+    header = {**_pretrain_header(spec), "text_field": text_field, "reader": "range/1"}
+    for part in ranges:
+        path = spill_path(out, block_key(header, [asdict(part)]))
+        traffic.send(part, text_field, str(path), spec.dtype_name)
+        yield (None, part.count, path), encode.remote(holder, part, text_field, str(path), spec.dtype_name)
+
+
+def _route_pretrain(
+    ray: Any,
+    submissions: Iterator[tuple[Any, Any]],
+    spec: PretrainSpec,
+    stop: dict[str, bool],
+    clock: Clock,
+    workers: int,
+    traffic: Traffic,
+) -> tuple[dict[str, list[BlockShare]], PretrainRouter]:
+    """Every document routed in input order, from its block's or range's token counts as they arrive."""
+    router = PretrainRouter(spec.budgets)
+    shares: dict[str, list[BlockShare]] = {s: [] for s in SPLITS}
+    position = 0
+    done = {"docs": 0, "tokens": 0}
+    progress = lambda: (done["docs"], done["tokens"])  # noqa: E731
+    for (label, count, path), lengths in _in_order(ray, submissions, 2 * workers, clock, progress):
+        traffic.got(lengths)
+        done["docs"] += count
+        done["tokens"] += int(lengths.sum())
+        held = dict(router.held)
+        if label is None:
+            drawn = draw_splits(spec.seed, position, count, spec.val_frac)
+            position += count
+            taken = router.route(lengths, drawn)
+            splits = np.where(drawn, "val", "train")
+        else:
+            taken = router.route_fixed(lengths, label)
+            splits = np.full(count, label)
         for split in SPLITS:
-            total, size = router.held[split], spec.shard_tokens
-            starts = [share.offset for share in shares[split]]  # increasing: shares are in block order
-            for index in range(math.ceil(total / size)):
-                lo, hi = index * size, min(total, (index + 1) * size)
-                covering = shares[split][max(0, bisect_right(starts, lo) - 1) : bisect_left(starts, hi)]
-                tasks.append(write.remote(out, split, index, lo, hi, covering, spec.eos_id))
-        return _write_all(ray, tasks), router
+            mask = np.zeros(count, dtype=bool)
+            mask[taken] = True
+            mask &= splits == split
+            if mask.any():
+                shares[split].append(share_of(path, mask, held[split], router.held[split] - held[split]))
+            stop[split] = router.full(split)
+        clock.tick(done["docs"], done["tokens"])
+        if router.stopped:
+            break
+    return shares, router
+
+
+def _write_pretrain(
+    ray: Any,
+    out: Path,
+    shares: dict[str, list[BlockShare]],
+    router: PretrainRouter,
+    spec: PretrainSpec,
+    traffic: Traffic,
+) -> list[FileEntry]:
+    """Round 4: a task per shard writes it from the spill files it covers."""
+    write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
+    tasks = []
+    for split in SPLITS:
+        total, size = router.held[split], spec.shard_tokens
+        starts = [share.offset for share in shares[split]]  # increasing: shares are in input order
+        for index in range(math.ceil(total / size)):
+            lo, hi = index * size, min(total, (index + 1) * size)
+            covering = shares[split][max(0, bisect_right(starts, lo) - 1) : bisect_left(starts, hi)]
+            traffic.send(out, split, index, lo, hi, covering, spec.eos_id)
+            tasks.append(write.remote(out, split, index, lo, hi, covering, spec.eos_id))
+    return _write_all(ray, tasks, traffic)
 
 
 def build_sft_on_ray(
@@ -457,43 +542,68 @@ def build_sft_on_ray(
     clock: Clock,
     engine: RayEngine,
     name: str,
-) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int]:
+    located: LocatedInput | None = None,
+) -> tuple[list[FileEntry], dict[str, int], dict[str, int], dict[str, int], int, DriverBytes]:
     """Tokenize and write an SFT dataset with Ray tasks.
 
-    Returns:
-        ``(files, skip counts, examples per split, tokens per split, examples read)``.
-    """
-    from dataclasses import asdict
+    ``located``: the workers read the input's records by range (``examples``
+    is then never read); ``None``: the driver reads ``examples`` in order.
 
-    from dlmstore.datasets.build.blocks import SKIP_CODES
+    Returns:
+        ``(files, skip counts, examples per split, tokens per split, examples read, driver traffic)``.
+    """
     from dlmstore.datasets.build.sft import check_some
 
-    with ray_session(engine) as (ray, workers):
-        encode = ray.remote(_encode_sft_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+    with engine.session() as (ray, workers):
+        traffic = Traffic("driver" if located is None else "workers")
+        ranges = None if located is None else _counted(ray, located, engine, workers, clock, traffic)
         write = ray.remote(write_sft_split).options(num_cpus=1, max_retries=MAX_RETRIES)
-        holder = [ray.put(encoder)]
-        key = encoder.tokenizer_sha256
-        header = {"kind": "sft", "tokenizer": key, "dtype": dtype_name, "chat": asdict(chat)}
+        holder = [traffic.put(ray, encoder, tokenizer=True)]
+        header = {
+            "kind": "sft",
+            "tokenizer": encoder.tokenizer_sha256,
+            "dtype": dtype_name,
+            "chat": asdict(chat),
+        }
         seen = {"docs": 0, "tokens": 0}
 
-        def submissions() -> Iterator[tuple[Any, Any]]:
+        def blocks() -> Iterator[tuple[Any, Any]]:
+            encode = ray.remote(_encode_sft_task).options(num_cpus=1, max_retries=MAX_RETRIES)
             first = 0
             for block in batched(examples, engine.block_docs):
                 path = spill_path(out, block_key(header, block))
+                size = _text_size(block)
+                traffic.input += size
+                traffic.read += size
+                traffic.sent += size
+                traffic.send(chat, first, str(path), dtype_name)
                 yield (
                     (first, len(block), path),
                     encode.remote(holder, chat, block, first, str(path), dtype_name),
                 )
                 first += len(block)
 
+        def read_by_workers(ranges: list[Range]) -> Iterator[tuple[Any, Any]]:
+            encode = ray.remote(_encode_sft_range_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+            keyed = {**header, "reader": "range/1", "records": "dolly_messages"}
+            for part in ranges:
+                path = spill_path(out, block_key(keyed, [asdict(part)]))
+                traffic.send(chat, part, str(path), dtype_name)
+                yield (
+                    (part.position, part.count, path),
+                    encode.remote(holder, chat, part, str(path), dtype_name),
+                )
+
         skip_counts = {reason: 0 for reason in SKIP_CODES if reason}
         shares: dict[str, list[BlockShare]] = {s: [] for s in SPLITS}
         filled = dict.fromkeys(SPLITS, 0)
         kept = dict.fromkeys(SPLITS, 0)
         progress = lambda: (seen["docs"], seen["tokens"])  # noqa: E731
+        submissions = blocks() if ranges is None else read_by_workers(ranges)
         for (first, count, path), (lengths, skipped) in _in_order(
-            ray, submissions(), 2 * workers, clock, progress
+            ray, submissions, 2 * workers, clock, progress
         ):
+            traffic.got((lengths, skipped))
             seen["docs"] += count
             seen["tokens"] += int(lengths.sum())
             for reason, code in SKIP_CODES.items():
@@ -509,5 +619,9 @@ def build_sft_on_ray(
                     kept[split] += int(mask.sum())
             clock.tick(seen["docs"], seen["tokens"])
         check_some(sum(kept.values()), name, seen["docs"])
-        entries = _write_all(ray, [write.remote(out, split, shares[split]) for split in SPLITS])
-        return entries, skip_counts, kept, filled, seen["docs"]
+        tasks = []
+        for split in SPLITS:
+            traffic.send(out, split, shares[split])
+            tasks.append(write.remote(out, split, shares[split]))
+        entries = _write_all(ray, tasks, traffic)
+        return entries, skip_counts, kept, filled, seen["docs"], traffic.result()

@@ -1,4 +1,8 @@
-"""A Ray the build starts in this process: it neither keeps the process's signals nor outlives it.
+"""Ray for a build: a cluster connected, or a local Ray that neither keeps the process's signals nor outlives it.
+
+:func:`ray_session` connects to a cluster (bounded in time: :func:`connect_timeout`)
+or starts a local Ray, and shuts it down after; :func:`import_ray` is the
+one import of Ray, with the error saying how to install it.
 
 ``ray.init`` takes over SIGTERM: a Python handler of its own (``sys.exit``)
 and, once its C++ core is up, one that prints a stack dump instead of
@@ -24,13 +28,26 @@ group. Without ``/proc`` (not Linux) there is no reaper.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+from dlmstore.errors import DatasetError, Terminated
+
+INSTALL_HINT = "pip install 'dlmstore[ray]'"
+#: How long connecting to a cluster may take before it is reported as unreachable, unless
+#: :data:`CONNECT_TIMEOUT_ENV` says otherwise.
+CONNECT_TIMEOUT_S = 25.0
+#: The environment variable that sets the connect timeout in seconds (a slow cluster, a quick test).
+CONNECT_TIMEOUT_ENV = "DLM_RAY_CONNECT_TIMEOUT"
+PROBE_TIMEOUT_S = 5.0
 
 #: How long the driver waits for the reaper it released (it only kills and exits).
 REAPER_WAIT_S = 10.0
@@ -146,3 +163,129 @@ def descendants(root: int) -> set[tuple[int, str]]:
         found.add((pid, starts[pid]))
         stack.extend(children.get(pid, []))
     return found
+
+
+def connect_timeout() -> float:
+    """Seconds connecting may take: :data:`CONNECT_TIMEOUT_ENV` when set, else :data:`CONNECT_TIMEOUT_S`.
+
+    Raises:
+        DatasetError: the variable is not a positive number of seconds.
+    """
+    value = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not value:
+        return CONNECT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise DatasetError(
+            f"{CONNECT_TIMEOUT_ENV}={value!r} is not a number of seconds above 0",
+            hint=f"set it to e.g. 60, or unset it for {CONNECT_TIMEOUT_S:.0f} s",
+        )
+    return seconds
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or the error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise DatasetError(
+            "--engine ray needs Ray, which is not installed", hint=f"install it: {INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+@contextmanager
+def ray_session(address: str | None, workers: int | None) -> Iterator[tuple[Any, int]]:
+    """Ray, connected, and how many tasks to run at once.
+
+    Connects to ``address`` (a cluster's), else starts a local Ray with
+    ``workers`` CPUs and stops it afterwards. A Ray already
+    initialised in this process (a test, a notebook) is used as it is.
+
+    Ray does not keep the process's signals, nor outlive it
+    (:mod:`.ray_local`): the SIGTERM and SIGINT handlers ``ray.init``
+    replaces are put back, so SIGTERM ends a build as Ctrl-C does (the
+    build stops, Ray is shut down, the CLI prints one ``error:`` line), and
+    a local Ray's processes are handed to a reaper that kills any still
+    running once this process ends, however it ends.
+
+    Raises:
+        DatasetError: Ray is not installed, or the cluster cannot be
+            reached within :func:`connect_timeout` seconds, or that is not a number.
+        Terminated: SIGTERM came while ``ray.init`` had Ray's own handler in place.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray, workers or _cluster_cpus(ray)
+        return
+    before = descendants(os.getpid()) if address is None else set()
+    reaper = None
+    # Ray is shut down however this ends, from the moment ray.init starts, and what a local
+    # ray.init started is reaped even when it was stopped before the reaper was handed it (a
+    # SIGTERM while it starts: its dashboard and runtime-env agents outlived the build by a minute).
+    try:
+        try:
+            with signals_kept(), ctrl_c_held():
+                if address is None:
+                    ray.init(
+                        address="local",
+                        num_cpus=workers or os.cpu_count() or 1,
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                    )
+                else:
+                    _connect(ray, address)
+        except SystemExit as exc:  # what Ray's own SIGTERM handler raises, in place while ray.init runs
+            if exc.code != signal.SIGTERM:
+                raise
+            raise Terminated(signal.SIGTERM) from None
+        if address is None:
+            reaper = start_reaper(before)
+        yield ray, workers or _cluster_cpus(ray)
+    finally:
+        with signals_kept():
+            ray.shutdown()
+        if reaper is None and address is None:
+            reaper = start_reaper(before)
+        if reaper is not None:
+            release(reaper)
+
+
+def _cluster_cpus(ray: Any) -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _connect(ray: Any, address: str) -> None:
+    """``ray.init(address)``, bounded in time: a cluster that does not answer is an error, not a hang."""
+    timeout = connect_timeout()
+    hint = (
+        "check --ray-address / RAY_ADDRESS (the head node's host:port, e.g. 10.0.0.5:6379), "
+        "or leave both unset to run a local Ray"
+    )
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        try:
+            socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S).close()
+        except OSError as exc:
+            raise DatasetError(
+                f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}", hint=hint
+            ) from None
+    outcome: dict[str, BaseException | None] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+            outcome["error"] = None
+        except BaseException as exc:  # reported by the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=init, name="dlm-ray-connect", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "error" not in outcome:
+        raise DatasetError(f"the Ray cluster at {address} did not answer within {timeout:g} s", hint=hint)
+    if outcome["error"] is not None:
+        raise DatasetError(f"cannot connect to the Ray cluster at {address}: {outcome['error']}", hint=hint)

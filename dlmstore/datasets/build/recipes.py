@@ -32,7 +32,13 @@ from typing import Any
 from dlmstore.datasets.build import catalog as src
 from dlmstore.datasets.build.encoding import TextEncoder
 from dlmstore.datasets.build.engines import Engine, engine_session
-from dlmstore.datasets.build.local import data_files, iter_local_records, iter_local_texts, read_text_file
+from dlmstore.datasets.build.local import (
+    LocatedInput,
+    data_files,
+    iter_local_records,
+    iter_local_texts,
+    read_text_file,
+)
 from dlmstore.datasets.build.output import BuildResult, ProgressFn, claim_out_dir, listing
 from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.build.sft import DEFAULT_VAL_FRAC, build_sft_cache
@@ -190,7 +196,7 @@ def build_pretrain_from(
         _check_store(store_dir or out_dir)
         with _store_held(store_dir or out_dir):
             result = build_pretrain_cache(
-                iter_local_texts(source, text_field=text_field),
+                LocatedInput(str(source), text_field),  # a Ray build's workers read it by range
                 out_dir,
                 tokenizer=encoder,
                 val_frac=val_frac,
@@ -255,7 +261,7 @@ def build_sft_from(
         encoder = encoder_for_base(base)
         data_files(source)
         _check_store(store_dir or out_dir)
-        examples = (src.dolly_messages(r) for r in iter_local_records(source))
+        examples = LocatedInput(str(source), text_field=None)  # dolly_messages of each record
         with _store_held(store_dir or out_dir):
             result = build_sft_cache(
                 examples,

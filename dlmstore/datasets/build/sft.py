@@ -34,9 +34,11 @@ from dlmstore import __version__
 from dlmstore.datasets.build.chat import ChatEncoding, ChatFormat, chat_format_for, check_messages
 from dlmstore.datasets.build.encoding import TextEncoder, as_encoder
 from dlmstore.datasets.build.engines import Engine, engine_session
+from dlmstore.datasets.build.local import LocatedInput
 from dlmstore.datasets.build.output import (
     BuildResult,
     Clock,
+    DriverBytes,
     ProgressFn,
     batched,
     claim_out_dir,
@@ -85,7 +87,9 @@ def build_sft_cache(
 
     Args:
         examples: conversations, each a list of ``{"role", "content"}``
-            messages (or ``{"messages": [...]}``), read once in order.
+            messages (or ``{"messages": [...]}``), read once in order; a
+            :class:`~.local.LocatedInput` (``text_field=None``) lets a Ray
+            build's workers read its records by range instead.
         tokenizer: a loaded Hugging Face tokenizer (or a ``TextEncoder``).
         val_frac: probability that an example goes to val.
         seed: seeds the split draws.
@@ -122,9 +126,11 @@ def build_sft_cache(
         counts = {"skipped_empty": 0, "skipped_no_assistant": 0}
         clock = Clock(name, progress)
         seen = 0
+        driver: DriverBytes | None = None
         if engine is not None:
-            entries, counts, offset_counts, filled, seen = engine.build_sft(
-                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, name
+            located = examples if isinstance(examples, LocatedInput) else None
+            entries, counts, offset_counts, filled, seen, driver = engine.build_sft(
+                examples, out, chat, encoder, dtype_name, val_frac, seed, clock, name, located
             )
         else:
             files = {
@@ -201,6 +207,7 @@ def build_sft_cache(
             splits={s: split_totals(entries, s) for s in SPLITS},
             skipped=counts,
             seconds=clock.seconds,
+            driver_bytes=driver,
         )
 
 
