@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .params import SIZE, LocalPath, LocalPathText
+from .params import SIZE, LocalPath, LocalPathText, PathOrObject
 from .render import emit_json, human_bytes, json_option, plural
 
 _engine_options = [
@@ -192,8 +192,9 @@ _common = [
     click.option(
         "--out",
         required=True,
-        type=LocalPath(file_okay=False),
-        help="Dataset directory to write: new, empty, or a dataset dlm wrote (else --force).",
+        type=PathOrObject(file_okay=False),
+        help="Dataset directory to write: new, empty, or a dataset dlm wrote (else --force); or "
+        "s3://bucket/prefix: built locally, then uploaded with meta.json last.",
     ),
     click.option(
         "--force",
@@ -217,7 +218,8 @@ _common = [
         "store_dir",
         default=None,
         type=LocalPath(file_okay=False),
-        help="Register in this directory's store.db (default: the --out directory).",
+        help="Register in this directory's store.db (default: the --out directory; for s3:// "
+        "<dlm home>/datasets).",
     ),
     json_option("dlmstore.datasets.build.recipes:DatasetBuild"),
 ]
@@ -263,7 +265,10 @@ def build_pretrain_command(
     interrupted build resumes where it stopped when run again.
 
     --out must be a new or empty folder, or a dataset dlm wrote, apart from
-    --from; any other folder is refused unless --force.
+    --from; any other folder is refused unless --force. --out
+    s3://bucket/prefix builds in a local staging folder, then uploads the
+    same files, meta.json last (the same rule for a prefix that holds
+    objects); the dataset is registered under its URL.
     """
     from dlmstore.datasets.build.recipes import build_pretrain_from
 
@@ -324,6 +329,12 @@ def _render_build(done: Any, as_json: bool) -> None:
     click.echo(f"dtype:  {build.token_dtype} (vocab {build.vocab_size}), tokenizer {build.tokenizer_sha256}")
     if build.driver_bytes is not None:
         click.echo(f"driver: {_driver_line(build.driver_bytes)}")
+    if done.uploaded is not None:
+        up = done.uploaded
+        click.echo(
+            f"upload: {plural(up.files, 'object')}, {human_bytes(up.bytes)} to {up.url} in {up.seconds:.1f}s"
+            + (f", {plural(up.removed, 'stale object')} removed" if up.removed else "")
+        )
     click.echo(f"store:  {done.registered.db_path} (dataset {done.registered.dataset_id})")
     click.echo(f"next:   dlm data validate {build.path}")
 

@@ -96,6 +96,36 @@ class LocalPath(click.Path):
         return super().convert(value, param, ctx)
 
 
+class PathOrObject(LocalPath):
+    """A local path, or a prefix of object storage (``s3://bucket/prefix``, returned as text).
+
+    For the options that read or write token datasets in a bucket (``dlm
+    data build --out``). Any other URL scheme is refused by name, and a
+    malformed ``s3://`` URL (no bucket, a bucket name S3 refuses) is a
+    usage error naming what is wrong.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith("s3://"):
+            from dlmstore.errors import ObjectStoreError
+            from dlmstore.objstore.uri import ObjectURI
+
+            try:
+                return str(ObjectURI.parse(value))
+            except ObjectStoreError as exc:
+                self.fail(exc.message, param, ctx)
+        if isinstance(value, str) and _URL.match(value):
+            self.fail(_object_refusal(value), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _object_refusal(value: str) -> str:
+    return (
+        f"{value!r} is a URL; of object storage only s3:// is supported (any S3-compatible server), "
+        "so give s3://bucket/prefix or a local path"
+    )
+
+
 class LocalPathText(click.ParamType[str, Any]):
     """Text that holds a local path (``DIR[:WEIGHT]``, ``NAME=PATH``): refused when it or what follows
     its first ``=`` is a URL."""

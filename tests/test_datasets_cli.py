@@ -124,7 +124,8 @@ def test_build_sft_json_is_the_build_and_registration_contract(
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) == {"build", "registered"}
+    assert set(data) == {"build", "registered", "uploaded"}
+    assert data["uploaded"] is None  # a local --out
     assert set(data["build"]) == {
         "path",
         "kind",

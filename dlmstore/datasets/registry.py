@@ -3,7 +3,8 @@
 Registration is separate from building: workers write files (and the
 builder writes ``meta.json``) without touching the database, then one
 call records the dataset. It is idempotent: the dataset is keyed by its
-absolute directory, and re-registering deletes its old rows (the files
+absolute directory (or, for one in object storage, its ``s3://bucket/prefix``
+URL, registered from the local copy it was uploaded from), and re-registering deletes its old rows (the files
 cascade) and inserts the new ones in one ``BEGIN IMMEDIATE`` transaction,
 so a reader of the database sees the old registration or the new one,
 never a mix. Rows are made from ``meta.json`` alone, after checking that
@@ -41,7 +42,7 @@ class RegisteredDataset:
         dataset_id: Its row id in the ``datasets`` table.
         name: The dataset's name.
         kind: ``pretrain`` or ``sft``.
-        path: The dataset folder.
+        path: The dataset folder, or its s3://bucket/prefix URL for one in object storage.
         db_path: The store.db it is registered in.
         files: Files registered.
         tokens: Tokens per split.
@@ -56,8 +57,13 @@ class RegisteredDataset:
     tokens: dict[str, int]
 
 
-def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> RegisteredDataset:
+def register_dataset(
+    store: Store, dataset_dir: str | os.PathLike[str], *, location: str | None = None
+) -> RegisteredDataset:
     """Record (or re-record) the dataset in ``dataset_dir`` in ``store``'s database.
+
+    ``location``: where the dataset lives when that is not ``dataset_dir``
+    (the ``s3://`` URL a local copy was uploaded to); it is the path recorded.
 
     Raises:
         DatasetError: the directory is a stub that was never built.
@@ -85,15 +91,16 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
                 f"{path} has {size} bytes but {META_NAME} records {entry.bytes}",
                 hint="rebuild the dataset; the file was cut short or replaced",
             )
+    recorded = location or str(directory)
     with store.write() as conn:
-        conn.execute("DELETE FROM datasets WHERE path = ?", (str(directory),))
+        conn.execute("DELETE FROM datasets WHERE path = ?", (recorded,))
         cursor = conn.execute(
             "INSERT INTO datasets (name, kind, path, tokenizer_sha256, token_dtype, vocab_size, seed, "
             "meta_json, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 meta.name,
                 meta.kind,
-                str(directory),
+                recorded,
                 meta.tokenizer_sha256,
                 meta.token_dtype,
                 meta.vocab_size,
@@ -119,19 +126,21 @@ def register_dataset(store: Store, dataset_dir: str | os.PathLike[str]) -> Regis
         dataset_id=dataset_id,
         name=meta.name,
         kind=meta.kind,
-        path=str(directory),
+        path=recorded,
         db_path=str(store.db_path),
         files=len(meta.files),
         tokens=tokens,
     )
 
 
-def register_in(store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str]) -> RegisteredDataset:
+def register_in(
+    store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str], *, location: str | None = None
+) -> RegisteredDataset:
     """Open (creating and migrating) the store at ``store_dir`` and register the dataset there."""
     from dlmstore.store.database import open_store_at
 
     with open_store_at(Path(store_dir)) as store:
-        return register_dataset(store, dataset_dir)
+        return register_dataset(store, dataset_dir, location=location)
 
 
 def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[str, object] | None:

@@ -169,6 +169,13 @@ _FORBIDDEN = frozenset({"403", "Forbidden"})
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
+def is_missing(exc: Exception) -> bool:
+    """Whether ``exc`` is the store saying that the object (or key) asked for does not exist."""
+    from botocore.exceptions import ClientError
+
+    return isinstance(exc, ClientError) and str(exc.response.get("Error", {}).get("Code", "")) in _MISSING
+
+
 def object_failure(exc: Exception, url: str) -> ObjectStoreError:
     """``exc`` (raised by boto3 or botocore for ``url``) as one line naming the URL and what to do."""
     from botocore import exceptions as botocore_errors

@@ -23,8 +23,10 @@ when Ray is asked for) and is handed to the builders.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +45,10 @@ from dlmstore.datasets.build.output import BuildResult, ProgressFn, claim_out_di
 from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.build.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
+from dlmstore.datasets.publish import Published, claim_prefix, default_store_dir, publish, staging_for
 from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
 from dlmstore.errors import DatasetError
+from dlmstore.objstore.uri import ObjectURI, is_object_uri
 from dlmstore.store.atomic import publish_dir
 from dlmstore.store.flock import FileLock, store_lock
 
@@ -60,10 +64,12 @@ class DatasetBuild:
     Attributes:
         build: What the builder wrote.
         registered: How it was registered in a store.db.
+        uploaded: The upload to object storage (``--out s3://...``); ``null`` for a local ``--out``.
     """
 
     build: BuildResult
     registered: RegisteredDataset
+    uploaded: Published | None = None
 
 
 @dataclass(frozen=True)
@@ -187,17 +193,18 @@ def build_pretrain_from(
     (:func:`~.output.claim_out_dir`); an ``out_dir`` that is, holds or sits
     inside ``source`` is refused either way.
     """
-    claim_out_dir(out_dir, force=force, inputs=(source,))  # before Ray, the tokenizer or any write
+    remote = _claim(out_dir, source, force=force, options=options)  # before Ray, the tokenizer or any write
     with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
         encoder = encoder_for_base(base)
         if val_frac is None and (train_tokens is None or val_tokens is None):
             val_frac = DEFAULT_PRETRAIN_VAL_FRAC
         data_files(source)  # a missing path fails before the output directory is touched
-        _check_store(store_dir or out_dir)
-        with _store_held(store_dir or out_dir):
+        store = _store_for(out_dir, store_dir, remote)
+        _check_store(store)
+        with _destination(out_dir, remote) as folder, _store_held(store):
             result = build_pretrain_cache(
                 LocatedInput(str(source), text_field),  # a Ray build's workers read it by range
-                out_dir,
+                folder,
                 tokenizer=encoder,
                 val_frac=val_frac,
                 train_tokens=train_tokens,
@@ -209,7 +216,52 @@ def build_pretrain_from(
                 force=force,
                 **options,
             )
-            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+            return _finish(result, folder, store, remote, force=force)
+
+
+def _claim(
+    out_dir: str | os.PathLike[str], source: str | os.PathLike[str], *, force: bool, options: dict[str, Any]
+) -> ObjectURI | None:
+    """Claim the output before anything loads: a folder (:func:`~.output.claim_out_dir`), or a prefix
+    of object storage (:func:`~dlmstore.datasets.publish.claim_prefix`), whose last name becomes the
+    dataset's default name (the staging folder's is a hash)."""
+    if not is_object_uri(os.fspath(out_dir)):
+        claim_out_dir(out_dir, force=force, inputs=(source,))
+        return None
+    remote = claim_prefix(os.fspath(out_dir), force=force)
+    if not options.get("name"):
+        options["name"] = remote.prefix.rsplit("/", 1)[-1] or remote.bucket
+    return remote
+
+
+def _store_for(
+    out_dir: str | os.PathLike[str], store_dir: str | os.PathLike[str] | None, remote: ObjectURI | None
+) -> Path:
+    """The store a build registers in: ``--store``, else the dataset folder, else (a bucket) the home's."""
+    if store_dir is not None:
+        return Path(store_dir)
+    return default_store_dir() if remote is not None else Path(out_dir)
+
+
+@contextmanager
+def _destination(out_dir: str | os.PathLike[str], remote: ObjectURI | None) -> Iterator[Path]:
+    """The folder the builder writes: ``out_dir``, or the staging folder of an upload to ``remote``."""
+    if remote is None:
+        yield Path(out_dir)
+        return
+    with staging_for(remote) as folder:
+        yield folder
+
+
+def _finish(
+    result: BuildResult, folder: Path, store: Path, remote: ObjectURI | None, *, force: bool
+) -> DatasetBuild:
+    """Register the dataset built in ``folder``; first upload it to ``remote``, registered by its URL."""
+    if remote is None:
+        return DatasetBuild(result, register_in(store, folder))
+    uploaded = publish(folder, remote, force=force)
+    registered = register_in(store, folder, location=str(remote))
+    return DatasetBuild(dataclasses.replace(result, path=str(remote)), registered, uploaded)
 
 
 def _check_store(directory: str | os.PathLike[str]) -> None:
@@ -256,16 +308,17 @@ def build_sft_from(
     ``{"instruction", "context", "response"}``. ``force``: as for
     :func:`build_pretrain_from`.
     """
-    claim_out_dir(out_dir, force=force, inputs=(source,))  # before Ray, the tokenizer or any write
+    remote = _claim(out_dir, source, force=force, options=options)  # before Ray, the tokenizer or any write
     with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
         encoder = encoder_for_base(base)
         data_files(source)
-        _check_store(store_dir or out_dir)
+        store = _store_for(out_dir, store_dir, remote)
+        _check_store(store)
         examples = LocatedInput(str(source), text_field=None)  # dolly_messages of each record
-        with _store_held(store_dir or out_dir):
+        with _destination(out_dir, remote) as folder, _store_held(store):
             result = build_sft_cache(
                 examples,
-                out_dir,
+                folder,
                 tokenizer=encoder,
                 tokenizer_name=base,
                 source={"type": "local", "path": str(Path(source).resolve())},
@@ -274,7 +327,7 @@ def build_sft_from(
                 force=force,
                 **options,
             )
-            return DatasetBuild(result, register_in(Path(store_dir or out_dir), out_dir))
+            return _finish(result, folder, store, remote, force=force)
 
 
 def build_all(

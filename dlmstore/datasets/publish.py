@@ -1,0 +1,244 @@
+"""A built dataset published to object storage: ``dlm data build ... --out s3://bucket/prefix``.
+
+A build for a bucket is a local build into a staging folder, then an
+upload of the same files, byte for byte: the objects under the prefix are
+the folder a local ``--out`` would hold (``meta.json`` and the files it
+lists; the store.db is registered elsewhere, see below). The staging
+folder is ``<node cache>/builds/<sha256 of the URL>/`` (the node cache of
+:mod:`dlmstore.objstore.node_cache`, so on the same local disk), held by
+an exclusive lock beside it for the build's length (a second build to the
+same URL is refused while one runs); it is removed once the upload has
+ended, and kept when the build itself stops, so that a Ray build resumes.
+
+**The prefix is claimed first**, before the tokenizer loads or anything is
+written, by the rule :func:`~.build.output.claim_out_dir` applies to a
+folder: a prefix may be written when it holds no object, or holds a
+dataset dlm wrote (a ``meta.json`` carrying dlm's format tag) or the
+marker an unfinished upload leaves (``.build/dlm-build``); any other is
+refused, naming the URL and what it holds, unless ``--force``, and even
+then only the names a build writes are replaced.
+
+**The upload** (:func:`publish`), in this order:
+
+1. the marker ``.build/dlm-build`` is written (the prefix is dlm's, and
+   incomplete);
+2. the remote ``meta.json`` is deleted, so no reader takes an older
+   ``meta.json`` over new shards, and a killed upload's unfinished
+   multipart uploads are aborted;
+3. every file ``meta.json`` lists is uploaded whole, its sha256 computed
+   as it is read and checked against ``meta.json``'s
+   (:func:`dlmstore.objstore.transfer.put_files`): a file changed since it
+   was built is refused by name, never uploaded as if it were good;
+4. shards and indexes of an earlier build that this one did not write are
+   deleted (before the new ``meta.json``: a reader reads only what
+   ``meta.json`` lists, and the old one is gone already);
+5. ``meta.json`` is uploaded last: the commit. A reader that finds it finds
+   every file it lists complete; a failed or killed upload leaves none;
+6. the marker is deleted.
+
+The dataset is registered under its URL (``datasets.path`` is
+``s3://bucket/prefix``) from the staged copy, in ``--store`` or, by
+default, ``<dlm home>/datasets/store.db``: a SQLite database wants a local
+disk, never a bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlmstore.datasets.build.output import BUILD_DIR, BUILD_MARKER
+from dlmstore.datasets.meta import FORMAT, MAX_META_BYTES, META_NAME, load_meta
+from dlmstore.errors import DatasetError, ObjectStoreError
+from dlmstore.objstore.transfer import (
+    LocalFile,
+    abort_incomplete,
+    delete_names,
+    list_names,
+    put_bytes,
+    put_files,
+    read_object,
+)
+from dlmstore.objstore.uri import ObjectURI
+from dlmstore.progress import Task
+from dlmstore.store.flock import FileLock
+from dlmstore.store.regular_files import load_json, read_regular
+
+#: The marker an unfinished upload leaves under the prefix (as a local build leaves in its folder).
+MARKER_NAME = f"{BUILD_DIR}/{BUILD_MARKER}"
+#: The names a build writes: pretrain shards and their indexes, SFT token, index and mask files.
+_DATASET_FILE = re.compile(
+    r"(?:train|val)/shard_[0-9]{5,}\.(?:bin|docs\.npy)|(?:train|val)_(?:tokens\.bin|idx\.npy|mask\.bin)"
+)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A dataset uploaded to object storage.
+
+    Attributes:
+        url: Where it is: ``s3://bucket/prefix``.
+        files: Objects written: the files meta.json lists, and meta.json.
+        bytes: Bytes of those objects.
+        removed: Objects of an earlier build deleted (shards this build did not write).
+        seconds: Time the upload took.
+    """
+
+    url: str
+    files: int
+    bytes: int
+    removed: int
+    seconds: float
+
+
+def claim_prefix(url: str, *, force: bool = False) -> ObjectURI:
+    """Check that a build may write under ``url``; writes nothing.
+
+    Raises:
+        ObjectStoreError: ``url`` is malformed; the store cannot be reached
+            or refuses; the bucket does not exist; or (without ``force``)
+            objects are there that are not a dataset dlm wrote.
+    """
+    uri = ObjectURI.parse(url)
+    names = list_names(uri)
+    if not names or MARKER_NAME in names and _is_marker(uri):
+        return uri
+    build = [name for name in names if name.startswith(f"{BUILD_DIR}/")]
+    if build:
+        raise ObjectStoreError(
+            f"{uri.url(BUILD_DIR)}/ holds objects a dlm build did not write, and a build keeps its "
+            "marker there",
+            hint=f"move {uri.url(BUILD_DIR)}/ elsewhere, or choose a new prefix for the dataset",
+        )
+    if force or META_NAME in names and _is_dataset(uri):
+        return uri
+    raise ObjectStoreError(
+        f"{uri} is not a prefix dlm wrote: it holds {_listing(names)}, and no {META_NAME} of a dlm dataset",
+        hint="choose a new or empty prefix, or pass --force to let dlm replace the dataset files there "
+        f"({META_NAME}, train/ and val/ shards; nothing else is removed)",
+    )
+
+
+def publish(folder: Path, uri: ObjectURI, *, force: bool = False) -> Published:
+    """Upload the dataset built in ``folder`` under ``uri``, ``meta.json`` last (see the module docstring).
+
+    Raises:
+        DatasetFileError: ``folder`` holds no complete dataset.
+        ObjectStoreError: the prefix may not be written (:func:`claim_prefix`),
+            a file changed since it was built, or the store failed; no
+            ``meta.json`` is left under the prefix then.
+    """
+    started = time.perf_counter()
+    claim_prefix(str(uri), force=force)
+    meta = load_meta(folder)
+    if not meta.built:
+        raise DatasetError(f"{folder / META_NAME} marks {meta.name} as not built; there is nothing to upload")
+    commit = read_regular(folder / META_NAME, limit=MAX_META_BYTES)
+    files = [
+        LocalFile(entry.path, folder / entry.path, entry.bytes, entry.sha256)
+        for entry in sorted(meta.files, key=lambda entry: entry.path)
+    ]
+    put_bytes(uri, MARKER_NAME, FORMAT.encode())
+    delete_names(uri, [META_NAME])
+    abort_incomplete(uri)
+    with Task(f"uploading to {uri}", total=len(files), unit="files") as task:
+        put_files(uri, files, sent=lambda _: task.advance())
+    written = {file.name for file in files}
+    stale = [name for name in list_names(uri) if _DATASET_FILE.fullmatch(name) and name not in written]
+    delete_names(uri, stale)
+    put_bytes(uri, META_NAME, commit)
+    delete_names(uri, [MARKER_NAME])
+    return Published(
+        url=str(uri),
+        files=len(files) + 1,
+        bytes=sum(file.bytes for file in files) + len(commit),
+        removed=len(stale),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def default_store_dir() -> Path:
+    """Where a dataset in object storage is registered unless ``--store`` says: ``<dlm home>/datasets``."""
+    from dlmstore.home import dlm_home
+
+    return dlm_home() / "datasets"
+
+
+@contextmanager
+def staging_for(uri: ObjectURI) -> Iterator[Path]:
+    """The local folder a build for ``uri`` writes before the upload, held exclusively meanwhile.
+
+    The folder is removed when the block ends normally or by an upload's
+    failure (an :class:`ObjectStoreError`); any other failure leaves it for
+    the next build to resume.
+
+    Raises:
+        ObjectStoreError: another build for ``uri`` holds it, or it cannot be made.
+    """
+    builds = _node_cache_root() / "builds"
+    key = hashlib.sha256(str(uri).encode()).hexdigest()[:32]
+    try:
+        builds.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ObjectStoreError(
+            f"cannot create {builds}, where a build for {uri} is staged: {exc.strerror or exc}",
+            hint="set DLM_OBJECT_CACHE to a folder on a local disk this user can write",
+        ) from None
+    lock = FileLock(builds / f"{key}.lock", required=True)
+    if not lock.try_exclusive():
+        lock.close()
+        raise ObjectStoreError(
+            f"another build for {uri} is running on this machine (it holds {builds / key})",
+            hint="wait for it to finish, or build to another prefix",
+        )
+    folder = builds / key
+    try:
+        yield folder
+        shutil.rmtree(folder, ignore_errors=True)
+    except ObjectStoreError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        lock.close()
+
+
+def _node_cache_root() -> Path:
+    """The node cache's folder (:func:`dlmstore.objstore.node_cache.cache_root`): ``$DLM_OBJECT_CACHE``,
+    else ``<dlm home>/cache/objects``."""
+    import os
+
+    from dlmstore.home import dlm_home
+
+    override = os.environ.get("DLM_OBJECT_CACHE")
+    return Path(override).expanduser().absolute() if override else dlm_home() / "cache" / "objects"
+
+
+def _is_marker(uri: ObjectURI) -> bool:
+    return read_object(uri, MARKER_NAME, limit=len(FORMAT)) == FORMAT.encode()
+
+
+def _is_dataset(uri: ObjectURI) -> bool:
+    data = read_object(uri, META_NAME, limit=MAX_META_BYTES)
+    if data is None:
+        return False
+    try:
+        meta = load_json(data)
+    except ValueError:
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def _listing(names: list[str]) -> str:
+    """``notes.txt, train/ and 2 more``: the first names under a prefix, folders marked with ``/``."""
+    tops = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in names})
+    shown = tops[:3]
+    more = len(tops) - len(shown)
+    if more:
+        return ", ".join(shown) + f" and {more} more"
+    return " and ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0]
