@@ -12,6 +12,7 @@ from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
     from dlmstore.eval.results import ModelEval, PhaseEval
+    from dlmstore.train.launch import Nodes
     from dlmstore.train.summary import NamedTrainSummary, TrainSummary
 
 
@@ -68,6 +69,31 @@ if TYPE_CHECKING:
     help="Train data-parallel on this many processes of this machine (gloo on CPU, NCCL on CUDA).",
 )
 @click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Train on this many machines, each running the same `dlm train` with its own --node-rank and "
+    "--nproc processes (torchrun's static rendezvous).",
+)
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="With --nnodes: this machine's place, 0 to N-1. Node 0 runs rank 0, which alone writes the store.",
+)
+@click.option(
+    "--master-addr",
+    metavar="HOST",
+    help="With --nnodes: the address of node 0, where every rank meets rank 0.",
+)
+@click.option(
+    "--master-port",
+    type=click.IntRange(min=1, max=65535),
+    help="With --nnodes: the TCP port of node 0 where rank 0 listens (the same on every node).",
+)
+@click.option(
     "--watch",
     is_flag=True,
     help="After the run, keep watching the document and its training.sources: each save that changes "
@@ -94,7 +120,7 @@ def train_command(
     ctx: click.Context, path: str, phase: str, no_cache: bool, no_share: bool, no_replay: bool,
     max_steps: int | None,
     epochs: int | None, seed: int | None, datasets: tuple[str, ...], resume: bool, fresh: bool, nproc: int,
-    watch: bool, watch_debounce_ms: int, watch_max_steps: int, lock_mode: str, as_json: bool,
+    nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None, watch: bool, watch_debounce_ms: int, watch_max_steps: int, lock_mode: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Train a LoRA adapter on the rows of the document at PATH.
 
@@ -113,7 +139,11 @@ def train_command(
     continues the newest interrupted run from its last sound checkpoint. An
     interrupted run's checkpoints are kept until it is resumed to the end or
     a run started with --fresh completes. --nproc N trains on N processes,
-    each on its own share of every epoch.
+    each on its own share of every epoch; --nnodes M --node-rank I
+    --master-addr A --master-port P, run on each of M machines, trains on
+    M*N processes (rank 0 on node 0 alone writes the store). --resume
+    continues on another number of processes as well, at the same global
+    batch.
 
     --watch keeps going after the run: each save of the document or of a
     file under its training.sources starts a run of at most
@@ -122,10 +152,11 @@ def train_command(
     """
     if resume and fresh:
         raise click.UsageError("--resume and --fresh cannot be combined; pass one of them")
-    _check_watch_options(ctx, watch, nproc, as_json)
+    _check_watch_options(ctx, watch, nproc * nnodes, as_json)
+    nodes = _nodes(nnodes, node_rank, master_addr, master_port)
     from dlmstore.torch_loader import require_torch
 
-    if nproc > 1:
+    if nproc > 1 or nnodes > 1:
         require_torch("dlm train --nproc starts its ranks with torch's launcher")
         from dlmstore.train.launch import launch
 
@@ -136,7 +167,7 @@ def train_command(
             + (["--no-share"] if no_share else [])
             + (["--no-replay"] if no_replay else [])
         )
-        ctx.exit(launch(arguments, nproc, document=path))
+        ctx.exit(launch(arguments, nproc, document=path, nodes=nodes))
     from dlmstore.train.threads import configure
 
     configure()  # threads and how they wait, before torch is imported (its pool reads them once)
@@ -180,9 +211,32 @@ def _check_watch_options(ctx: click.Context, watch: bool, nproc: int, as_json: b
                 raise click.UsageError(f"{flag} only applies with --watch; add --watch or leave {flag} out")
         return
     if nproc > 1:
-        raise click.UsageError("--watch trains in this process; leave out --nproc")
+        raise click.UsageError("--watch trains in this process; leave out --nproc and --nnodes")
     if as_json:
         raise click.UsageError("--watch prints a line per run, not JSON; leave out --json")
+
+
+def _nodes(nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None) -> Nodes:
+    """--nnodes and its companions, checked: usage errors (exit 2) for what cannot rendezvous."""
+    from dlmstore.train.launch import Nodes
+
+    if nnodes == 1:
+        for flag, value in (("--node-rank", node_rank or None), ("--master-addr", master_addr),
+                            ("--master-port", master_port)):  # fmt: skip
+            if value is not None:
+                raise click.UsageError(f"{flag} only applies with --nnodes 2 or more; leave it out")
+        return Nodes()
+    if node_rank >= nnodes:
+        raise click.UsageError(f"--node-rank {node_rank} is outside --nnodes {nnodes} (0 to {nnodes - 1})")
+    if master_addr is None or not master_addr.strip():
+        raise click.UsageError(
+            f"--nnodes {nnodes} needs --master-addr, the address of node 0 (the same on every node)"
+        )
+    if master_port is None:
+        raise click.UsageError(
+            f"--nnodes {nnodes} needs --master-port, a free TCP port of node 0 (the same on every node)"
+        )
+    return Nodes(count=nnodes, rank=node_rank, master_addr=master_addr.strip(), master_port=master_port)
 
 
 def _watch(path: str, debounce_ms: int, max_steps: int, options: dict[str, Any]) -> None:

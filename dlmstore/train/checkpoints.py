@@ -52,6 +52,7 @@ start (the same result, more work).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -80,6 +81,8 @@ CHECKPOINTS_DIR = "checkpoints"
 KEEP = 2  # checkpoints kept per run
 #: The settings a run trains with (:func:`plan_settings`), written into each checkpoint.
 PLAN_FILE = "dlm-plan.json"
+#: How the run's samples are laid out over its ranks (:class:`Layout`), written into each checkpoint.
+LAYOUT_FILE = "dlm-layout.json"
 FRESH_HINT = (
     "start over with `dlm train DOC --fresh` (the interrupted run's checkpoints go once it completes)"
 )
@@ -207,6 +210,128 @@ def run_folder(store_path: Path, run_id: int) -> Path:
     return store_path / CHECKPOINTS_DIR / f"run{run_id}"
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a run lays its samples over its ranks, so ``--resume`` continues it on another number of them.
+
+    Every epoch has one sample order, the same for any world size: its
+    permutation (seeded by the seed and the epoch) padded with its own
+    first items to a multiple of ``order_world_size``, the world size the
+    run started with. Optimizer step ``s`` of an epoch trains the items at
+    positions ``[s * global_batch, (s + 1) * global_batch)`` of it, however
+    many ranks share them (rank ``r`` of ``W`` takes every ``W``-th from
+    ``r``), so the position reached is ``step * global_batch`` whatever
+    the world size; a resumed run keeps ``global_batch`` and
+    ``micro_batch_size`` and trains with the gradient accumulation that
+    makes them meet on its own world size.
+
+    Attributes:
+        world_size: the ranks that wrote the checkpoint.
+        order_world_size: the world size the epochs' order was padded for.
+        global_batch: items per optimizer step, all ranks together
+            (micro-batch x gradient accumulation x world size).
+    """
+
+    world_size: int
+    order_world_size: int
+    global_batch: int
+
+    def grad_accum_for(self, world_size: int, micro_batch_size: int, samples: int) -> int:
+        """The gradient accumulation that trains ``global_batch`` a step on ``world_size`` ranks.
+
+        Raises:
+            TrainingError: it does not divide, or an epoch's padded order
+                (``samples`` items) cannot be split evenly over the ranks.
+        """
+        per_step = micro_batch_size * world_size
+        if self.global_batch % per_step:
+            raise TrainingError(
+                f"cannot resume on {world_size} processes: the run trains {self.global_batch} items per step, "
+                f"which {world_size} processes of micro-batch {micro_batch_size} cannot split evenly",
+                hint=f"resume on a number of processes whose product with micro_batch_size divides "
+                f"{self.global_batch} (the run started on {self.order_world_size})",
+            )
+        padded = -(-samples // self.order_world_size) * self.order_world_size
+        if padded % world_size:
+            raise TrainingError(
+                f"cannot resume on {world_size} processes: an epoch of {samples} items, padded to "
+                f"{padded} for the {self.order_world_size} the run started on, cannot be split evenly over "
+                f"{world_size}",
+                hint=f"resume on {self.order_world_size} processes, or on a number that divides {padded}",
+            )
+        return self.global_batch // per_step
+
+    def as_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+
+def laid_out(checkpoint: Checkpoint | None, plan: Any, world_size: int, samples: int) -> tuple[Layout, int]:
+    """The layout a run's checkpoints record and the gradient accumulation it trains with.
+
+    A fresh run lays its ``samples`` out for its own world size at its
+    plan's batch; a resumed one keeps the layout of ``checkpoint`` (its
+    order, its global batch) and accumulates as many micro-batches as
+    ``world_size`` ranks need to reach that batch.
+
+    Raises:
+        TrainingError: the run's global batch or its padded epoch cannot be split over ``world_size``.
+    """
+    if checkpoint is None:
+        batch = plan.micro_batch_size * plan.grad_accum * world_size
+        return Layout(world_size, world_size, batch), int(plan.grad_accum)
+    old = read_layout(checkpoint)
+    grad_accum = old.grad_accum_for(world_size, plan.micro_batch_size, samples)
+    return Layout(world_size, old.order_world_size, old.global_batch), grad_accum
+
+
+def read_layout(checkpoint: Checkpoint) -> Layout:
+    """The layout checkpoint ``checkpoint`` was written under (its file; else, for a checkpoint written before
+    there was one, its identity's world size and batch: the order was padded for that world size).
+    """
+    identity = checkpoint.identity
+    try:
+        data = json.loads((checkpoint.path / LAYOUT_FILE).read_bytes())
+        return Layout(int(data["world_size"]), int(data["order_world_size"]), int(data["global_batch"]))
+    except FileNotFoundError:
+        batch = identity.micro_batch_size * identity.grad_accum * identity.world_size
+        return Layout(identity.world_size, identity.world_size, batch)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TrainingError(
+            f"cannot resume from checkpoint {checkpoint.path}: {LAYOUT_FILE} cannot be loaded ({exc})",
+            hint=FRESH_HINT,
+        ) from None
+
+
+def restored_rank_state(folder: Path, layout: Layout, rank: int, world_size: int) -> dict[str, Any] | None:
+    """What rank ``rank`` of ``world_size`` restores of the trained positions and counts in ``folder``.
+
+    On the world size that wrote it, each rank its own; on another, rank 0
+    takes every rank's (positions in rank order, counts summed) and the
+    others start from nothing, so the run's totals stay whole.
+    """
+    if layout.world_size == world_size:
+        return read_rank_state(folder, rank)
+    if rank != 0:
+        return None
+    merged: dict[str, Any] = {}
+    for old in range(layout.world_size):
+        state = read_rank_state(folder, old)
+        if not merged:
+            merged = state
+            continue
+        merged["samples"] = merged["samples"] + state["samples"]
+        for key, value in state.items():
+            if key != "samples" and isinstance(value, list):
+                merged[key] = [a + b for a, b in zip(merged[key], value, strict=True)]
+    return merged
+
+
+def rank_files(folder: Path, rank: int) -> dict[str, bytes]:
+    """The files of checkpoint ``folder`` that are rank ``rank``'s own: its positions and counts, its RNG state."""
+    names = (f"dlm-rank{rank}.npy", f"dlm-rank{rank}.json", f"rng_state_{rank}.pth")
+    return {name: (folder / name).read_bytes() for name in names if (folder / name).is_file()}
+
+
 def write_rank_state(folder: Path, rank: int, state: dict[str, Any]) -> None:
     """This rank's trained positions and per-source counts, into checkpoint ``folder``."""
     samples = np.asarray(state["samples"], dtype=np.int64)
@@ -274,11 +399,15 @@ def register(
     folder: Path,
     identity: CheckpointIdentity,
     settings: dict[str, Any],
+    layout: Layout | None = None,
 ) -> None:
-    """Write the run's ``settings`` (:data:`PLAN_FILE`) into ``folder``, make it durable, take the sha256
-    of every file in it and record it; forget rows whose folders the trainer rotated away.
+    """Write the run's ``settings`` (:data:`PLAN_FILE`) and ``layout`` (:data:`LAYOUT_FILE`) into ``folder``,
+    make it durable, take the sha256 of every file in it and record it; forget rows whose folders the
+    trainer rotated away.
     """
     write_bytes_atomic(folder / PLAN_FILE, json.dumps(settings, sort_keys=True, indent=1).encode())
+    if layout is not None:
+        write_bytes_atomic(folder / LAYOUT_FILE, layout.as_json())
     fsync_tree(folder)
     files = json.dumps(folder_sha256(folder), sort_keys=True)
     relative = str(folder.relative_to(store.path))

@@ -28,8 +28,11 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NoReturn
 
 from dlmstore.errors import DlmError, Terminated, TrainingError
@@ -140,6 +143,45 @@ def gather(world: World, value: Any) -> list[Any]:
     return out
 
 
+def gather_to_main(world: World, value: Any) -> list[Any] | None:
+    """Every rank's ``value``, in rank order, on rank 0 alone (``None`` on the others)."""
+    if not world.distributed:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * world.size if world.is_main else None
+    dist.gather_object(value, out, dst=0)
+    return out
+
+
+def mirror(world: World, root: Path, folders: Sequence[Path], into: Path) -> None:
+    """Rank 0's ``folders`` (under ``root``, its store) written under ``into`` on every other rank.
+
+    No rank but 0 reads the store, which may be on another machine: what a
+    rank needs of it (the checkpoint it resumes, the adapter a phase starts
+    from) comes in one broadcast, each file at its path relative to the
+    store, so ``into`` stands for the store on that rank. Every rank calls
+    it with the same ``folders``.
+    """
+    if not world.distributed or not folders:
+        return
+    files: dict[str, bytes] | None = None
+    if world.is_main:
+        files = {
+            path.relative_to(root).as_posix(): path.read_bytes()
+            for folder in folders
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        }
+    files = share(world, files)
+    if world.is_main or files is None:
+        return
+    for name, data in files.items():
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
 def barrier(world: World) -> None:
     """Wait until every rank is here."""
     if world.distributed:
@@ -176,6 +218,40 @@ def leave(world: World, *, failed: bool = False) -> None:
             finally:
                 dist.destroy_process_group()
                 gc.collect()
+
+
+#: What a rank says when a collective failed because a peer is gone (its process, launcher or machine).
+PEER_LOST = "a training rank stopped answering (its process, its launcher or its machine ended)"
+
+#: How a failed collective reads when the peer's end closed or reset the connection, or never answered.
+_PEER_FAILURES = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Timed out",
+    "timed out",
+)
+
+
+@contextmanager
+def peers_answering(world: World) -> Iterator[None]:
+    """Turn a collective that failed because a peer is gone into one :class:`TrainingError`.
+
+    gloo and NCCL raise a ``RuntimeError`` (``DistBackendError``) quoting
+    their source file when a peer's connection closes mid-collective: a
+    node lost mid-run reads as that on every surviving rank. The run is
+    recorded failed with this line, and ``--resume`` continues it from its
+    last checkpoint.
+    """
+    try:
+        yield
+    except RuntimeError as exc:
+        if not world.distributed or not any(mark in str(exc) for mark in _PEER_FAILURES):
+            raise
+        raise TrainingError(
+            PEER_LOST,
+            hint="run the same `dlm train` with --resume (on every node) to continue from the last checkpoint",
+        ) from exc
 
 
 def exit_rank(code: int = 0) -> NoReturn:

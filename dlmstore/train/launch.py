@@ -3,8 +3,18 @@
 Each rank is a child process running ``python -m dlmstore.cli.main train
 ...`` (the same arguments, without ``--nproc``) with the environment
 torchrun would give it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free local
-port). Each rank divides this machine's cores by ``LOCAL_WORLD_SIZE`` for
+``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``
+(a free local port).
+
+**Several machines** (``--nnodes N --node-rank I --master-addr A
+--master-port P``): the same launcher runs on every node, as torchrun's
+static rendezvous does (``torchrun --nnodes N --node-rank I
+--master-addr A --master-port P``): node ``I`` starts its ``K`` ranks as
+global ranks ``I*K .. I*K+K-1`` of ``N*K``, and every rank meets the
+others at ``A:P``, where global rank 0 (on node 0) listens. Only node 0's
+launcher records a failed run in the store; the other nodes never open it.
+
+Each rank divides this machine's cores by ``LOCAL_WORLD_SIZE`` for
 its torch threads, so N ranks do not oversubscribe the CPU, and lets an
 idle one spin only briefly (:mod:`dlmstore.train.threads`); a user's
 ``OMP_NUM_THREADS`` reaches every rank as it is. Rank 0 prints what a
@@ -79,12 +89,29 @@ class _Rank:
     detail: RankReport | None = field(default=None, repr=False)
 
 
-def launch(arguments: Sequence[str], nproc: int, *, document: str | None = None) -> int:
-    """Run ``dlm`` with ``arguments`` as ``nproc`` ranks; 0 once every rank succeeded.
+@dataclass(frozen=True)
+class Nodes:
+    """Where this launcher's ranks sit among several machines (torchrun's static rendezvous).
+
+    ``count`` 1 (the default) is one machine: the ranks meet at a free port of 127.0.0.1.
+    """
+
+    count: int = 1
+    rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+
+
+def launch(
+    arguments: Sequence[str], nproc: int, *, document: str | None = None, nodes: Nodes = Nodes()
+) -> int:
+    """Run ``dlm`` with ``arguments`` as ``nproc`` ranks of this node; 0 once every rank succeeded.
 
     Args:
         document: the document the ranks train, whose store's run records
-            why it failed (``None``: the run is left to the ranks).
+            why it failed (``None``: the run is left to the ranks). Only
+            node 0 records it: the store is rank 0's.
+        nodes: this node among ``nodes.count`` (each starts ``nproc`` ranks).
 
     Raises:
         TrainingError: ``nproc`` is below 1, the command already runs as a
@@ -101,8 +128,10 @@ def launch(arguments: Sequence[str], nproc: int, *, document: str | None = None)
             "--nproc inside a launched rank (WORLD_SIZE is set)",
             hint="use either --nproc or torchrun/accelerate launch, not both",
         )
+    if nodes.rank != 0:
+        document = None  # the store is rank 0's, on node 0
     started = utc_now()
-    ranks = _start(arguments, nproc)
+    ranks = _start(arguments, nproc, nodes)
     try:
         try:
             ok = _wait(ranks)
@@ -121,23 +150,28 @@ def launch(arguments: Sequence[str], nproc: int, *, document: str | None = None)
             rank.report.close()
 
 
-def _start(arguments: Sequence[str], nproc: int) -> list[_Rank]:
-    port = free_port()
+def _start(arguments: Sequence[str], nproc: int, nodes: Nodes) -> list[_Rank]:
+    port = free_port() if nodes.master_port is None else nodes.master_port
     ranks: list[_Rank] = []
-    for rank in range(nproc):
+    for local in range(nproc):
+        rank = nodes.rank * nproc + local
         report = tempfile.TemporaryFile()  # already unlinked: nothing is left behind, however this ends
         env = {
             **os.environ,
             "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(nproc),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": str(nodes.count * nproc),
             "LOCAL_WORLD_SIZE": str(nproc),
-            "MASTER_ADDR": "127.0.0.1",
+            "GROUP_RANK": str(nodes.rank),
+            "GROUP_WORLD_SIZE": str(nodes.count),
+            "MASTER_ADDR": nodes.master_addr or "127.0.0.1",
             "MASTER_PORT": str(port),
             LAUNCHER_ENV: str(os.getpid()),
             REPORT_FD_ENV: str(report.fileno()),
         }
-        output = None if rank == 0 else subprocess.DEVNULL
+        output = (
+            None if local == 0 else subprocess.DEVNULL
+        )  # rank 0 prints the run; another node's first rank, its errors
         process = subprocess.Popen(
             [sys.executable, "-m", "dlmstore.cli.main", *arguments], env=env, stdout=output, stderr=output,
             pass_fds=(report.fileno(),), process_group=0,

@@ -259,7 +259,7 @@ def begin(store: Store, run_id: int, setup: Setup, base: BaseFiles, options: Opt
     if checkpoint is not None:
         check_identity(
             checkpoint, run_identity(setup.document, setup.ref, inputs, world.size, setup.seed, None),
-            fields=("base_model", "dlm_sha256", "inputs_sha256", "world_size", "seed"),
+            fields=("base_model", "dlm_sha256", "inputs_sha256", "seed"),  # not the world size: elastic
         )  # fmt: skip
     lock = begin_lock(
         store, setup.document, setup.ref, seed=setup.seed, run_id=run_id, mode=options.lock_mode,
@@ -439,7 +439,14 @@ def train_phases(
     the base is borrowed from it and given back, its adapter layers removed.
     """
     from dlmstore.eval.results import ModelEval
-    from dlmstore.train.checkpoints import check_identity, plan_settings, run_folder, run_identity
+    from dlmstore.train.checkpoints import (
+        check_identity,
+        laid_out,
+        plan_settings,
+        read_layout,
+        run_folder,
+        run_identity,
+    )
     from dlmstore.train.data.examples import training_examples, validation_examples
     from dlmstore.train.data.preference_data import training_preferences
     from dlmstore.train.loops.preference import fit_preference, load_policy
@@ -495,22 +502,29 @@ def train_phases(
             document, ref, prepared.inputs, world.size, seed, plan, rows_sha256=prepared.rows_sha256
         )
         if checkpoint is not None:
+            # the gradient accumulation follows the world size (checkpoints.Layout): the global batch is checked
             check_identity(
-                checkpoint, identity, fields=("micro_batch_size", "grad_accum", "plan_sha256"),
-                settings=plan_settings(plan),
+                checkpoint, identity, fields=("micro_batch_size", "plan_sha256"), settings=plan_settings(plan)
             )  # fmt: skip
         if phases.sft:
             t0 = time.perf_counter()
             dataset, names = training_examples(
                 prepared.rows, prepared.inputs, sequence_len=settings.sequence_len, seed=seed
             )
+            layout, grad_accum = laid_out(checkpoint, plan, world.size, len(dataset))  # type: ignore[arg-type]
+            if grad_accum != plan.grad_accum:  # resumed on another world size, at the run's global batch
+                plan = dataclasses.replace(
+                    plan, grad_accum=grad_accum, effective_batch_size=plan.micro_batch_size * grad_accum
+                )
+                identity = dataclasses.replace(identity, grad_accum=grad_accum)
             val = validation_examples(prepared.val_rows, prepared.inputs, sequence_len=settings.sequence_len)
             dataset_seconds = time.perf_counter() - t0
             fit = fit_sft(
                 store, prepared.run_id, model, tokenizer, dataset, len(names), plan, world=world,
                 checkpoint_steps=settings.checkpoint_steps,
                 checkpoint_dir=run_folder(prepared.store_path, prepared.run_id),
-                identity=identity, resume_from=None if checkpoint is None else checkpoint.path,
+                identity=identity, layout=layout, resume_from=None if checkpoint is None else checkpoint.path,
+                resumed_layout=None if checkpoint is None else read_layout(checkpoint),
                 store_path=prepared.store_path, dlm_id=document.dlm_id, val=val, val_history=prepared.val_history,
             )  # fmt: skip
             fit.dataset_seconds = dataset_seconds

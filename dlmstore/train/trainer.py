@@ -55,6 +55,7 @@ byte-identical ``adapter_model.safetensors`` (``tests/test_training.py``,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlmstore.train import stages
@@ -178,7 +179,7 @@ def _lead(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -
     from dlmstore.store.database import open_store
     from dlmstore.store.runs import recorded_run
     from dlmstore.train.data.usage import gather_accounting, record_usage, write_rank_samples
-    from dlmstore.train.distributed import share
+    from dlmstore.train.distributed import mirror, peers_answering, share
 
     document = setup.document
     base = stages.locate(setup)
@@ -195,9 +196,12 @@ def _lead(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -
                 share(world, error=exc)
                 raise
             share(world, prepared)
-            trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options, loan)
-            write_rank_samples(store.path, run_id, world, trained.accounting)
-            uses = record_usage(store, run_id, prepared.inputs, gather_accounting(world, trained.accounting))
+            with peers_answering(world):
+                mirror(world, store.path, _store_folders(prepared), store.path)
+                trained = stages.train_phases(store, prepared, setup, begun.tokenizer, world, options, loan)
+                per_rank = gather_accounting(world, trained.accounting)
+            write_rank_samples(store.path, run_id, per_rank)
+            uses = record_usage(store, run_id, prepared.inputs, per_rank)
             adapters, kept = stages.publish(store, trained, begun.lock, setup, prepared, options, tokenized)
     summary = _summarize(setup, begun, tokenized, prepared, trained, adapters, uses, world, kept)
     share(world, summary)
@@ -205,18 +209,55 @@ def _lead(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -
 
 
 def _follow(setup: Setup, options: Options, world: World, loan: BaseLoan | None) -> TrainSummary:
-    """Every other rank: train on its share of what rank 0 prepared, and return rank 0's summary."""
+    """Every other rank: train on its share of what rank 0 prepared, and return rank 0's summary.
+
+    It never opens the store, which may be on another machine: what it
+    needs of it (the checkpoint resumed, the adapters a phase starts from or
+    is compared with) arrives from rank 0 (:func:`~.distributed.mirror`)
+    into a private folder standing for the store, where its own checkpoint
+    files are written too before rank 0 collects them; the folder goes when
+    the run ends.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     from dlmstore.bases import load_tokenizer
-    from dlmstore.train.data.usage import gather_accounting, write_rank_samples
-    from dlmstore.train.distributed import share
+    from dlmstore.train.data.usage import gather_accounting
+    from dlmstore.train.distributed import mirror, peers_answering, share
 
     prepared: Prepared = share(world)
-    tokenizer = load_tokenizer(setup.ref)
-    trained = stages.train_phases(None, prepared, setup, tokenizer, world, options, loan)
-    write_rank_samples(prepared.store_path, prepared.run_id, world, trained.accounting)
-    gather_accounting(world, trained.accounting)
-    summary: TrainSummary = share(world)
+    scratch = Path(tempfile.mkdtemp(prefix=f"dlm-rank{world.rank}-"))
+    try:
+        with peers_answering(world):
+            mirror(world, prepared.store_path, _store_folders(prepared), scratch)
+            prepared = _standing_in(prepared, scratch)
+            tokenizer = load_tokenizer(setup.ref)
+            trained = stages.train_phases(None, prepared, setup, tokenizer, world, options, loan)
+            gather_accounting(world, trained.accounting)
+            summary: TrainSummary = share(world)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return summary
+
+
+def _store_folders(prepared: Prepared) -> list[Path]:
+    """The folders of rank 0's store every other rank reads: the checkpoint resumed, the adapters used."""
+    folders = [] if prepared.resume is None else [prepared.resume.path]
+    if prepared.parent is not None:
+        folders.append(prepared.store_path / prepared.parent.path)
+    folders += [prepared.store_path / version.path for version in prepared.previous.values()]
+    return folders
+
+
+def _standing_in(prepared: Prepared, scratch: Path) -> Prepared:
+    """``prepared`` with ``scratch`` (holding what :func:`_store_folders` named) standing for the store."""
+    import dataclasses
+
+    resume = prepared.resume
+    if resume is not None:
+        resume = dataclasses.replace(resume, path=scratch / resume.path.relative_to(prepared.store_path))
+    return dataclasses.replace(prepared, store_path=scratch, resume=resume)
 
 
 def _summarize(

@@ -2,9 +2,9 @@
 
 During the SFT phase every rank's collator counts the items and tokens it
 trains per input (:class:`~dlmstore.train.data.examples.Collator`). At the end
-each rank writes the positions it trained on to a file of its own,
-``runs/<run>/sft-rank<r>.samples.npy``; the counts are gathered to rank 0,
-which registers them in one transaction: ``run_ranks`` (one row per rank)
+every rank's positions and counts are gathered to rank 0, which writes
+each rank's positions to a file, ``runs/<run>/sft-rank<r>.samples.npy``,
+and registers the counts in one transaction: ``run_ranks`` (one row per rank)
 and ``run_datasets`` (one row per token dataset, with the items and
 tokens of it the run used).
 """
@@ -51,30 +51,30 @@ def samples_path(run_id: int, rank: int) -> str:
 
 
 def gather_accounting(world: Any, accounting: dict[str, Any] | None) -> list[dict[str, Any] | None]:
-    """Every rank's SFT accounting (positions trained, per-source counts), on every rank."""
-    from dlmstore.train.distributed import gather
+    """Every rank's SFT accounting (positions trained, per-source counts, ``count``), on rank 0.
 
-    summary = None if accounting is None else {k: v for k, v in accounting.items() if k != "samples"}
-    if summary is not None and accounting is not None:
-        summary["count"] = len(accounting["samples"])
-    return gather(world, summary)
+    The other ranks get an empty list: they send theirs, and rank 0 alone
+    writes (the store may be on another machine).
+    """
+    from dlmstore.train.distributed import gather_to_main
+
+    mine = None if accounting is None else {**accounting, "count": len(accounting["samples"])}
+    return gather_to_main(world, mine) or []
 
 
-def write_rank_samples(store_path: Path, run_id: int, world: Any, accounting: dict[str, Any] | None) -> None:
-    """This rank's trained positions, as ``runs/<run>/sft-rank<r>.samples.npy`` (each rank its own file)."""
-    if accounting is None:
-        return
+def write_rank_samples(store_path: Path, run_id: int, per_rank: Sequence[dict[str, Any] | None]) -> None:
+    """Each rank's trained positions, as ``runs/<run>/sft-rank<r>.samples.npy`` (rank 0 writes them all)."""
     import numpy as np
 
     from dlmstore.datasets.build.writers import npy_bytes
     from dlmstore.store.atomic import write_bytes_atomic
 
-    path = store_path / samples_path(run_id, world.rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(
-        path,
-        npy_bytes(np.asarray(accounting["samples"], dtype=np.int64)),
-    )
+    for rank, accounting in enumerate(per_rank):
+        if accounting is None:
+            continue
+        path = store_path / samples_path(run_id, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, npy_bytes(np.asarray(accounting["samples"], dtype=np.int64)))
 
 
 def record_usage(

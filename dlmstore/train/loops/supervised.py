@@ -46,17 +46,20 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 
 from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.errors import TrainingError
+from dlmstore.store.atomic import write_bytes_atomic
 from dlmstore.store.path_text import utf8_alias
 from dlmstore.train.checkpoints import (
     FRESH_HINT,
     CheckpointIdentity,
+    Layout,
     checkpoint_writes,
     plan_settings,
+    rank_files,
     register,
     write_rank_state,
 )
 from dlmstore.train.data.examples import TOKENS_KEY, Collator, pad_token_id
-from dlmstore.train.distributed import World, barrier
+from dlmstore.train.distributed import World, barrier, gather_to_main
 
 
 class EpochBatches(Sampler[list[int]]):
@@ -105,10 +108,19 @@ class SftTrainer(Trainer):
     right since the last log).
     """
 
-    def __init__(self, *args: Any, store_alias: tuple[Path, Path] | None = None, **kwargs: Any) -> None:
-        """``store_alias``: the UTF-8 alias the trainer's folders are named under, and the store it stands for."""
+    def __init__(
+        self,
+        *args: Any,
+        store_alias: tuple[Path, Path] | None = None,
+        order_world_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``store_alias``: the UTF-8 alias the trainer's folders are named under, and the store it stands for;
+        ``order_world_size``: the world size every epoch's order is padded for (the run's first: elastic resume).
+        """
         super().__init__(*args, **kwargs)
         self.store_alias = store_alias
+        self.order_world_size = order_world_size
         self.restore_seconds = 0.0  # loading a checkpoint: adapter, optimizer and scheduler, RNG
         self._tokens = 0
         self._correct = 0
@@ -186,6 +198,7 @@ class SftTrainer(Trainer):
             num_replicas=self.args.world_size,
             rank=self.args.process_index,
             seed=self.args.seed,
+            pad_to=self.order_world_size,
         )
         return EpochLoader(
             dataset,
@@ -199,7 +212,12 @@ class CheckpointRecorder(TrainerCallback):
     """After the trainer writes a checkpoint: each rank adds its state, rank 0 registers the folder.
 
     ``output`` is the run's checkpoint folder by its real path (the
-    trainer's ``output_dir`` may be a UTF-8 alias of it).
+    trainer's ``output_dir`` may be a UTF-8 alias of it); on a rank other
+    than 0 it is that rank's private stand-in for the store
+    (``dlmstore.train.trainer``), so its own files (positions and counts,
+    RNG state) are sent to rank 0, which writes them beside its own before
+    it registers the folder: the checkpoint is whole in rank 0's store even
+    when the ranks run on several machines.
     """
 
     def __init__(
@@ -211,6 +229,7 @@ class CheckpointRecorder(TrainerCallback):
         identity: CheckpointIdentity,
         settings: dict[str, Any],
         output: Path,
+        layout: Layout | None = None,
     ) -> None:
         self.output = output
         self.store = store
@@ -219,22 +238,22 @@ class CheckpointRecorder(TrainerCallback):
         self.collator = collator
         self.identity = identity
         self.settings = settings
+        self.layout = layout
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        folder = self.output / f"checkpoint-{state.global_step}"
-        with checkpoint_writes(folder, int(state.global_step)):
+        step = int(state.global_step)
+        folder = self.output / f"checkpoint-{step}"
+        with checkpoint_writes(folder, step):
             write_rank_state(folder, self.world.rank, self.collator.state())
-        barrier(self.world)
+            own = None if self.world.is_main else rank_files(folder, self.world.rank)
+        parts = gather_to_main(self.world, own)
         if self.store is not None:
-            with checkpoint_writes(folder, int(state.global_step)):  # its fsync
+            with checkpoint_writes(folder, step):  # the other ranks' files, its fsync
+                for files in parts or []:
+                    for name, data in (files or {}).items():
+                        write_bytes_atomic(folder / name, data)
                 register(
-                    self.store,
-                    self.run_id,
-                    "sft",
-                    int(state.global_step),
-                    folder,
-                    self.identity,
-                    self.settings,
+                    self.store, self.run_id, "sft", step, folder, self.identity, self.settings, self.layout
                 )
         barrier(self.world)
 
@@ -257,6 +276,8 @@ def fit_sft(
     dlm_id: str,
     val: tuple[Any, int] | None = None,
     val_history: tuple[tuple[int, float | None], ...] = (),
+    layout: Layout | None = None,
+    resumed_layout: Layout | None = None,
 ) -> Any:
     """Train ``model`` on ``dataset`` as ``plan`` says; a :class:`~dlmstore.train.loops.fit.PhaseFit`.
 
@@ -265,12 +286,14 @@ def fit_sft(
     (``dlmstore.train.data.examples.validation_examples``), evaluated every
     few steps and able to stop the phase early
     (:mod:`dlmstore.train.loops.validation`); ``val_history`` is what the
-    run resumed from recorded of it.
+    run resumed from recorded of it. ``layout`` is how this run lays its
+    samples over its ranks (``dlmstore.train.checkpoints.Layout``), recorded
+    in its checkpoints; ``resumed_layout`` that of the checkpoint it resumes.
     """
     from peft import LoraConfig, get_peft_model
     from transformers import TrainerState, set_seed
 
-    from dlmstore.train.checkpoints import read_rank_state
+    from dlmstore.train.checkpoints import restored_rank_state
     from dlmstore.train.loops.callbacks import StepRecorder
     from dlmstore.train.loops.fit import run_trainer
     from dlmstore.train.loops.reporting import reporting
@@ -298,7 +321,7 @@ def fit_sft(
         if checkpointing:
             callbacks.append(
                 CheckpointRecorder(
-                    store, run_id, world, collator, identity, plan_settings(plan), checkpoint_dir
+                    store, run_id, world, collator, identity, plan_settings(plan), checkpoint_dir, layout
                 )
             )
         validation = None
@@ -317,9 +340,17 @@ def fit_sft(
                     TrainerState.load_from_json(str(resume_from / "trainer_state.json")).global_step, int
                 ):
                     raise ValueError("global_step is not a number")
-            rank_files = (f"dlm-rank{world.rank}.npy", f"dlm-rank{world.rank}.json")
-            with loading(resume_from, rank_files):
-                collator.restore(read_rank_state(resume_from, world.rank))
+            written = (
+                world.size if resumed_layout is None else resumed_layout.world_size
+            )  # ranks that wrote it
+            ranks = range(written) if written != world.size else (world.rank,)
+            names = [f"dlm-rank{rank}.{ext}" for rank in ranks for ext in ("npy", "json")]
+            with loading(resume_from, names):
+                restored = restored_rank_state(
+                    resume_from, resumed_layout or _same(world), world.rank, world.size
+                )
+            if restored is not None:
+                collator.restore(restored)
         t0 = time.perf_counter()
         # Training builds no KV cache; without one, transformers reads position ids that
         # start again (a packed window of several documents) as separate sequences.
@@ -341,6 +372,7 @@ def fit_sft(
                 data_collator=collator,
                 callbacks=callbacks,
                 store_alias=(store_alias, store_path),
+                order_world_size=None if layout is None else layout.order_world_size,
             )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
@@ -360,6 +392,11 @@ def fit_sft(
         stack.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _same(world: World) -> Layout:
+    """The layout of a checkpoint written on this world size (only its ``world_size`` is read)."""
+    return Layout(world.size, world.size, 0)
 
 
 #: What loading a damaged checkpoint file raises: torch's zip reader (RuntimeError), its unpickler
