@@ -242,3 +242,19 @@ def test_a_malformed_or_other_url_given_to_out_is_a_usage_error(url: str, messag
     result = _build("pretrain", texts, url)
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == f"Error: Invalid value for '--out': {message}"
+
+
+@pytest.mark.slow  # starts a local Ray with two workers: seconds
+def test_a_ray_build_to_a_bucket_uploads_the_local_engines_bytes(
+    s3: S3Bucket, texts: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("ray")
+    local = _build(
+        "pretrain", texts, str(tmp_path / "local"), "--store", str(tmp_path / "st"), "--shard-bytes", "64"
+    )
+    assert local.exit_code == 0, local.output
+    remote = _build(
+        "pretrain", texts, s3.url("ray/ds"), "--shard-bytes", "64", "--engine", "ray", "--workers", "2"
+    )
+    assert remote.exit_code == 0, remote.output
+    assert _objects(s3, "ray/ds") == file_hashes(tmp_path / "local")

@@ -1,0 +1,173 @@
+"""Benchmark: `dlm data build --out s3://...` (a local S3 server) beside the same build with a local --out.
+
+Runs ``dlm data build pretrain`` as a user does (a fresh process each
+time, the SmolLM2 tokenizer, the local engine) on one synthetic JSONL
+corpus, alternating a build into a local folder and a build into a bucket
+of moto's S3 server on 127.0.0.1 (started here as its own process,
+``moto_server``, so the server's CPU is not the build's interpreter's), so
+a drift of the machine's speed hits both alike. Prints each variant's
+median wall time, the median of the pairs' ratios (target: s3 within
+1.2x of local), the upload's own rate from ``--json`` (``uploaded.bytes /
+uploaded.seconds``) and checks that every object equals the local build's
+file of the same name.
+
+    python bench/bench_s3_build.py [--tokens 5M] [--repeat 3] [--shard-bytes 16MiB] [--check]
+
+``--tokens`` sets the corpus size (default 5M: about a minute on 2
+cores); ``--check`` exits 1 when the median ratio misses the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ray_build import parse_size, write_corpus
+from benchlib import DLM
+
+TARGET = 1.2
+BUCKET = "dlm-bench"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_server(port: int) -> subprocess.Popen[bytes]:
+    """moto's S3 server as its own process on 127.0.0.1:``port``, once it answers."""
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json", timeout=2):
+                return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("moto_server did not answer within 60 s")
+
+
+def build(corpus: Path, out: str, env: dict[str, str], shard_bytes: str) -> tuple[float, dict[str, Any]]:
+    args = [DLM, "data", "build", "pretrain", "--from", str(corpus), "--out", out, "--name", "bench"]
+    args += ["--shard-bytes", shard_bytes, "--json"]
+    start = time.perf_counter()
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr}")
+    return seconds, json.loads(done.stdout)
+
+
+def local_hashes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def object_hashes(client: Any, prefix: str) -> dict[str, str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/")
+    keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+    return {
+        key[len(prefix) + 1 :]: hashlib.sha256(
+            client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        ).hexdigest()
+        for key in keys
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=parse_size, default=parse_size("5M"))
+    parser.add_argument("--repeat", type=int, default=3, help="local/s3 pairs, alternated")
+    parser.add_argument("--shard-bytes", default="16MiB")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+
+    import boto3
+    from botocore.config import Config
+
+    port = free_port()
+    server = start_server(port)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlm-bench-s3-") as tmp:
+            root = Path(tmp)
+            corpus = root / "corpus.jsonl"
+            docs = write_corpus(corpus, args.tokens)
+            env = {
+                **os.environ,
+                "DLM_HOME": str(root / "home"),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_VERBOSITY": "error",
+                "AWS_ENDPOINT_URL_S3": endpoint,
+                "AWS_ACCESS_KEY_ID": "bench",
+                "AWS_SECRET_ACCESS_KEY": "bench",
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                aws_access_key_id="bench",
+                aws_secret_access_key="bench",
+                region_name="us-east-1",
+                config=Config(s3={"addressing_style": "path"}),
+            )
+            client.create_bucket(Bucket=BUCKET)
+            build(corpus, str(root / "warm-up"), env, args.shard_bytes)  # the tokenizer converted once
+            local_s: list[float] = []
+            s3_s: list[float] = []
+            upload_s: list[float] = []
+            same = True
+            for run in range(args.repeat):
+                out = root / f"local{run}"
+                seconds, _ = build(corpus, str(out), env | {"DLM_HOME": str(root / "home")}, args.shard_bytes)
+                local_s.append(seconds)
+                expected = {k: v for k, v in local_hashes(out).items() if not k.startswith(("store.db", "."))}
+                seconds, done = build(corpus, f"s3://{BUCKET}/run{run}", env, args.shard_bytes)
+                s3_s.append(seconds)
+                upload_s.append(done["uploaded"]["seconds"])
+                uploaded_bytes = done["uploaded"]["bytes"]
+                same = same and object_hashes(client, f"run{run}") == expected
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    ratios = [s / loc for s, loc in zip(s3_s, local_s, strict=True)]
+    ratio = statistics.median(ratios)
+    upload = statistics.median(upload_s)
+    print(f"corpus:  {args.tokens:,} tokens asked, {docs:,} documents; dataset {uploaded_bytes / 1e6:.1f} MB")
+    print(f"local:   median {statistics.median(local_s):.2f} s  ({', '.join(f'{s:.2f}' for s in local_s)})")
+    print(f"s3:      median {statistics.median(s3_s):.2f} s  ({', '.join(f'{s:.2f}' for s in s3_s)})")
+    print(
+        f"upload:  median {upload:.2f} s of the s3 build, {uploaded_bytes / 1e6 / upload:.0f} MB/s "
+        "(moto on 127.0.0.1)"
+    )
+    print(f"ratio:   s3 / local = {ratio:.3f} (median of {len(ratios)} pairs; target <= {TARGET})")
+    print(f"bytes:   every object equals the local build's file: {'yes' if same else 'NO'}")
+    return 1 if not same or (args.check and ratio > TARGET) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
