@@ -29,8 +29,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
     (1, "an error dlm reports as `error: ...` (bad input, a damaged store, a failed run); "
         "`dlm cache verify` when problems remain"),
-    (2, "a usage error: an unknown option, a missing or invalid argument (a URL such as `s3://b/ds` where "
-        "a local path is asked: object storage is not supported yet)"),
+    (2, "a usage error: an unknown option, a missing or invalid argument (a URL where only a local path "
+        "is taken, a scheme other than `s3://` or a malformed `s3://` URL where object storage is)"),
     (130, "interrupted (Ctrl-C, SIGINT): one `error: interrupted` line; a run is recorded as failed"),
     (143, "terminated (SIGTERM, as `timeout`, systemd and CI send it): one `error: terminated by SIGTERM` "
           "line; a run is recorded as failed, `dlm train --nproc` stops its ranks first"),
