@@ -28,11 +28,14 @@ A checkpoint records what it is only valid for: the document's sha256, its
 base model (by name and by what the name resolved to), the identity of the
 token datasets and their weights, the rows the run trains on (their keys,
 so a file under ``training.sources`` edited after the interrupt counts),
-the world size, the micro-batch size, the gradient accumulation, the seed
-and every other setting that changes the adapter, the command line's
-overrides included (:func:`plan_settings`). Resuming under any other value
-is refused with the reason, since "step 120" would then name other samples
-or another model.
+the micro-batch size, the seed and every other setting that changes the
+adapter, the command line's overrides included (:func:`plan_settings`).
+Resuming under any other value is refused with the reason, since "step
+120" would then name other samples or another model. The world size is
+not among them: each checkpoint records its :class:`Layout`
+(``dlm-layout.json``), and a run resumes on another number of processes at
+the same global batch, its gradient accumulation following, from the same
+position of the same epoch order (elastic resume).
 
 An interrupted run stays resumable until it is resumed to completion or
 the user starts over explicitly: ``--resume`` continues the newest train
