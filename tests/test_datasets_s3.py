@@ -258,3 +258,20 @@ def test_a_ray_build_to_a_bucket_uploads_the_local_engines_bytes(
     )
     assert remote.exit_code == 0, remote.output
     assert _objects(s3, "ray/ds") == file_hashes(tmp_path / "local")
+
+
+def test_a_second_build_for_the_same_url_is_refused_while_one_is_staged(
+    s3: S3Bucket, texts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlmstore.datasets.publish import staging_for
+
+    monkeypatch.setenv("DLM_BUILD_STAGING", str(tmp_path / "shared-staging"))
+    with staging_for(ObjectURI(s3.bucket, "ds")) as held:
+        assert held.parent == tmp_path / "shared-staging"
+        result = _build("pretrain", texts, s3.url("ds"))
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-2:] == [
+        f"error: another build for s3://dlm-test/ds is running on this machine (it holds {held})",
+        "hint: wait for it to finish, or build to another prefix",
+    ]
+    assert s3.keys("ds/") == []

@@ -4,10 +4,13 @@ A build for a bucket is a local build into a staging folder, then an
 upload of the same files, byte for byte: the objects under the prefix are
 the folder a local ``--out`` would hold (``meta.json`` and the files it
 lists; the store.db is registered elsewhere, see below). The staging
-folder is ``<node cache>/builds/<sha256 of the URL>/`` (the node cache of
-:mod:`dlmstore.objstore.node_cache`, so on the same local disk), held by
-an exclusive lock beside it for the build's length (a second build to the
-same URL is refused while one runs); it is removed once the upload has
+folder is ``<staging>/<sha256 of the URL>/``, where ``<staging>`` is
+``$DLM_BUILD_STAGING``, else ``<node cache>/builds`` (the node cache of
+:mod:`dlmstore.objstore.node_cache`, so a local disk; a Ray build on a
+cluster, whose workers write the files, needs ``$DLM_BUILD_STAGING`` on a
+filesystem every node mounts, as a local ``--out`` would be). It is held
+by an exclusive lock beside it for the build's length (a second build to
+the same URL is refused while one runs), removed once the upload has
 ended, and kept when the build itself stops, so that a Ray build resumes.
 
 **The prefix is claimed first**, before the tokenizer loads or anything is
@@ -70,6 +73,8 @@ from dlmstore.progress import Task
 from dlmstore.store.flock import FileLock
 from dlmstore.store.regular_files import load_json, read_regular
 
+#: Where builds for object storage are staged, when not under the node cache.
+STAGING_ENV = "DLM_BUILD_STAGING"
 #: The marker an unfinished upload leaves under the prefix (as a local build leaves in its folder).
 MARKER_NAME = f"{BUILD_DIR}/{BUILD_MARKER}"
 #: The names a build writes: pretrain shards and their indexes, SFT token, index and mask files.
@@ -181,14 +186,14 @@ def staging_for(uri: ObjectURI) -> Iterator[Path]:
     Raises:
         ObjectStoreError: another build for ``uri`` holds it, or it cannot be made.
     """
-    builds = _node_cache_root() / "builds"
+    builds = staging_root()
     key = hashlib.sha256(str(uri).encode()).hexdigest()[:32]
     try:
         builds.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ObjectStoreError(
             f"cannot create {builds}, where a build for {uri} is staged: {exc.strerror or exc}",
-            hint="set DLM_OBJECT_CACHE to a folder on a local disk this user can write",
+            hint=f"set {STAGING_ENV} to a folder this user can write",
         ) from None
     lock = FileLock(builds / f"{key}.lock", required=True)
     if not lock.try_exclusive():
@@ -208,15 +213,21 @@ def staging_for(uri: ObjectURI) -> Iterator[Path]:
         lock.close()
 
 
-def _node_cache_root() -> Path:
-    """The node cache's folder (:func:`dlmstore.objstore.node_cache.cache_root`): ``$DLM_OBJECT_CACHE``,
-    else ``<dlm home>/cache/objects``."""
+def staging_root() -> Path:
+    """Where builds for object storage are staged: ``$DLM_BUILD_STAGING``, else ``<node cache>/builds``.
+
+    The node cache is :func:`dlmstore.objstore.node_cache.cache_root`'s folder:
+    ``$DLM_OBJECT_CACHE``, else ``<dlm home>/cache/objects``.
+    """
     import os
 
     from dlmstore.home import dlm_home
 
-    override = os.environ.get("DLM_OBJECT_CACHE")
-    return Path(override).expanduser().absolute() if override else dlm_home() / "cache" / "objects"
+    staging = os.environ.get(STAGING_ENV)
+    if staging:
+        return Path(staging).expanduser().absolute()
+    cache = os.environ.get("DLM_OBJECT_CACHE")
+    return (Path(cache).expanduser().absolute() if cache else dlm_home() / "cache" / "objects") / "builds"
 
 
 def _is_marker(uri: ObjectURI) -> bool:
