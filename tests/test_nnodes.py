@@ -40,11 +40,10 @@ def nodes_doc(tmp_path: Path, base: Path, *, steps: int, every: int = 0) -> Path
     )
 
 
-def start_nodes(doc: Path, home: Path, logs: Path, *args: str) -> list[subprocess.Popen[bytes]]:
-    """Two `dlm train --nnodes 2` launchers, node 0 and node 1, meeting at a free port of 127.0.0.1."""
+def start_nodes(doc: Path, homes: tuple[Path, Path], logs: Path, *args: str) -> list[subprocess.Popen[bytes]]:
+    """Two `dlm train --nnodes 2` launchers, node 0 and node 1, each with its home, meeting at 127.0.0.1."""
     port = free_port()
     logs.mkdir(exist_ok=True)
-    env = {**os.environ, "DLM_HOME": str(home), **RANK_ENV}
     return [
         subprocess.Popen(
             [
@@ -64,12 +63,19 @@ def start_nodes(doc: Path, home: Path, logs: Path, *args: str) -> list[subproces
                 str(port),
                 *args,
             ],
-            env=env,
+            env={**os.environ, "DLM_HOME": str(homes[node]), **RANK_ENV},
             stdout=(logs / f"node{node}.out").open("wb"),
             stderr=(logs / f"node{node}.err").open("wb"),
         )  # fmt: skip
         for node in (0, 1)
     ]
+
+
+def second_home(tmp_path: Path) -> Path:
+    """Node 1's own home, as on another machine: the store is node 0's, and node 1 must never open it."""
+    home = tmp_path / "node1-home"
+    home.mkdir()
+    return home
 
 
 def store_of(home: Path) -> Path:
@@ -126,8 +132,8 @@ def test_two_nodes_of_one_process_train_the_same_samples_to_the_same_adapter_as_
 ) -> None:
     doc = nodes_doc(tmp_path, tiny_base, steps=4)
     expected_sha, sizes, expected_steps = reference(tmp_path, doc, 4)
-    home = Path(os.environ["DLM_HOME"])
-    nodes = start_nodes(doc, home, tmp_path / "logs", "--json")
+    home, other = Path(os.environ["DLM_HOME"]), second_home(tmp_path)
+    nodes = start_nodes(doc, (home, other), tmp_path / "logs", "--json")
     codes = [node.wait(timeout=600) for node in nodes]
     errors = [(tmp_path / "logs" / f"node{n}.err").read_text()[-3000:] for n in (0, 1)]
     assert codes == [0, 0], errors
@@ -137,6 +143,50 @@ def test_two_nodes_of_one_process_train_the_same_samples_to_the_same_adapter_as_
     assert per_step(rank_samples(store_of(home), 1), sizes) == expected_steps
     conn = sqlite3.connect(store_of(home) / "store.db")
     assert conn.execute("SELECT id, status, world_size FROM runs").fetchall() == [(1, "completed", 2)]
+    assert not (other / "store").exists()
+
+    # torchrun's own multi-node launch (static rendezvous), one launcher per node, is accepted as it is
+    port, torchrun_home = free_port(), tmp_path / "torchrun-home"
+    (tmp_path / "t").mkdir()
+    launchers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "dlmstore.cli.main",
+                "-q",
+                "train",
+                str(doc),
+            ],
+            env={
+                **os.environ,
+                "DLM_HOME": str(torchrun_home if node == 0 else second_home(tmp_path / "t")),
+                **RANK_ENV,
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for node in (0, 1)
+    ]
+    outcomes = [launcher.communicate(timeout=600) for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], [err[-3000:] for _, err in outcomes]
+    query = "SELECT sha256 FROM adapters"
+    assert sqlite3.connect(store_of(torchrun_home) / "store.db").execute(query).fetchall() == [
+        (expected_sha,)
+    ]
+    assert not (tmp_path / "t" / "node1-home" / "store").exists()
 
 
 @pytest.mark.slow
@@ -146,8 +196,8 @@ def test_a_node_lost_mid_run_fails_it_in_one_line_and_resume_on_one_process_trai
 ) -> None:
     doc = nodes_doc(tmp_path, tiny_base, steps=24, every=3)
     _, sizes, expected_steps = reference(tmp_path, doc, 24)
-    home = Path(os.environ["DLM_HOME"])
-    node0, node1 = start_nodes(doc, home, tmp_path / "logs")
+    home, other = Path(os.environ["DLM_HOME"]), second_home(tmp_path)
+    node0, node1 = start_nodes(doc, (home, other), tmp_path / "logs")
     deadline = time.monotonic() + 300
     while not _checkpoints(home):
         assert time.monotonic() < deadline and node0.poll() is None, "no checkpoint before the run ended"
@@ -161,6 +211,7 @@ def test_a_node_lost_mid_run_fails_it_in_one_line_and_resume_on_one_process_trai
     ]
     conn = sqlite3.connect(store_of(home) / "store.db")
     assert conn.execute("SELECT status, error FROM runs").fetchall() == [("failed", PEER_LOST)]
+    assert not (other / "store").exists()  # node 1's rank sent its checkpoint files to rank 0
 
     resumed = train_document(
         str(doc), resume=True
