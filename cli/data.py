@@ -187,7 +187,11 @@ def build_group() -> None:
 
 _common = [
     click.option(
-        "--from", "source", required=True, type=LocalPath(exists=True), help="Input file or folder."
+        "--from",
+        "source",
+        required=True,
+        type=PathOrObject(exists=True),
+        help="Input file or folder, or s3://bucket/prefix (read by range where it is).",
     ),
     click.option(
         "--out",

@@ -49,7 +49,12 @@ def _id(case: tuple[tuple[str, ...], click.Parameter]) -> str:
 PATH_PARAMS = _path_params()
 
 #: The options that take ``s3://bucket/prefix`` as well as a local path.
-TAKE_OBJECT_STORAGE = ["data build pretrain --out", "data build sft --out"]
+TAKE_OBJECT_STORAGE = [
+    "data build pretrain --from",
+    "data build pretrain --out",
+    "data build sft --from",
+    "data build sft --out",
+]
 
 
 def _refusal(param: click.Parameter, url: str) -> str:

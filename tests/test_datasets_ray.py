@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from dlmstore.datasets.build.sft import build_sft_cache
 from dlmstore.errors import DatasetError
 
 from .helpers import file_hashes
+from .s3_server import S3Bucket
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray build starts worker processes: seconds each
@@ -389,3 +391,47 @@ def test_a_build_by_range_stopped_by_a_failure_reuses_its_finished_ranges_when_r
     rerun = (tmp_path / "encoded.log").read_text().splitlines()
     assert not before & set(rerun) and "Document POISON" in rerun  # only the rest was tokenized
     assert built == build(tmp_path / "local", encoder, None)
+
+
+def test_a_ray_build_from_a_bucket_reads_it_by_range_into_the_bytes_of_a_local_build_of_a_copy(
+    tmp_path: Path, s3: S3Bucket, tiny_base: Path
+) -> None:
+    source = corpus(tmp_path / "in")
+    for file in sorted(source.iterdir()):
+        s3.put(f"corpus/{file.name}", file.read_bytes())
+    common = ["--base", str(tiny_base), "--shard-bytes", "256", "--name", "web", "--json"]
+
+    def build(source: str, out: str, *engine: str) -> Any:
+        args = ["data", "build", "pretrain", "--from", source, "--out", str(tmp_path / out), *common, *engine]
+        if not engine:  # the local engine, in this process
+            return json.loads(CliRunner().invoke(cli, args, catch_exceptions=False).stdout)
+        # A local Ray of its own, started by the command: its workers inherit the S3 environment.
+        done = subprocess.run(
+            [sys.executable, "-m", "dlmstore.cli.main", *args], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    copy = build(str(source), "copy")
+    on_ray = build(s3.url("corpus"), "ray", "--engine", "ray", "--workers", "2")
+    build(s3.url("corpus"), "local")
+    assert dataset_files(tmp_path / "ray") == dataset_files(tmp_path / "local")  # meta.json too
+    hashes = [dataset_files(tmp_path / name) for name in ("ray", "copy")]
+    assert hashes[0].pop("meta.json") != hashes[1].pop("meta.json")  # it records where the input was
+    assert hashes[0] == hashes[1] and "train/shard_00000.bin" in hashes[0]
+    meta = json.loads((tmp_path / "ray" / "meta.json").read_text())
+    assert meta["source"] == {"type": "s3", "url": s3.url("corpus")}
+    moved = on_ray["build"]["driver_bytes"]
+    assert (moved["reader"], moved["read"], moved["input"]) == ("workers", 0, copy_size(source))
+    assert copy["build"]["splits"] == on_ray["build"]["splits"]
+
+
+def dataset_files(folder: Path) -> dict[str, str]:
+    """The hashes of a dataset's own files (not the store.db registered beside them)."""
+    return {
+        k: v for k, v in file_hashes(folder).items() if k == "meta.json" or k.startswith(("train/", "val/"))
+    }
+
+
+def copy_size(folder: Path) -> int:
+    return sum(file.stat().st_size for file in folder.iterdir())

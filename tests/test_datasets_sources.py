@@ -20,7 +20,9 @@ from dlmstore.datasets.build.local import (
     range_texts,
     ranges_of,
 )
-from dlmstore.errors import DatasetError, SourceUnavailableError
+from dlmstore.errors import DatasetError, ObjectStoreError, SourceUnavailableError
+
+from .s3_server import S3Bucket
 
 
 def test_a_folder_of_text_files_is_read_in_sorted_order_skipping_hidden_files(tmp_path: Path) -> None:
@@ -145,6 +147,45 @@ def test_a_file_changed_after_the_build_was_planned_is_refused_by_name(tmp_path:
     with pytest.raises(DatasetError) as info:
         range_texts(first, "text")
     assert info.value.message == f"{source} changed while the build read it (size or modification time)"
+
+
+def uploaded(s3: S3Bucket, folder: Path, prefix: str) -> str:
+    """Every file of ``folder`` put under ``prefix``; returns the prefix's URL."""
+    for file in sorted(folder.rglob("*")):
+        if file.is_file():
+            s3.put(f"{prefix}/{file.relative_to(folder).as_posix()}", file.read_bytes())
+    return s3.url(prefix)
+
+
+def test_an_s3_prefix_read_whole_or_by_range_gives_the_documents_of_a_local_copy(
+    tmp_path: Path, s3: S3Bucket
+) -> None:
+    source = mixed_input(tmp_path / "in")
+    url = uploaded(s3, source, "corpus")
+    s3.put("corpus/.hidden/skipped.jsonl", b'{"text": "never read"}\n')
+    s3.put("corpus-other/not-under-the-prefix.jsonl", b'{"text": "never read"}\n')
+    local = list(iter_local_texts(source))
+    assert list(LocatedInput(url)) == local
+    for size in (5, 1 << 20):
+        pieces = LocatedInput(url).pieces(size)
+        parts = ranges_of(pieces, [count_piece(piece) for piece in pieces], 10)
+        assert [t for part in parts for t in range_texts(part, "text")] == local
+    s3.put("one/a.jsonl", (source / "a.jsonl").read_bytes())  # a prefix that is one object's key
+    assert list(LocatedInput(s3.url("one/a.jsonl"))) == list(iter_local_texts(source / "a.jsonl"))
+
+
+def test_an_object_replaced_after_the_build_was_planned_is_refused_by_name(
+    tmp_path: Path, s3: S3Bucket
+) -> None:
+    s3.put(
+        "docs/a.jsonl", b"".join(json.dumps({"text": f"document {i}"}).encode() + b"\n" for i in range(20))
+    )
+    pieces = LocatedInput(s3.url("docs")).pieces(64)
+    (first, *_) = ranges_of(pieces, [count_piece(piece) for piece in pieces], 10)
+    s3.put("docs/a.jsonl", b'{"text": "another file under the same key"}\n')
+    with pytest.raises(ObjectStoreError) as info:
+        range_texts(first, "text")
+    assert info.value.message == f"{s3.url('docs/a.jsonl')} changed while the build read it (another ETag)"
 
 
 def test_wikitext_lines_are_joined_into_articles_at_top_level_headings() -> None:

@@ -41,10 +41,11 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from dlmstore.errors import DatasetError
+from dlmstore.objstore.uri import ObjectURI, is_object_uri
 
 RECORD_SUFFIXES = (".parquet", ".jsonl", ".json")
 #: Bytes of a JSONL file, or of a run of text files, one task reads; the output does not depend on it.
@@ -193,30 +194,45 @@ class LocatedInput:
 
     def __iter__(self) -> Iterator[Any]:
         if self.text_field is not None:
-            return iter_local_texts(self.path, text_field=self.text_field)
+            if not is_object_uri(self.path):
+                return iter_local_texts(self.path, text_field=self.text_field)
+            return (text for file in self.files() for text in _file_texts(file, self.text_field))
         from dlmstore.datasets.build.catalog import dolly_messages
 
-        return (dolly_messages(record) for record in iter_local_records(self.path))
+        records = (
+            iter_local_records(self.path)
+            if not is_object_uri(self.path)
+            else (record for file in self.files() for record in _file_records(file))
+        )
+        return (dolly_messages(record) for record in records)
+
+    def files(self) -> list[InputFile]:
+        """Its files as :func:`data_files` finds them (under an ``s3://`` prefix: as it would in a copy)."""
+        if is_object_uri(self.path):
+            files = object_files(self.path)
+        else:
+            files = [InputFile.of(file) for file in data_files(self.path)]
+        if self.text_field is None:
+            for file in files:
+                _check_record_file(file.name)
+        return files
 
     def pieces(self, range_bytes: int = DEFAULT_RANGE_BYTES) -> list[Piece]:
         """The input cut into pieces from each file's size alone (no byte of it is read)."""
-        files = data_files(self.path)
         pieces: list[Piece] = []
         texts: list[InputFile] = []
-        for file in files:
-            if self.text_field is None:
-                _check_record_file(file)
-            ref = InputFile.of(file)
-            if file.suffix not in RECORD_SUFFIXES:
+        for ref in self.files():
+            suffix = ref.suffix
+            if suffix not in RECORD_SUFFIXES:
                 texts.append(ref)
                 if sum(t.size for t in texts) >= range_bytes:
                     pieces.append(Piece("text", tuple(texts), 0, 0))
                     texts = []
-            elif file.suffix == ".jsonl":
+            elif suffix == ".jsonl":
                 starts = range(0, max(ref.size, 1), range_bytes)
                 pieces.extend(Piece("lines", (ref,), a, min(a + range_bytes, ref.size)) for a in starts)
             else:
-                pieces.append(Piece(file.suffix.lstrip("."), (ref,), 0, ref.size))
+                pieces.append(Piece(suffix.lstrip("."), (ref,), 0, ref.size))
         if texts:
             pieces.append(Piece("text", tuple(texts), 0, 0))
         return pieces
@@ -227,10 +243,10 @@ class InputFile:
     """One input file as a task finds it: its name in messages, where it is, and what it was.
 
     Attributes:
-        name: the path as the input named it (what error messages say).
-        path: its absolute path (a task may run in another folder, on another node).
+        name: the path as the input named it (what error messages say), or its ``s3://`` URL.
+        path: its absolute path (a task may run in another folder, on another node), or its URL.
         size: its size in bytes when the build was planned.
-        stamp: its ``st_mtime_ns`` then: with ``size``, what tells a changed file.
+        stamp: its ``st_mtime_ns`` then (an object's ETag): with ``size``, what tells a changed file.
     """
 
     name: str
@@ -243,8 +259,17 @@ class InputFile:
         info = file.stat()
         return cls(str(file), str(file.resolve()), info.st_size, str(info.st_mtime_ns))
 
+    @property
+    def suffix(self) -> str:
+        return Path(self.name).suffix
+
     def open_checked(self) -> IO[bytes]:
         """The file, opened for reading, as it was when the build was planned (else an error naming it)."""
+        if is_object_uri(self.path):
+            from dlmstore.objstore.reading import open_object
+
+            uri = ObjectURI.parse(self.path)
+            return open_object(ObjectURI(uri.bucket, ""), uri.prefix, self.size, self.stamp)
         handle = open(self.path, "rb")  # the caller closes it
         info = os.fstat(handle.fileno())
         if (info.st_size, str(info.st_mtime_ns)) != (self.size, self.stamp):
@@ -254,6 +279,50 @@ class InputFile:
                 hint="rerun the build once the input no longer changes",
             )
         return handle
+
+
+def object_files(url: str) -> list[InputFile]:
+    """The objects under an ``s3://`` prefix that :func:`data_files` would find in a copy of it.
+
+    Raises:
+        DatasetError: nothing there.
+        ObjectStoreError: the bucket cannot be listed (one line naming it).
+    """
+    from dlmstore.objstore.reading import listed_objects
+
+    uri = ObjectURI.parse(url)
+    found = []
+    for key, size, etag in listed_objects(uri):
+        relative = PurePosixPath(key[len(uri.prefix) :].lstrip("/") or Path(key).name)
+        if not any(part.startswith(".") for part in relative.parts):
+            found.append(
+                (relative, InputFile(f"s3://{uri.bucket}/{key}", f"s3://{uri.bucket}/{key}", size, etag))
+            )
+    found.sort(key=lambda item: item[0])
+    records = [file for relative, file in found if relative.suffix in RECORD_SUFFIXES]
+    files = records or [file for _, file in found]
+    if not files:
+        raise DatasetError(
+            f"{url} holds no objects", hint="point at a prefix of text, JSONL or Parquet files"
+        )
+    return files
+
+
+def _file_texts(file: InputFile, text_field: str) -> Iterator[str]:
+    """The documents of one whole file, as :func:`iter_local_texts` reads a local one."""
+    if file.suffix not in RECORD_SUFFIXES:
+        with file.open_checked() as handle:
+            yield _decoded(handle, file.name)
+        return
+    yield from _texts_of(_file_records(file), file.name, text_field, 1)
+
+
+def _file_records(file: InputFile) -> Iterator[dict[str, Any]]:
+    with file.open_checked() as handle:
+        if file.suffix == ".parquet":
+            yield from _parquet_records(handle, file.name)
+        else:
+            yield from _text_records(io.TextIOWrapper(handle, encoding="utf-8"), file.name, file.suffix, 1)
 
 
 @dataclass(frozen=True)

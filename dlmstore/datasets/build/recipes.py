@@ -198,18 +198,19 @@ def build_pretrain_from(
         encoder = encoder_for_base(base)
         if val_frac is None and (train_tokens is None or val_tokens is None):
             val_frac = DEFAULT_PRETRAIN_VAL_FRAC
-        data_files(source)  # a missing path fails before the output directory is touched
+        texts = LocatedInput(os.fspath(source), text_field)  # a Ray build's workers read it by range
+        texts.files()  # a missing path or an empty prefix fails before the output directory is touched
         store = _store_for(out_dir, store_dir, remote)
         _check_store(store)
         with _destination(out_dir, remote) as folder, _store_held(store):
             result = build_pretrain_cache(
-                LocatedInput(str(source), text_field),  # a Ray build's workers read it by range
+                texts,
                 folder,
                 tokenizer=encoder,
                 val_frac=val_frac,
                 train_tokens=train_tokens,
                 val_tokens=val_tokens,
-                source={"type": "local", "path": str(Path(source).resolve())},
+                source=_input_meta(source),
                 tokenizer_name=base,
                 progress=progress,
                 engine=engine,
@@ -226,12 +227,19 @@ def _claim(
     of object storage (:func:`~dlmstore.datasets.publish.claim_prefix`), whose last name becomes the
     dataset's default name (the staging folder's is a hash)."""
     if not is_object_uri(os.fspath(out_dir)):
-        claim_out_dir(out_dir, force=force, inputs=(source,))
+        claim_out_dir(out_dir, force=force, inputs=() if is_object_uri(os.fspath(source)) else (source,))
         return None
     remote = claim_prefix(os.fspath(out_dir), force=force)
     if not options.get("name"):
         options["name"] = remote.prefix.rsplit("/", 1)[-1] or remote.bucket
     return remote
+
+
+def _input_meta(source: str | os.PathLike[str]) -> dict[str, Any]:
+    """What meta.json records of ``--from``: a local path, resolved, or an ``s3://`` prefix."""
+    if is_object_uri(os.fspath(source)):
+        return {"type": "s3", "url": os.fspath(source)}
+    return {"type": "local", "path": str(Path(source).resolve())}
 
 
 def _store_for(
@@ -311,17 +319,17 @@ def build_sft_from(
     remote = _claim(out_dir, source, force=force, options=options)  # before Ray, the tokenizer or any write
     with engine_session(engine):  # an unreachable cluster fails before the tokenizer loads
         encoder = encoder_for_base(base)
-        data_files(source)
+        examples = LocatedInput(os.fspath(source), text_field=None)  # dolly_messages of each record
+        examples.files()
         store = _store_for(out_dir, store_dir, remote)
         _check_store(store)
-        examples = LocatedInput(str(source), text_field=None)  # dolly_messages of each record
         with _destination(out_dir, remote) as folder, _store_held(store):
             result = build_sft_cache(
                 examples,
                 folder,
                 tokenizer=encoder,
                 tokenizer_name=base,
-                source={"type": "local", "path": str(Path(source).resolve())},
+                source=_input_meta(source),
                 progress=progress,
                 engine=engine,
                 force=force,
