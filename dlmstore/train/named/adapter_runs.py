@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dlmstore.document.parser import Document
+    from dlmstore.train.distributed import World
     from dlmstore.train.summary import NamedTrainSummary, TrainSummary
 
 
@@ -74,12 +75,16 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
             f"{document.path}: the document declares no named adapters (training.adapters)",
             hint="train it with `dlm train DOC`",
         )
-    plan = _resumption(document, names) if options.get("resume") else dict.fromkeys(names, "fresh")
-    skipped = [name for name in names if plan[name] == "skip"]
     loan = BaseLoan()
     world = current_world()
     join(world)  # one process group for every adapter's run (--nproc), left once at the end
     try:
+        plan = (
+            _shared_resumption(world, document, names)
+            if options.get("resume")
+            else dict.fromkeys(names, "fresh")
+        )
+        skipped = [name for name in names if plan[name] == "skip"]
         with tokenizers_kept():  # each adapter's run loads the base's tokenizer: once is enough
             summaries = [
                 train_document(
@@ -118,6 +123,23 @@ def train_named(path: str, *, document: Document | None = None, **options: Any) 
         warnings=warnings,
         gate=gate,
     )
+
+
+def _shared_resumption(world: World, document: Document, names: tuple[str, ...]) -> dict[str, str]:
+    """Rank 0's :func:`_resumption` on every rank (no other rank opens the store: it may be on another machine)."""
+    from dlmstore.errors import DlmError
+    from dlmstore.train.distributed import share
+
+    if not world.is_main:
+        plan: dict[str, str] = share(world)
+        return plan
+    try:
+        plan = _resumption(document, names)
+    except DlmError as exc:
+        share(world, error=exc)
+        raise
+    share(world, plan)
+    return plan
 
 
 def _resumption(document: Document, names: tuple[str, ...]) -> dict[str, str]:
