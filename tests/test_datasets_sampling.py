@@ -81,19 +81,50 @@ def test_resuming_mid_epoch_continues_exactly_where_the_loader_stopped() -> None
     assert [b.tolist() for b in resumed] == epoch1  # and the next epoch is the same too
 
 
-def test_resuming_with_another_batch_size_or_world_size_is_refused() -> None:
+def test_resuming_with_another_global_batch_is_refused() -> None:
     loader = ResumableLoader(Numbers(20), batch_size=4, num_replicas=2, rank=0)
     next(iter(loader))
     state = loader.state_dict()
     with pytest.raises(ResumeError) as info:
         ResumableLoader(Numbers(20), batch_size=8, num_replicas=2, rank=0).load_state_dict(state)
-    assert (
-        info.value.message == "cannot resume: the checkpoint was taken with batch size 4, this loader has 8"
+    assert info.value.message == (
+        "cannot resume: the checkpoint was taken with a global batch of 8 (batch size 4 x world size 2), "
+        "this loader has 16 (8 x 2)"
     )
     with pytest.raises(ResumeError) as info:
         ResumableLoader(Numbers(20), batch_size=4, num_replicas=4, rank=0).load_state_dict(state)
-    assert (
-        info.value.message == "cannot resume: the checkpoint was taken with world size 2, this loader has 4"
+    assert info.value.message == (
+        "cannot resume: the checkpoint was taken with a global batch of 8 (batch size 4 x world size 2), "
+        "this loader has 16 (4 x 4)"
+    )
+
+
+def test_a_loader_stopped_on_two_ranks_resumes_on_one_or_four_with_the_samples_left() -> None:
+    def run(
+        size: int, world: int, *, stop: int | None = None, state: dict[str, Any] | None = None
+    ) -> list[Any]:
+        """Each step's items (all ranks together, 8 a step) of one epoch of ``size``; with ``stop``, the
+        steps to there and, last, rank 0's state."""
+        loaders = [ResumableLoader(Numbers(size), batch_size=8 // world, seed=5, num_replicas=world, rank=r)
+                   for r in range(world)]  # fmt: skip
+        for loader in loaders:
+            if state is not None:
+                loader.load_state_dict(state)  # any rank's state: the position is the same on every rank
+        steps: list[Any] = []
+        for batches in zip(*loaders, strict=True):
+            steps.append(sorted(item for batch in batches for item in batch.tolist()))
+            if len(steps) == stop:
+                return [*steps, loaders[0].state_dict()]
+        return steps
+
+    for size, world in ((37, 1), (36, 4)):
+        *first, state = run(size, 2, stop=2)
+        assert first + run(size, world, state=state) == run(size, 2)
+    *_, state = run(37, 2, stop=2)
+    with pytest.raises(ResumeError) as info:  # 37 items padded to 38 for 2 ranks: not for 4
+        ResumableLoader(Numbers(37), batch_size=2, seed=5, num_replicas=4, rank=0).load_state_dict(state)
+    assert info.value.message == (
+        "cannot resume: an epoch of 37 samples, padded to 38 (a multiple of 2), cannot be split evenly over 4 ranks"
     )
 
 

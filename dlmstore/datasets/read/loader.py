@@ -1,4 +1,4 @@
-"""``ResumableLoader``: batches over a map-style dataset that resume exactly mid-epoch.
+"""``ResumableLoader``: batches over a map-style dataset that resume exactly mid-epoch, on any world size.
 
 The loader owns the position: ``(epoch, batches_done)``. Iterating it
 yields the rest of the current epoch's batches (a ``torch`` ``DataLoader``
@@ -8,10 +8,16 @@ handed to the caller; the next iteration starts the next epoch.
 
 ``state_dict()`` records the position *and* everything that decides which
 samples a position means: batch size, world size, rank, seed, shuffle,
-drop_last and the dataset size. ``load_state_dict`` refuses a checkpoint
-whose batch size or world size (or any of the others) differs, because
-"batch 120 of epoch 3" names other samples under another batch size or
-world size, and silently resuming there would repeat or skip data.
+drop_last, the dataset size and ``pad_to`` (the world size the epochs'
+order is padded for). Since rank ``r`` takes every ``world``-th item of
+the epoch's order, ``k`` batches of ``b`` on each of ``w`` ranks are the
+first ``k * b * w`` items of the order, whatever ``w`` is: a state loads
+into a loader of another world size (any rank) that keeps the global batch
+``b * w`` (elastic resume, as litdata's and MosaicML streaming's loaders
+do), which then keeps the state's ``pad_to``. ``load_state_dict`` refuses
+a state whose global batch, seed, shuffle, drop_last or dataset size
+differs, because "batch 120 of epoch 3" would then name other samples,
+and silently resuming there would repeat or skip data.
 """
 
 from __future__ import annotations
@@ -26,11 +32,8 @@ from dlmstore.datasets.read.sampler import RankPartitionSampler
 from dlmstore.errors import DatasetError, ResumeError
 
 STATE_VERSION = 1
-#: Settings a checkpoint must share with the loader it is loaded into.
+#: Settings a checkpoint must share with the loader it is loaded into (the global batch is checked too).
 _MUST_MATCH = {
-    "batch_size": "batch size",
-    "num_replicas": "world size",
-    "rank": "rank",
     "seed": "seed",
     "shuffle": "shuffle",
     "drop_last": "drop_last",
@@ -123,6 +126,7 @@ class ResumableLoader:
             "shuffle": self.sampler.shuffle,
             "drop_last": self.drop_last,
             "num_samples": self.sampler.total,
+            "pad_to": self.sampler.pad_to,
         }
         if hasattr(self.dataset, "state_dict"):
             state["dataset"] = self.dataset.state_dict()
@@ -137,6 +141,19 @@ class ResumableLoader:
         if state.get("version") != STATE_VERSION:
             raise ResumeError(f"cannot resume from a loader state of version {state.get('version')!r}")
         mine = self.state_dict()
+        try:
+            theirs = int(state["batch_size"]) * int(state["num_replicas"])
+        except (KeyError, TypeError, ValueError):
+            raise ResumeError(
+                "cannot resume from a loader state without its batch size and world size"
+            ) from None
+        if theirs != self.batch_size * self.sampler.num_replicas:
+            raise ResumeError(
+                f"cannot resume: the checkpoint was taken with a global batch of {theirs} (batch size "
+                f"{state['batch_size']} x world size {state['num_replicas']}), this loader has "
+                f"{self.batch_size * self.sampler.num_replicas} ({self.batch_size} x {self.sampler.num_replicas})",
+                hint=f"resume with a batch size times world size of {theirs}, or start a new epoch with a fresh loader",
+            )
         for key, label in _MUST_MATCH.items():
             if state.get(key) != mine[key]:
                 raise ResumeError(
@@ -144,6 +161,18 @@ class ResumableLoader:
                     f"this loader has {mine[key]}",
                     hint=f"resume with {label} {state.get(key)}, or start a new epoch with a fresh loader",
                 )
+        pad_to = int(state.get("pad_to", state["num_replicas"]))  # a state written before pad_to was recorded
+        if pad_to != self.sampler.pad_to:
+            try:
+                self.sampler = RankPartitionSampler(
+                    self.sampler.total, num_replicas=self.sampler.num_replicas, rank=self.sampler.rank,
+                    seed=self.sampler.seed, shuffle=self.sampler.shuffle, drop_last=self.drop_last, pad_to=pad_to,
+                )  # fmt: skip
+            except DatasetError as exc:
+                raise ResumeError(
+                    f"cannot resume: {exc.message}",
+                    hint=f"resume on a world size that divides the epoch (the checkpoint's was {pad_to})",
+                ) from None
         if "dataset" in state and hasattr(self.dataset, "load_state_dict"):
             self.dataset.load_state_dict(state["dataset"])
         self.epoch = int(state["epoch"])
