@@ -60,7 +60,7 @@ from typing import IO
 
 from dlmstore.clock import utc_now
 from dlmstore.errors import DlmError, RankError, Terminated, TrainingError
-from dlmstore.train.distributed import LAUNCHER_ENV, RANK_0_STOPPED, REPORT_FD_ENV, RankReport
+from dlmstore.train.distributed import LAUNCHER_ENV, PEER_LOST, RANK_0_STOPPED, REPORT_FD_ENV, RankReport
 
 #: How long stopped ranks get to record the run as failed and end before they are killed.
 STOP_GRACE_S = 30.0
@@ -252,14 +252,24 @@ def _verdict(ranks: list[_Rank]) -> DlmError:
                 return error
     # A report of errors is the rank's own DlmError, even from a rank stopped after it failed: rank 0
     # may still be on its way out when another rank repeating its error has ended and had it stopped.
-    for rank in ranks:
-        if rank.detail is not None and rank.detail.errors:
+    # A peer lost (PEER_LOST) is what the others see of a rank that ended: the last word, not the first.
+    reported = [rank for rank in ranks if rank.detail is not None and rank.detail.errors]
+    for rank in reported:
+        if rank.detail is not None and not _lost_a_peer(rank):
             return RankError([_as_rank_0s(message, hint) for message, hint in rank.detail.errors])
     for kind in (_crashed, _exited):
         for rank in by_end:
-            if (error := kind(rank)) is not None:
+            if (error := kind(rank)) is not None and not (rank in reported and kind is _exited):
                 return error
+    for rank in reported:  # only ranks that lost a peer said why: on this node, the run ended elsewhere
+        assert rank.detail is not None
+        return RankError(list(rank.detail.errors))
     return TrainingError("the ranks ended without saying why")
+
+
+def _lost_a_peer(rank: _Rank) -> bool:
+    """Whether the rank's own error is only that a peer stopped answering (another node's rank ended)."""
+    return rank.detail is not None and all(message == PEER_LOST for message, _ in rank.detail.errors)
 
 
 def _as_rank_0s(message: str, hint: str | None) -> tuple[str, str | None]:
