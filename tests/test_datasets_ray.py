@@ -356,7 +356,9 @@ def test_a_ray_build_of_a_few_megabytes_moves_at_most_one_percent_of_its_input_t
     assert by_workers is not None and by_workers.read == 0
     per_input = by_workers.read + by_workers.sent + by_workers.received - by_workers.tokenizer
     assert per_input <= 0.01 * by_workers.input  # descriptors out, 4 bytes a document back
-    assert by_workers.tokenizer == len(pickle.dumps(encoder.for_data(), protocol=5))  # sent once
+    assert (
+        0 < by_workers.tokenizer < len(pickle.dumps(encoder.for_data(), protocol=5)) / 2
+    )  # once, compressed
     by_driver = build_pretrain_cache(
         iter(texts), tmp_path / "driver", tokenizer=encoder, val_frac=0.1, name="web", engine=RayEngine(workers=2),
     ).driver_bytes  # fmt: skip

@@ -31,6 +31,7 @@ the marker, and a parallel build's spill files, see :mod:`.blocks`).
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
 import time
@@ -115,6 +116,58 @@ class DriverBytes:
     def total(self) -> int:
         """Every byte counted: read, sent and received."""
         return self.read + self.sent + self.received
+
+
+@dataclass
+class Traffic:
+    """Counts what passes through a Ray build's driver: the payload of every task argument and result.
+
+    Ray's own messages (task specifications, object references, heartbeats)
+    are not counted: a few hundred bytes per task whatever its payload.
+    """
+
+    reader: str
+    input: int = 0
+    read: int = 0
+    sent: int = 0
+    received: int = 0
+    tokenizer: int = 0
+    _seen: set[int] = field(default_factory=set)
+
+    def put(self, ray: Any, value: Any, *, tokenizer: bool = False) -> Any:
+        """``ray.put(value)``, its size counted as sent."""
+        size = _size(value)
+        self.sent += size
+        if tokenizer:
+            self.tokenizer += size
+        return ray.put(value)
+
+    def send(self, *values: Any) -> None:
+        """Task arguments sent by value (object references are counted where they were put)."""
+        self.sent += sum(_size(v) for v in values)
+
+    def got(self, value: Any) -> Any:
+        self.received += _size(value)
+        return value
+
+    def result(self) -> DriverBytes:
+        return DriverBytes(self.reader, self.input, self.read, self.sent, self.received, self.tokenizer)
+
+
+def _size(value: Any) -> int:
+    """The payload of ``value`` as Ray serialises it (pickle protocol 5; arrays by their buffer)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, tuple) and all(isinstance(v, np.ndarray) for v in value):
+        return sum(int(v.nbytes) for v in value)
+    return len(pickle.dumps(value, protocol=5))
+
+
+def text_size(texts: list[Any]) -> int:
+    """The UTF-8 bytes of documents (a conversation: its pickle's)."""
+    return sum(len(t.encode("utf-8")) if isinstance(t, str) else _size(t) for t in texts)
 
 
 @dataclass(frozen=True)
