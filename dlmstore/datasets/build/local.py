@@ -1,4 +1,4 @@
-"""Local inputs: text files, JSONL and Parquet as streams of texts or records, whole or by range.
+"""Inputs: text files, JSONL and Parquet as streams of texts or records, whole or by range.
 
 ``dlm data build --from PATH`` and ``build-all --local NAME=PATH`` read
 local data through this module, always as iterators (never a whole corpus
@@ -13,6 +13,8 @@ in memory):
   has any, else every other file as a text document; found recursively,
   sorted by relative path, hidden files and directories skipped.
 
+An ``s3://bucket/prefix`` is read the same way (:func:`object_files`
+lists it as a folder; :mod:`dlmstore.objstore.reading` reads each object).
 Records become texts through a field (``text`` by default). Undecodable
 text files are an error naming the file, not a silent skip: a corpus
 that quietly loses files is worse than a build that stops.
@@ -181,7 +183,7 @@ def _decoded(handle: IO[bytes], where: str) -> str:
 
 @dataclass(frozen=True)
 class LocatedInput:
-    """A local input a Ray build's workers read by range themselves; iterating it reads it all here.
+    """Files (a local path, or an ``s3://`` prefix) a Ray build's workers read by range; iterated, read here.
 
     Iterated (the local engine), it is :func:`iter_local_texts` of ``path``
     (``text_field`` set: a pretrain build) or the conversations of
@@ -268,8 +270,8 @@ class InputFile:
         if is_object_uri(self.path):
             from dlmstore.objstore.reading import open_object
 
-            uri = ObjectURI.parse(self.path)
-            return open_object(ObjectURI(uri.bucket, ""), uri.prefix, self.size, self.stamp)
+            bucket, _, key = self.path.removeprefix("s3://").partition("/")
+            return open_object(ObjectURI(bucket, ""), key, self.size, self.stamp)
         handle = open(self.path, "rb")  # the caller closes it
         info = os.fstat(handle.fileno())
         if (info.st_size, str(info.st_mtime_ns)) != (self.size, self.stamp):
