@@ -1,4 +1,4 @@
-"""Spill files of a parallel build: a complete one is reused, anything else is tokenized again.
+"""Spill files of a parallel build: a complete one is reused, anything else is tokenized again; no task reaches store.db.
 
 A rerun of an interrupted `--engine ray` build trusts only the blocks whose
 spill file loads with every member's CRC-32 intact (`dlmstore.datasets.build.blocks`);
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grimp
 import numpy as np
 import pytest
 
@@ -63,3 +64,17 @@ def test_a_damaged_spill_file_is_tokenized_again_into_the_same_bytes(
     assert load_spill(path) is None
     encode_pretrain_block(counting, TEXTS, path, "uint16")
     assert counting.encoded == 2 * len(TEXTS) and path.read_bytes() == good
+
+
+def test_the_code_a_ray_task_runs_cannot_open_store_db() -> None:
+    # A Ray task is handed descriptors, spill paths and the output folder; registering the
+    # dataset is the driver's one transaction. What tasks run imports nothing that opens a store.
+    graph = grimp.build_graph("dlmstore", cache_dir=None, include_external_packages=True)
+    tasks = ["ray_build", "blocks", "local", "routing", "writers", "chat", "encoding"]
+    reached = {
+        module
+        for name in [*(f"dlmstore.datasets.build.{task}" for task in tasks), "dlmstore.objstore.reading"]
+        for module in graph.find_upstream_modules(name)
+    }
+    assert "dlmstore.store.atomic" in reached  # the graph is the real one: spills are written atomically
+    assert reached.isdisjoint({"dlmstore.store.database", "dlmstore.store.connection", "sqlite3"})
