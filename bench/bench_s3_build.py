@@ -5,7 +5,8 @@ time, the SmolLM2 tokenizer, the local engine) on one synthetic JSONL
 corpus, alternating a build into a local folder and a build into a bucket
 of moto's S3 server on 127.0.0.1 (started here as its own process,
 ``moto_server``, so the server's CPU is not the build's interpreter's), so
-a drift of the machine's speed hits both alike. Prints each variant's
+a drift of the machine's speed hits both alike; every other pair runs the
+s3 build first. Prints each variant's
 median wall time, the median of the pairs' ratios (target: s3 within
 1.2x of local), the upload's own time from ``--json`` (``uploaded.seconds``:
 its share of the s3 build, the figure a loaded machine's noise moves
@@ -143,13 +144,17 @@ def main() -> int:
             same = True
             for run in range(args.repeat):
                 out = root / f"local{run}"
-                seconds, _ = build(corpus, str(out), env | {"DLM_HOME": str(root / "home")}, args.shard_bytes)
-                local_s.append(seconds)
+                # Each pair in the other order: the second build of a pair ran slower on a busy machine.
+                for variant in ("local", "s3") if run % 2 == 0 else ("s3", "local"):
+                    if variant == "local":
+                        seconds, _ = build(corpus, str(out), env, args.shard_bytes)
+                        local_s.append(seconds)
+                    else:
+                        seconds, done = build(corpus, f"s3://{BUCKET}/run{run}", env, args.shard_bytes)
+                        s3_s.append(seconds)
+                        upload_s.append(done["uploaded"]["seconds"])
+                        uploaded_bytes = done["uploaded"]["bytes"]
                 expected = {k: v for k, v in local_hashes(out).items() if not k.startswith(("store.db", "."))}
-                seconds, done = build(corpus, f"s3://{BUCKET}/run{run}", env, args.shard_bytes)
-                s3_s.append(seconds)
-                upload_s.append(done["uploaded"]["seconds"])
-                uploaded_bytes = done["uploaded"]["bytes"]
                 same = same and object_hashes(client, f"run{run}") == expected
     finally:
         server.terminate()
