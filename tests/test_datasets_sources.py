@@ -188,6 +188,24 @@ def test_an_object_replaced_after_the_build_was_planned_is_refused_by_name(
     assert info.value.message == f"{s3.url('docs/a.jsonl')} changed while the build read it (another ETag)"
 
 
+def test_a_bucket_that_is_not_there_given_to_from_is_one_error_line_and_nothing_is_written(
+    tmp_path: Path, s3: S3Bucket
+) -> None:
+    from click.testing import CliRunner
+
+    from dlmstore.cli.main import cli
+
+    out = tmp_path / "out"
+    args = ["data", "build", "pretrain", "--from", "s3://no-such-bucket/corpus", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert (
+        result.output.splitlines()[0]
+        == "error: s3://no-such-bucket/corpus: the bucket no-such-bucket does not exist"
+    )
+    assert not out.exists()
+
+
 def test_wikitext_lines_are_joined_into_articles_at_top_level_headings() -> None:
     lines = [
         "",
