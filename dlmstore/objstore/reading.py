@@ -21,8 +21,11 @@ from dlmstore.errors import ObjectStoreError
 from dlmstore.objstore.client import object_failure, s3_client
 from dlmstore.objstore.uri import ObjectURI
 
-#: Bytes a buffered reader of an object asks for at least (one GET each): a larger read is one GET of its size.
+#: Bytes a buffered reader of an object asks for at least (one GET each): a larger read is one GET of
+#: its size. Small, for a task that seeks to a range's edges, then reads the range in one GET.
 READ_BYTES = 64 << 10
+#: What a reader of a whole object in order asks for at a time: fewer GETs, each a round trip.
+STREAM_BYTES = 8 << 20
 
 
 def listed_objects(uri: ObjectURI) -> list[tuple[str, int, str]]:
@@ -121,7 +124,9 @@ def _precondition_failed(exc: Exception) -> bool:
     return code in ("PreconditionFailed", "412")
 
 
-def open_object(uri: ObjectURI, key: str, size: int, etag: str) -> io.BufferedReader:
-    """The object ``key`` of ``uri``'s bucket as a buffered binary file (reads of :data:`READ_BYTES`)."""
+def open_object(
+    uri: ObjectURI, key: str, size: int, etag: str, *, buffer: int = READ_BYTES
+) -> io.BufferedReader:
+    """The object ``key`` of ``uri``'s bucket as a buffered binary file (GETs of ``buffer`` bytes at least)."""
     name = f"s3://{uri.bucket}/{key}"
-    return io.BufferedReader(ObjectReader(uri.bucket, key, size, etag, name), buffer_size=READ_BYTES)
+    return io.BufferedReader(ObjectReader(uri.bucket, key, size, etag, name), buffer_size=buffer)
