@@ -22,7 +22,7 @@ from dlmstore.datasets.build.local import (
 )
 from dlmstore.errors import DatasetError, ObjectStoreError, SourceUnavailableError
 
-from .s3_server import S3Bucket
+from .s3_server import CutProxy, S3Bucket
 
 
 def test_a_folder_of_text_files_is_read_in_sorted_order_skipping_hidden_files(tmp_path: Path) -> None:
@@ -202,6 +202,26 @@ def test_a_bucket_that_is_not_there_given_to_from_is_one_error_line_and_nothing_
     errors = [line for line in result.output.splitlines() if line.startswith(("error:", "Traceback"))]
     assert errors == ["error: s3://no-such-bucket/corpus: the bucket no-such-bucket does not exist"]
     assert not out.exists()
+
+
+def test_a_server_gone_while_a_range_is_read_is_one_error_naming_the_object(
+    tmp_path: Path, s3: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3.put(
+        "docs/a.jsonl",
+        b"".join(json.dumps({"text": f"document {i} " * 50}).encode() + b"\n" for i in range(200)),
+    )
+    pieces = LocatedInput(s3.url("docs")).pieces(4096)
+    parts = ranges_of(pieces, [count_piece(piece) for piece in pieces], 10)
+    proxy = CutProxy(int(s3.endpoint.rsplit(":", 1)[1]), allow=3000)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)  # a task's client reaches the server through it
+    monkeypatch.setenv("DLM_S3_MAX_ATTEMPTS", "2")
+    with pytest.raises(ObjectStoreError) as info:
+        for part in parts:
+            range_texts(part, "text")
+    assert proxy.cut.is_set()
+    assert "\n" not in info.value.message and s3.url("docs/a.jsonl") in info.value.message
+    assert " after 2 attempts: " in info.value.message or " failed 2 times: " in info.value.message
 
 
 def test_wikitext_lines_are_joined_into_articles_at_top_level_headings() -> None:

@@ -15,6 +15,7 @@ take it as they take an open file. The client is this process's
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 from dlmstore.errors import ObjectStoreError
@@ -93,27 +94,53 @@ class ObjectReader(io.RawIOBase):
         return len(data)
 
     def _get(self, start: int, end: int) -> bytes:
-        try:
-            if self._client is None:
-                self._client = s3_client()
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}", IfMatch=self.etag
-            )
-            with response["Body"] as body:
-                data = bytes(body.read())
-        except Exception as exc:
-            if _precondition_failed(exc):
-                raise ObjectStoreError(
-                    f"{self.name} changed while the build read it (another ETag)",
-                    hint="rerun the build once the input no longer changes",
-                ) from None
-            raise object_failure(exc, self.name) from None
-        if len(data) != end - start:
-            raise ObjectStoreError(
-                f"{self.name} changed while the build read it: {len(data)} bytes where {end - start} were asked for",
-                hint="rerun the build once the input no longer changes",
-            )
-        return data
+        """Bytes ``start .. end - 1``; a body cut mid-stream is asked for again after a backoff.
+
+        botocore retries a request that fails to be sent or answered
+        (adaptive mode); a response whose body stops part way is retried
+        here, as the node cache's downloads are (0.5 s, 1 s, 2 s ... at most
+        8 s, ``DLM_S3_MAX_ATTEMPTS`` times), then is one error naming the URL.
+        """
+        from botocore import exceptions as botocore_errors
+
+        from dlmstore.objstore.client import max_attempts
+        from dlmstore.objstore.download import BACKOFF_BASE_S, BACKOFF_CAP_S
+
+        cut = (
+            botocore_errors.ResponseStreamingError,
+            botocore_errors.IncompleteReadError,
+            botocore_errors.ReadTimeoutError,
+            botocore_errors.ConnectionClosedError,
+            ConnectionError,
+        )
+        attempts = max_attempts()
+        for attempt in range(1, attempts + 1):
+            try:
+                if self._client is None:
+                    self._client = s3_client()
+                response = self._client.get_object(
+                    Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}", IfMatch=self.etag
+                )
+                with response["Body"] as body:
+                    data = bytes(body.read())
+                if len(data) == end - start:
+                    return data
+                reason = f"the response ended after {len(data)} of {end - start} bytes"
+            except cut as exc:
+                reason = str(exc) or type(exc).__name__
+            except Exception as exc:
+                if _precondition_failed(exc):
+                    raise ObjectStoreError(
+                        f"{self.name} changed while the build read it (another ETag)",
+                        hint="rerun the build once the input no longer changes",
+                    ) from None
+                raise object_failure(exc, self.name) from None
+            if attempt < attempts:
+                time.sleep(min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
+        raise ObjectStoreError(
+            f"reading {self.name} failed {attempts} times: {reason}",
+            hint="check the object store's endpoint and network; rerun the build: finished ranges are kept",
+        )
 
 
 def _precondition_failed(exc: Exception) -> bool:
