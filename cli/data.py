@@ -355,7 +355,7 @@ def _driver_line(moved: Any) -> str:
 
 
 @data_group.command("validate")
-@click.argument("path", type=LocalPath(file_okay=False))
+@click.argument("path", type=PathOrObject(file_okay=False))
 @click.option("--base", default=None, help="Also check the dataset was built by this base model's tokenizer.")
 @click.option(
     "--quick", is_flag=True, help="Skip hashing and scanning tokens (sizes, indexes and meta only)."
@@ -366,7 +366,9 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
 
     Checks shards, dtype, token counts, document indexes, offsets and loss
     masks (and, unless --quick, every sha256 and token id). Exit 1 when
-    there is a problem.
+    there is a problem. PATH may be s3://bucket/prefix: this node's copy is
+    downloaded through the node cache (every file verified against meta.json
+    as it arrives), then checked, and the report names the URL.
     """
     from dlmstore.datasets.validate import check_dataset
     from dlmstore.errors import DatasetError
@@ -409,10 +411,13 @@ def validate_command(path: str, base: str | None, quick: bool, as_json: bool) ->
 
 
 @data_group.command("show")
-@click.argument("path", type=LocalPath(file_okay=False))
+@click.argument("path", type=PathOrObject(file_okay=False))
 @json_option("dlmstore.datasets.show:DataShow", help="Print the summary as JSON.")
 def show_command(path: str, as_json: bool) -> None:
-    """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only)."""
+    """Summarise the dataset in PATH, or every dataset of a build-all cache (read-only).
+
+    PATH may be s3://bucket/prefix: the dataset there, from its meta.json alone (no shard is downloaded).
+    """
     from dlmstore.datasets.show import show_datasets
 
     shown = show_datasets(path)

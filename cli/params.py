@@ -138,3 +138,37 @@ class LocalPathText(click.ParamType[str, Any]):
             if _URL.match(path):
                 self.fail(_url_refusal(path), param, ctx)
         return text
+
+
+class DatasetText(LocalPathText):
+    """``--dataset DIR[:WEIGHT]``: a local folder, or a dataset in a bucket (``s3://bucket/prefix[:WEIGHT]``).
+
+    An ``s3://`` URL whose bucket or prefix S3 would refuse is a usage error
+    naming what is wrong; every other URL scheme is refused by name.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text.startswith("s3://"):
+            from dlmstore.errors import ObjectStoreError
+            from dlmstore.objstore.uri import ObjectURI
+
+            head, sep, tail = text.rpartition(":")
+            url = head if sep and head.startswith("s3://") and _number(tail) else text
+            try:
+                ObjectURI.parse(url)
+            except ObjectStoreError as exc:
+                self.fail(exc.message, param, ctx)
+            return text
+        if _URL.match(text):
+            self.fail(_object_refusal(text), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _number(text: str) -> bool:
+    """Whether ``text`` reads as a number (a ``:WEIGHT`` suffix; its value is checked where it is used)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .lock import lock_mode_options
-from .params import SEED, LocalPath, LocalPathText
+from .params import SEED, DatasetText, LocalPath
 from .render import emit_json, human_bytes, json_option, plural, warn
 
 if TYPE_CHECKING:
@@ -45,10 +45,11 @@ if TYPE_CHECKING:
     "--dataset",
     "datasets",
     multiple=True,
-    type=LocalPathText(),
+    type=DatasetText(),
     metavar="DIR[:WEIGHT]",
-    help="Also train on this token dataset (`dlm data build`), mixed by WEIGHT (default 1; the document's "
-    "rows weigh 1). Repeatable; adds to training.datasets.",
+    help="Also train on this token dataset (`dlm data build`; a folder, or s3://bucket/prefix read through "
+    "this node's cache), mixed by WEIGHT (default 1; the document's rows weigh 1). Repeatable; adds to "
+    "training.datasets.",
 )
 @click.option(
     "--resume",

@@ -7,7 +7,9 @@ the click command tree, so a new one cannot be forgotten: a path is a
 The options that read or write token datasets in a bucket are a
 ``PathOrObject`` (a ``LocalPath`` that takes ``s3://``), listed in
 :data:`TAKE_OBJECT_STORAGE`; they still refuse every other scheme by name
-(what they do with ``s3://`` is tested in ``test_datasets_s3.py``).
+(what they do with ``s3://`` is tested in ``test_datasets_s3.py`` and
+``test_train_s3.py``); ``--dataset`` takes ``s3://bucket/prefix[:WEIGHT]``
+(a ``DatasetText``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from dlmstore.cli.main import cli
-from dlmstore.cli.params import LocalPath, LocalPathText, PathOrObject
+from dlmstore.cli.params import DatasetText, LocalPath, LocalPathText, PathOrObject
 
 from .helpers import leaf_commands
 
@@ -54,12 +56,17 @@ TAKE_OBJECT_STORAGE = [
     "data build pretrain --out",
     "data build sft --from",
     "data build sft --out",
+    "data show PATH",
+    "data validate PATH",
+    "train --dataset",
 ]
+#: The types of those options: a path, or ``--dataset``'s ``DIR[:WEIGHT]`` text.
+_OBJECT_TYPES = (PathOrObject, DatasetText)
 
 
 def _refusal(param: click.Parameter, url: str) -> str:
     """What ``param`` says of ``url``: the local-only refusal, or (object storage) a scheme other than s3."""
-    if isinstance(param.type, PathOrObject):
+    if isinstance(param.type, _OBJECT_TYPES):
         return (
             f"{url!r} is a URL; of object storage only s3:// is supported (any S3-compatible server), "
             "so give s3://bucket/prefix or a local path"
@@ -73,7 +80,7 @@ def _refused_cases() -> list[tuple[tuple[tuple[str, ...], click.Parameter], str]
         (case, url)
         for case in PATH_PARAMS
         for url in (URLS[0], URLS[3])
-        if not (isinstance(case[1].type, PathOrObject) and url.startswith("s3://"))
+        if not (isinstance(case[1].type, _OBJECT_TYPES) and url.startswith("s3://"))
     ]
 
 
@@ -91,7 +98,7 @@ def test_every_path_of_every_command_is_a_local_path() -> None:
 
 
 def test_the_options_that_take_object_storage_are_exactly_these() -> None:
-    assert sorted(_id(case) for case in PATH_PARAMS if isinstance(case[1].type, PathOrObject)) == sorted(
+    assert sorted(_id(case) for case in PATH_PARAMS if isinstance(case[1].type, _OBJECT_TYPES)) == sorted(
         TAKE_OBJECT_STORAGE
     )
 
@@ -169,13 +176,20 @@ def test_each_kind_of_url_but_s3_is_refused_where_data_build_writes(
     assert [p.name for p in work.iterdir()] == ["texts"]
 
 
-def test_a_dataset_url_given_to_train_is_refused_by_name(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_dataset_url_given_to_train_is_refused_by_name_unless_it_is_s3(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     _cwd(tmp_path, monkeypatch)
-    result = CliRunner().invoke(cli, ["train", "--dataset", "s3://b/ds:2", "doc.dlm"])
+    result = CliRunner().invoke(cli, ["train", "--dataset", "gs://b/ds:2", "doc.dlm"])
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == (
-        "Error: Invalid value for '--dataset': 's3://b/ds:2' is a URL; object storage is not supported yet, "
-        "so give a local path"
+        "Error: Invalid value for '--dataset': 'gs://b/ds:2' is a URL; of object storage only s3:// is "
+        "supported (any S3-compatible server), so give s3://bucket/prefix or a local path"
+    )
+    result = CliRunner().invoke(cli, ["train", "--dataset", "s3://b/ds:2", "doc.dlm"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1].startswith(
+        "Error: Invalid value for '--dataset': 's3://b/ds': 'b' is not a bucket name"
     )
 
 

@@ -148,6 +148,11 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise DatasetFileError(f"cannot read {path}: {exc.strerror}", hint=_REBUILD) from None
     except ValueError as exc:  # not UTF-8, not JSON, too deep, an integer of more than 4300 digits
         raise DatasetFileError(f"{path} is not valid JSON: {exc}", hint=_REBUILD) from None
+    return _checked(data, path)
+
+
+def _checked(data: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``data`` (meta.json at ``path``, parsed) when it has every field with its type; else the error."""
     if not isinstance(data, dict):
         raise DatasetFileError(f"{path} must hold a JSON object")
     missing = [key for key in REQUIRED if key not in data]
@@ -174,8 +179,25 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
 
 def load_meta(directory: str | os.PathLike[str]) -> DatasetMeta:
     """Read and check a dataset's meta.json (dtype known, vocabulary fits it)."""
-    raw = read_meta(directory)
-    where = Path(directory) / META_NAME
+    return _loaded(read_meta(directory), Path(directory) / META_NAME, str(Path(directory).resolve()))
+
+
+def meta_from_bytes(data: bytes, url: str) -> DatasetMeta:
+    """Check the meta.json of the dataset at ``url`` (a bucket's) from its bytes, as :func:`load_meta` does.
+
+    Raises:
+        DatasetFileError: not JSON, a field missing or of another type, an unknown kind or dtype.
+    """
+    where = f"{url.rstrip('/')}/{META_NAME}"
+    try:
+        parsed = load_json(data)
+    except ValueError as exc:
+        raise DatasetFileError(f"{where} is not valid JSON: {exc}", hint=_REBUILD) from None
+    return _loaded(_checked(parsed, where), where, url)
+
+
+def _loaded(raw: dict[str, Any], where: str | os.PathLike[str], path: str) -> DatasetMeta:
+    """The :class:`DatasetMeta` of a checked meta.json ``raw`` (found at ``where``) of the dataset at ``path``."""
     if raw["kind"] not in REQUIRED_BY_KIND:
         raise DatasetFileError(f"{where}: unknown dataset kind {short_repr(raw['kind'])} (pretrain or sft)")
     if raw["built"]:
@@ -186,7 +208,7 @@ def load_meta(directory: str | os.PathLike[str]) -> DatasetMeta:
     except TypeError as exc:
         raise DatasetFileError(f"{where}: a files entry is malformed: {exc}") from None
     return DatasetMeta(
-        path=str(Path(directory).resolve()),
+        path=path,
         kind=raw["kind"],
         name=raw["dataset_name"],
         built=bool(raw["built"]),

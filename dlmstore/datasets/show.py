@@ -2,7 +2,8 @@
 
 Read-only and cheap: it reads ``meta.json`` files and nothing else, so it
 answers instantly for datasets of any size (``dlm data validate`` is the
-one that reads the bytes). Given a dataset directory it describes that
+one that reads the bytes). A dataset in a bucket (``s3://bucket/prefix``)
+is shown from its meta.json, fetched alone: no shard is downloaded. Given a dataset directory it describes that
 dataset; given a cache directory built by ``dlm data build-all`` it
 describes every dataset below it (``pretrain/*`` and ``sft/*``), stubs
 included.
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from dlmstore.datasets.formats import SPLITS
-from dlmstore.datasets.meta import META_NAME, load_meta
+from dlmstore.datasets.meta import META_NAME, DatasetMeta, load_meta
 from dlmstore.errors import DatasetError
+from dlmstore.objstore.uri import is_object_uri
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,14 @@ class DataShow:
 def show_datasets(path: str | os.PathLike[str]) -> DataShow:
     """Summaries of the dataset in ``path``, or of every dataset of the cache in ``path``.
 
+    ``path`` may be ``s3://bucket/prefix``: the one dataset there, from its meta.json.
+
     Raises:
         DatasetError: ``path`` holds neither a meta.json nor datasets below it.
+        ObjectStoreError: the meta.json of an ``s3://`` dataset cannot be fetched.
     """
+    if isinstance(path, str) and is_object_uri(path):
+        return DataShow(path, [summarize_remote(path)])
     root = Path(path).resolve()
     if (root / META_NAME).is_file():
         return DataShow(str(root), [summarize_dataset(root)])
@@ -109,9 +116,30 @@ def show_datasets(path: str | os.PathLike[str]) -> DataShow:
     return DataShow(str(root), [summarize_dataset(p) for p in found])
 
 
+def summarize_remote(url: str) -> DatasetSummary:
+    """The summary of the dataset at ``url`` (``s3://bucket/prefix``), from its meta.json alone.
+
+    Only meta.json is fetched: no shard is downloaded (``dlm data validate``
+    downloads the dataset through the node cache and checks every byte).
+
+    Raises:
+        ObjectStoreError: meta.json cannot be fetched (no dataset there, refused, unreachable).
+        DatasetFileError: it is not a dlm dataset's meta.json.
+    """
+    from dlmstore.datasets.meta import meta_from_bytes
+    from dlmstore.objstore.node_cache import fetch_meta
+    from dlmstore.objstore.uri import ObjectURI
+
+    uri = ObjectURI.parse(url)
+    return _summary(meta_from_bytes(fetch_meta(uri), str(uri)))
+
+
 def summarize_dataset(directory: Path) -> DatasetSummary:
     """One dataset's summary, from its meta.json."""
-    meta = load_meta(directory)
+    return _summary(load_meta(directory))
+
+
+def _summary(meta: DatasetMeta) -> DatasetSummary:
     raw = meta.raw
     totals = raw.get("totals") or {}
     splits = {}

@@ -52,6 +52,7 @@ from dlmstore.datasets.formats import (
 )
 from dlmstore.datasets.meta import META_NAME, DatasetMeta, FileEntry, check_tokenizer, load_meta
 from dlmstore.errors import DatasetError
+from dlmstore.objstore.uri import is_object_uri
 from dlmstore.plural import plural
 from dlmstore.progress import Task
 from dlmstore.store.regular_files import file_kind, open_regular
@@ -129,12 +130,16 @@ def check_dataset(
     """Check the dataset in ``path``; never raises for a problem of the dataset itself.
 
     Args:
-        path: the dataset folder (the one holding meta.json).
+        path: the dataset folder (the one holding meta.json), or ``s3://bucket/prefix``: this
+            node's copy of it (downloaded through the node cache, every file verified as it
+            arrives) is checked, and the report names the URL.
         tokenizer_sha256: the tokenizer in use; another one is a problem.
         deep: also read every byte (sha256, token ids, EOS, mask); ``False`` is ``--quick``.
         vocab_size: the vocabulary of the tokenizer in use, when smaller than
             the recorded one: ids must be below both.
     """
+    if isinstance(path, str) and is_object_uri(path):
+        return _check_remote(path, tokenizer_sha256=tokenizer_sha256, deep=deep, vocab_size=vocab_size)
     root = Path(path).resolve()
     problems: list[str] = []
     try:
@@ -239,6 +244,36 @@ def _fill(handle: Any, buffer: memoryview) -> int:
             break
         filled += count
     return filled
+
+
+def _check_remote(
+    url: str, *, tokenizer_sha256: str | None, deep: bool, vocab_size: int | None
+) -> ValidationReport:
+    """:func:`check_dataset` of this node's copy of the dataset at ``url``, reported under the URL.
+
+    The copy comes through the node cache
+    (:func:`dlmstore.objstore.node_cache.local_copy`), which verifies every
+    file against meta.json as it arrives: a damaged or swapped object is
+    refused there, by its URL, as an :class:`~dlmstore.errors.ObjectStoreError`.
+    """
+    import dataclasses
+
+    from dlmstore.objstore.node_cache import local_copy
+    from dlmstore.objstore.uri import ObjectURI
+
+    uri = ObjectURI.parse(url)
+    copy = local_copy(uri)
+    report = check_dataset(copy.path, tokenizer_sha256=tokenizer_sha256, deep=deep, vocab_size=vocab_size)
+    local, remote = str(copy.path), str(uri)
+    reader = report.reader
+    if reader is not None:  # dlm train reads the URL; other trainers map this node's copy
+        reader = dataclasses.replace(reader, train=reader.train.replace(local, remote))
+    return dataclasses.replace(
+        report,
+        path=remote,
+        problems=[problem.replace(local, remote) for problem in report.problems],
+        reader=reader,
+    )
 
 
 def _report(

@@ -281,8 +281,9 @@ class DatasetInput(_Strict):
 
     path: str = Field(
         min_length=1,
-        description="A dataset folder built by `dlm data build` (its meta.json beside the splits); "
-        "relative paths are read from the document's folder.",
+        description="A dataset folder built by `dlm data build` (its meta.json beside the splits), or "
+        "`s3://bucket/prefix` where one was uploaded (read through this node's cache); relative paths are "
+        "read from the document's folder.",
     )
     weight: FiniteFloat = Field(
         default=1.0,

@@ -218,11 +218,13 @@ def _follow(setup: Setup, options: Options, world: World, loan: BaseLoan | None)
     files are written too before rank 0 collects them; the folder goes when
     the run ends.
     """
+    import dataclasses
     import shutil
     import tempfile
     from pathlib import Path
 
     from dlmstore.bases import load_tokenizer
+    from dlmstore.train.data.inputs import local_inputs
     from dlmstore.train.data.usage import gather_accounting
     from dlmstore.train.distributed import mirror, peers_answering, share
 
@@ -230,6 +232,8 @@ def _follow(setup: Setup, options: Options, world: World, loan: BaseLoan | None)
     scratch = Path(tempfile.mkdtemp(prefix=f"dlm-rank{world.rank}-"))
     try:
         with peers_answering(world):
+            # a dataset in a bucket: this node's copy (the first rank of a node to ask downloads it)
+            prepared = dataclasses.replace(prepared, inputs=local_inputs(prepared.inputs))
             mirror(world, prepared.store_path, _store_folders(prepared), scratch)
             prepared = _standing_in(prepared, scratch)
             tokenizer = load_tokenizer(setup.ref)

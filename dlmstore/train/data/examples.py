@@ -143,9 +143,9 @@ def open_examples(inputs: Sequence[Any], sequence_len: int) -> list[Dataset[Item
     out: list[Dataset[Item]] = []
     for item in inputs:
         if item.kind == "pretrain":
-            out.append(PackedWindows(item.path, item.split, sequence_len))
+            out.append(PackedWindows(item.folder(), item.split, sequence_len))
         else:
-            out.append(SftExamples(item.path, item.split, sequence_len, item.token_dtype))
+            out.append(SftExamples(item.folder(), item.split, sequence_len, item.token_dtype))
     return out
 
 
@@ -223,12 +223,12 @@ def validation_examples(
     if val_rows is not None and len(val_rows):
         sources.append(RowExamples(val_rows, sequence_len))
     for item in inputs:
-        if item.split != "train" or not load_meta(item.path).files_of("val", "tokens"):
+        if item.split != "train" or not load_meta(item.folder()).files_of("val", "tokens"):
             continue
         if item.kind == "pretrain":
-            dataset: Dataset[Item] = PackedWindows(item.path, "val", sequence_len)
+            dataset: Dataset[Item] = PackedWindows(item.folder(), "val", sequence_len)
         else:
-            dataset = SftExamples(item.path, "val", sequence_len, item.token_dtype)
+            dataset = SftExamples(item.folder(), "val", sequence_len, item.token_dtype)
         if len(dataset):  # type: ignore[arg-type]
             sources.append(Spaced(dataset, VAL_ITEMS_PER_DATASET))
     if not sources:

@@ -34,12 +34,23 @@ docs/datasets.md). A "verified at" record keyed on size and times would
 skip that read, but it cannot see bit rot or a write that keeps them, so a
 run verifies instead of trusting one.
 
+A dataset in object storage (``path: s3://bucket/prefix``, ``--dataset
+s3://bucket/prefix[:WEIGHT]``) is read through this node's cache
+(:func:`dlmstore.objstore.node_cache.local_copy`): downloaded once, every
+file verified against meta.json as it arrives, then checked here as a
+local folder is. The run records the URL as the dataset's path and the
+same meta.json sha256 a local copy has, so the lock and ``run_datasets``
+cannot tell the two apart except by where they were read. Under
+``--nproc``/``--nnodes`` rank 0 checks; every other rank takes its own
+node's copy (:func:`local_inputs`) before the model loads.
+
 What passes is a :class:`DatasetInput`: the dataset's identity and what
 the run records about it in ``run_datasets``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -48,14 +59,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlmstore.errors import DatasetError, TrainingError
+from dlmstore.errors import DatasetError, ObjectStoreError, TrainingError
+from dlmstore.objstore.uri import is_object_uri
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     """A dataset a run was asked to train on, before it is opened."""
 
-    path: Path
+    path: Path | str  # a local folder, or an s3:// URL (text)
     weight: float
     split: str
     origin: str  # "training.datasets[i]" or "--dataset"
@@ -75,6 +87,11 @@ class DatasetInput:
     token_dtype: str
     tokens: int  # tokens in the split
     eos_token_id: int | None
+    local: str | None = None  # for an s3:// path: this node's copy (the node cache), which readers map
+
+    def folder(self) -> str:
+        """The folder the readers map: the dataset's own, or this node's copy of one in a bucket."""
+        return self.path if self.local is None else self.local
 
     def identity(self) -> dict[str, Any]:
         """What the lock records: path, split, weight and the meta.json sha256."""
@@ -119,7 +136,9 @@ def dataset_specs(document: Any, options: Sequence[str] = ()) -> list[DatasetSpe
     """
     specs = [
         DatasetSpec(
-            path=(document.directory / entry.path).resolve(),
+            path=_object_url(entry.path, f"{document.path}: training.datasets[{index}]")
+            if is_object_uri(entry.path)
+            else (document.directory / entry.path).resolve(),
             weight=float(entry.weight),
             split=entry.split,
             origin=f"training.datasets[{index}]",
@@ -128,8 +147,15 @@ def dataset_specs(document: Any, options: Sequence[str] = ()) -> list[DatasetSpe
     ]
     for option in options:
         path, weight = parse_dataset_option(option)
-        specs.append(DatasetSpec(path=Path(path).resolve(), weight=weight, split="train", origin="--dataset"))
-    seen: dict[tuple[Path, str], str] = {}
+        specs.append(
+            DatasetSpec(
+                path=_object_url(path, "--dataset") if is_object_uri(path) else Path(path).resolve(),
+                weight=weight,
+                split="train",
+                origin="--dataset",
+            )
+        )
+    seen: dict[tuple[Path | str, str], str] = {}
     for spec in specs:
         key = (spec.path, spec.split)
         if key in seen:
@@ -155,18 +181,27 @@ def check_dataset_input(
     from dlmstore.store.digests import file_sha256
 
     where = f"{spec.origin} {spec.path}"
-    if not spec.path.is_dir():
+    local: Path | None = None
+    if isinstance(spec.path, str):  # an s3:// URL: this node's verified copy, then the same checks
+        from dlmstore.objstore.node_cache import local_copy
+        from dlmstore.objstore.uri import ObjectURI
+
+        local = local_copy(ObjectURI.parse(spec.path), where=spec.origin).path
+        folder = local
+    else:
+        folder = spec.path
+    if not folder.is_dir():
         raise TrainingError(
             f"{where}: no such dataset folder",
             hint="build one with `dlm data build pretrain|sft ... --out DIR`",
         )
-    if not (spec.path / META_NAME).is_file():
+    if not (folder / META_NAME).is_file():
         raise TrainingError(
             f"{where}: no {META_NAME}, so this is not a finished dataset",
             hint="build it with `dlm data build` (meta.json is written last, when every file is complete)",
         )
     try:
-        meta = load_meta(spec.path)
+        meta = load_meta(folder)
     except DatasetError as exc:
         raise TrainingError(f"{where}: {exc.message}", hint=exc.hint) from None
     if not meta.built:
@@ -181,7 +216,7 @@ def check_dataset_input(
             hint="rebuild the dataset with the base model's tokenizer (token ids differ between tokenizers)",
         )
     try:
-        check_dtype_fits(meta.token_dtype, vocab_size, where=spec.path / META_NAME)
+        check_dtype_fits(meta.token_dtype, vocab_size, where=folder / META_NAME)
     except DatasetError as exc:
         raise TrainingError(
             f"{where}: token dtype {meta.token_dtype} cannot hold the base's vocabulary of {vocab_size}",
@@ -199,23 +234,28 @@ def check_dataset_input(
             f"context of {context_len} tokens",
             hint=f"set training.sequence_len to {context_len} or less",
         )
-    verify_dataset(spec, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size)
+    verify_dataset(spec, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size, folder=folder)
     return DatasetInput(
         path=str(spec.path),
         kind=meta.kind,
         name=meta.name,
         split=spec.split,
         weight=spec.weight,
-        meta_sha256=file_sha256(spec.path / META_NAME),
+        meta_sha256=file_sha256(folder / META_NAME),
         tokenizer_sha256=meta.tokenizer_sha256,
         token_dtype=meta.token_dtype,
         tokens=sum(f.token_count for f in files),
         eos_token_id=meta.raw.get("eos_token_id"),
+        local=None if local is None else str(local),
     )
 
 
-def verify_dataset(spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int) -> None:
+def verify_dataset(
+    spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int, folder: Path | None = None
+) -> None:
     """Every file of ``spec``'s dataset as its meta.json records it, every token id in the vocabulary.
+
+    ``folder`` is where it is read (this node's copy of a dataset in a bucket); ``spec.path`` by default.
 
     Raises:
         TrainingError: naming the dataset and the first problem found (the
@@ -224,7 +264,8 @@ def verify_dataset(spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int)
     from dlmstore.datasets.validate import check_dataset
     from dlmstore.plural import plural
 
-    report = check_dataset(spec.path, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size)
+    where = Path(spec.path) if folder is None else folder
+    report = check_dataset(where, tokenizer_sha256=tokenizer_sha256, vocab_size=vocab_size)
     if report.problems:
         more = len(report.problems) - 1
         raise TrainingError(
@@ -232,6 +273,52 @@ def verify_dataset(spec: DatasetSpec, *, tokenizer_sha256: str, vocab_size: int)
             + (f" (and {plural(more, 'more problem')})" if more else ""),
             hint=f"`dlm data validate {spec.path}` lists every problem; rebuild the dataset with `dlm data build`",
         )
+
+
+def local_inputs(inputs: Sequence[DatasetInput]) -> list[DatasetInput]:
+    """``inputs`` as this node reads them: each one in a bucket through this node's cache.
+
+    What every rank but 0 calls on the inputs rank 0 checked: rank 0's copy
+    is on rank 0's disk, so each node takes its own (the first of its ranks
+    to ask downloads; the others wait for it). Local folders are left as
+    they are.
+
+    Raises:
+        ObjectStoreError: the copy cannot be made (see ``local_copy``).
+        TrainingError: the dataset's meta.json at its URL is no longer the
+            one rank 0 checked.
+    """
+    from dlmstore.objstore.node_cache import local_copy
+    from dlmstore.objstore.uri import ObjectURI
+
+    out = []
+    for item in inputs:
+        if not is_object_uri(item.path):
+            out.append(item)
+            continue
+        copy = local_copy(ObjectURI.parse(item.path))
+        if copy.meta_sha256 != item.meta_sha256:
+            raise TrainingError(
+                f"{item.path}: its meta.json is {copy.meta_sha256} now, not the {item.meta_sha256} rank 0 "
+                "checked (the dataset was rebuilt there during the run)",
+                hint="run the training again once the dataset stays put",
+            )
+        out.append(dataclasses.replace(item, local=str(copy.path)))
+    return out
+
+
+def _object_url(text: str, where: str) -> str:
+    """An ``s3://`` dataset path as its canonical URL.
+
+    Raises:
+        ObjectStoreError: it is malformed (``where`` says who gave it).
+    """
+    from dlmstore.objstore.uri import ObjectURI
+
+    try:
+        return str(ObjectURI.parse(text))
+    except ObjectStoreError as exc:
+        raise ObjectStoreError(f"{where}: {exc.message}", hint=exc.hint) from None
 
 
 def inputs_sha256(inputs: Sequence[DatasetInput]) -> str:
