@@ -247,6 +247,8 @@ class CheckpointRecorder(TrainerCallback):
             write_rank_state(folder, self.world.rank, self.collator.state())
             own = None if self.world.is_main else rank_files(folder, self.world.rank)
         parts = gather_to_main(self.world, own)
+        if own is not None:  # sent: this rank's copy in its stand-in for the store is of no more use
+            shutil.rmtree(folder, ignore_errors=True)
         if self.store is not None:
             with checkpoint_writes(folder, step):  # the other ranks' files, its fsync
                 for files in parts or []:
