@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -202,9 +203,13 @@ def test_a_node_lost_mid_run_fails_it_in_one_line_and_resume_on_one_process_trai
     while not _checkpoints(home):
         assert time.monotonic() < deadline and node0.poll() is None, "no checkpoint before the run ended"
         time.sleep(0.05)
+    ranks = [*psutil.Process(node0.pid).children(), *psutil.Process(node1.pid).children()]
+    assert len(ranks) == 2
     node1.send_signal(signal.SIGKILL)  # node 1's launcher: its rank ends with it
     assert node0.wait(timeout=300) == 1
     node1.wait()
+    _, alive = psutil.wait_procs(ranks, timeout=60)  # nothing left running on either node
+    assert all(rank.status() == psutil.STATUS_ZOMBIE for rank in alive)
     assert (tmp_path / "logs" / "node0.err").read_text().splitlines() == [
         f"error: {PEER_LOST}",
         "hint: run the same `dlm train` with --resume (on every node) to continue from the last checkpoint",
