@@ -23,8 +23,9 @@ dataset is. :func:`local_copy` gives one:
    maps is never evicted under it.
 
 **Where.** ``$DLM_OBJECT_CACHE``, else ``<dlm home>/cache/objects`` (a
-node-local disk: SQLite and the readers both want one; ``flock`` on a
-network filesystem may be a no-op).
+node-local disk: the readers want one, and the locks need ``flock``; a
+cache on a filesystem that refuses it is one error line, never an unlocked
+cache).
 
 **Size cap.** ``$DLM_OBJECT_CACHE_BYTES`` (``500G``, ``80GiB``, a number of
 bytes); unset, 80% of what the cache could hold on its disk (its entries
@@ -164,6 +165,12 @@ def _local_copy(uri: ObjectURI) -> LocalCopy:
     while True:
         lock = FileLock(root / f"{hexdigest}.lock", required=True)
         lock.shared()  # waits while another process downloads the entry
+        if not lock.usable:  # flock refused (ENOLCK: a network filesystem): no process could share it safely
+            raise ObjectStoreError(
+                f"the node cache {root} is on a filesystem without file locks, so two processes could "
+                "write one entry at once",
+                hint=f"point {ROOT_ENV} at a folder on a local disk",
+            )
         if _complete(entry, meta):
             break
         if lock.try_exclusive():
