@@ -12,7 +12,7 @@ server and proxy here fronts the same buckets.
 
 :class:`CutProxy` sits between a client and the server and stops passing
 anything once a number of request bytes went through: the connection is
-reset and the port refuses connections from then on, as a server that
+closed and the port refuses connections from then on, as a server that
 stops answering mid-upload or mid-download would.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import struct
 import threading
 import urllib.request
 from dataclasses import dataclass
@@ -111,13 +110,18 @@ class CutProxy:
     """A TCP proxy on 127.0.0.1 to ``target_port`` that cuts everything off after ``allow`` request bytes.
 
     Once that many bytes went from clients to the server, every open
-    connection is reset and the listening socket closed, so retries find
-    the port refusing connections: a server gone mid-transfer.
+    connection is closed (shut down: what was already forwarded still
+    arrives) and the listening socket closed, so retries find
+    the port refusing connections: a server gone mid-transfer. With
+    ``hang``, connections stay open instead and new ones are still taken,
+    but nothing passes either way any more: a server that stops answering
+    (the client's read timeout is what ends a request).
     """
 
-    def __init__(self, target_port: int, allow: int) -> None:
+    def __init__(self, target_port: int, allow: int, *, hang: bool = False) -> None:
         self._target = target_port
         self._allow = allow
+        self._hang = hang
         self._passed = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -127,7 +131,7 @@ class CutProxy:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        while not self.cut.is_set():
+        while self._hang or not self.cut.is_set():
             try:
                 client, _ = self._listener.accept()
             except OSError:
@@ -145,9 +149,13 @@ class CutProxy:
                     with self._lock:
                         self._passed += len(data)
                         over = self._passed > self._allow
-                    if over:
+                    if over and not self._hang:
                         self.close()
                         return
+                    if over:
+                        self.cut.set()
+                if self.cut.is_set() and self._hang:
+                    continue  # swallowed: the server has stopped answering
                 sink.sendall(data)
         except OSError:
             pass
@@ -162,8 +170,10 @@ class CutProxy:
         with self._lock:
             sockets, self._sockets = self._sockets, []
         for end in sockets:
-            try:  # linger 0: close with a reset, as a crashed server's connections end
-                end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            try:  # what was sent arrives, then the end: as the connections of a server that died end.
+                # A close() alone leaves the connection open while another thread still waits in
+                # recv() on it (the client would then wait out its read timeout): shut it down first.
+                end.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             _close(end)

@@ -195,6 +195,31 @@ def test_a_server_gone_mid_upload_is_one_line_and_leaves_no_meta_json(
     assert "ds/meta.json" in s3.keys("ds/") and "ds/.build/dlm-build" not in s3.keys("ds/")
 
 
+def test_a_server_that_stops_answering_mid_upload_is_one_line_after_the_timeouts(
+    texts: Path, s3: S3Bucket, monkeypatch: pytest.MonkeyPatch, dlm_home: Path
+) -> None:
+    proxy = CutProxy(int(s3.endpoint.rsplit(":", 1)[1]), allow=6000, hang=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    monkeypatch.setenv("DLM_S3_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("DLM_S3_TIMEOUT", "1")
+    try:
+        result = _build("pretrain", texts, s3.url("ds"), "--shard-bytes", "64")
+    finally:
+        proxy.close()
+    assert result.exit_code == 1, result.output
+    error, hint = result.output.splitlines()[-2:]
+    assert error.startswith(
+        f"error: the object store at {proxy.endpoint} did not answer for s3://dlm-test/ds"
+    )
+    assert " within 1 s, 2 attempts: Read timeout on endpoint URL: " in error
+    assert hint == (
+        "hint: check that the server is up and not overloaded, or raise DLM_S3_TIMEOUT (seconds per "
+        "request), then run the command again"
+    )
+    assert "ds/meta.json" not in s3.keys("ds/")
+    assert _staged(dlm_home) == []
+
+
 def test_a_file_changed_after_it_was_built_is_refused_and_not_stored(s3: S3Bucket, tmp_path: Path) -> None:
     path = tmp_path / "shard.bin"
     path.write_bytes(b"built bytes")

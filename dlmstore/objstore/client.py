@@ -215,22 +215,27 @@ def object_failure(exc: Exception, url: str) -> ObjectStoreError:
         if code in _MISSING:
             return ObjectStoreError(f"{url} does not exist", hint="check the URL")
         return ObjectStoreError(f"the object store failed on {url}: {code}: {detail}")
+    where = endpoint_url() or "AWS"
+    reason = _first_line(str(exc), type(exc).__name__)
+    if isinstance(exc, botocore_errors.ConnectTimeoutError | botocore_errors.ReadTimeoutError):
+        return ObjectStoreError(
+            f"the object store at {where} did not answer for {url} within {timeout_s():g} s, "
+            f"{max_attempts()} attempts: {reason}",
+            hint="check that the server is up and not overloaded, or raise DLM_S3_TIMEOUT (seconds per "
+            "request), then run the command again",
+        )
     if isinstance(
         exc,
         botocore_errors.EndpointConnectionError
         | botocore_errors.ConnectionClosedError
-        | botocore_errors.ConnectTimeoutError
-        | botocore_errors.ReadTimeoutError
         | botocore_errors.HTTPClientError,
     ):
-        where = endpoint_url() or "AWS"
-        reason = _first_line(str(exc), type(exc).__name__)
         return ObjectStoreError(
             f"cannot reach the object store at {where} for {url} after {max_attempts()} attempts: {reason}",
             hint="check AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) and that the server is up, then run "
             "the command again",
         )
-    return ObjectStoreError(f"the object store failed on {url}: {_first_line(str(exc), type(exc).__name__)}")
+    return ObjectStoreError(f"the object store failed on {url}: {reason}")
 
 
 def _first_line(text: str, fallback: str) -> str:
