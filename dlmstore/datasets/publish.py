@@ -216,18 +216,16 @@ def staging_for(uri: ObjectURI) -> Iterator[Path]:
 def staging_root() -> Path:
     """Where builds for object storage are staged: ``$DLM_BUILD_STAGING``, else ``<node cache>/builds``.
 
-    The node cache is :func:`dlmstore.objstore.node_cache.cache_root`'s folder:
-    ``$DLM_OBJECT_CACHE``, else ``<dlm home>/cache/objects``.
+    The node cache is :func:`dlmstore.objstore.node_cache.cache_root`'s folder
+    (``$DLM_OBJECT_CACHE``, else ``<dlm home>/cache/objects``); its entries are
+    hex-named folders, so ``builds/`` is never taken for one.
     """
     import os
 
-    from dlmstore.home import dlm_home
+    from dlmstore.objstore.node_cache import cache_root
 
     staging = os.environ.get(STAGING_ENV)
-    if staging:
-        return Path(staging).expanduser().absolute()
-    cache = os.environ.get("DLM_OBJECT_CACHE")
-    return (Path(cache).expanduser().absolute() if cache else dlm_home() / "cache" / "objects") / "builds"
+    return Path(staging).expanduser().absolute() if staging else cache_root() / "builds"
 
 
 def _is_marker(uri: ObjectURI) -> bool:
