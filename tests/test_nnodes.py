@@ -24,7 +24,9 @@ from dlmstore.train.distributed import PEER_LOST
 from dlmstore.train.launch import free_port
 from dlmstore.train.trainer import train_document
 from tests.helpers import write_doc
+from tests.s3_server import S3Bucket
 from tests.test_train_datasets import build_pretrain
+from tests.test_train_s3 import upload
 
 #: Gloo on the loopback interface, one torch thread per rank (two ranks share this machine's cores).
 RANK_ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
@@ -129,12 +131,17 @@ def reference(tmp_path: Path, doc: Path, steps: int) -> tuple[str, list[int], li
 
 @pytest.mark.slow
 def test_two_nodes_of_one_process_train_the_same_samples_to_the_same_adapter_as_one_node_of_two(
-    tmp_path: Path, tiny_base: Path
+    tmp_path: Path, tiny_base: Path, s3: S3Bucket
 ) -> None:
     doc = nodes_doc(tmp_path, tiny_base, steps=4)
     expected_sha, sizes, expected_steps = reference(tmp_path, doc, 4)
+    # the two nodes read the dataset from a bucket, each through its own node's cache
+    dataset = tmp_path / "notes-ds"
+    url = upload(dataset, s3, "tokens/notes")
+    remote = tmp_path / "remote.dlm"
+    remote.write_text(doc.read_text().replace(str(dataset), url))
     home, other = Path(os.environ["DLM_HOME"]), second_home(tmp_path)
-    nodes = start_nodes(doc, (home, other), tmp_path / "logs", "--json")
+    nodes = start_nodes(remote, (home, other), tmp_path / "logs", "--json")
     codes = [node.wait(timeout=600) for node in nodes]
     errors = [(tmp_path / "logs" / f"node{n}.err").read_text()[-3000:] for n in (0, 1)]
     assert codes == [0, 0], errors
@@ -145,6 +152,9 @@ def test_two_nodes_of_one_process_train_the_same_samples_to_the_same_adapter_as_
     conn = sqlite3.connect(store_of(home) / "store.db")
     assert conn.execute("SELECT id, status, world_size FROM runs").fetchall() == [(1, "completed", 2)]
     assert not (other / "store").exists()
+    for node_home in (home, other):  # each node downloaded its own copy, verified against meta.json
+        (entry,) = [path for path in (node_home / "cache" / "objects").iterdir() if path.is_dir()]
+        assert (entry / "meta.json").read_bytes() == (dataset / "meta.json").read_bytes()
 
     # torchrun's own multi-node launch (static rendezvous), one launcher per node, is accepted as it is
     port, torchrun_home = free_port(), tmp_path / "torchrun-home"
