@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -167,3 +168,28 @@ def test_two_ranks_train_from_a_bucket_each_reading_this_nodes_copy(
     assert path == url and samples > 0
     (entry,) = [p for p in cache_root().iterdir() if p.is_dir()]  # one copy on this node, both ranks read it
     assert (entry / "meta.json").read_bytes() == (dataset / "meta.json").read_bytes()
+
+
+def test_a_rank_whose_copy_is_not_the_dataset_rank_0_checked_fails_in_one_line(
+    pretrain: Path, s3: S3Bucket
+) -> None:
+    from dlmstore.errors import TrainingError
+    from dlmstore.train.data.inputs import DatasetInput, local_inputs
+
+    url = upload(pretrain, s3)
+    checked = DatasetInput(
+        path=url, kind="pretrain", name="notes-ds", split="train", weight=1.0, meta_sha256="sha256:" + "0" * 64,
+        tokenizer_sha256="sha256:x", token_dtype="uint16", tokens=1, eos_token_id=2, local="/rank0/copy",
+    )  # fmt: skip
+    with pytest.raises(TrainingError) as caught:
+        local_inputs([checked])
+    assert caught.value.message == (
+        f"{url}: its meta.json is {file_sha256(pretrain / 'meta.json')} now, not the sha256:{'0' * 64} rank 0 "
+        "checked (the dataset was rebuilt there during the run)"
+    )
+    same = dataclasses.replace(checked, meta_sha256=file_sha256(pretrain / "meta.json"))
+    (mine,) = local_inputs([same, dataclasses.replace(same, path=str(pretrain), local=None)])[:1]
+    assert mine.local == str(cache_root() / mine.meta_sha256.removeprefix("sha256:"))
+    assert local_inputs([dataclasses.replace(same, path=str(pretrain), local=None)])[0].folder() == str(
+        pretrain
+    )
