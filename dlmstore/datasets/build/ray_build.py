@@ -10,7 +10,8 @@ and never reads a byte of it:
    one); the driver takes prefix sums, so every range knows the position
    of its first document in the input (:func:`~.local.ranges_of`);
 2. *tokenize*: a task per range reads it where it lives (a path every
-   node mounts), tokenizes it into a spill file (:mod:`.blocks`) and
+   node mounts, or an ``s3://`` object by ranged GETs with this task's own
+   client), tokenizes it into a spill file (:mod:`.blocks`) and
    returns its documents' token counts, at most two ranges per worker in
    flight;
 3. *route*: the driver takes those counts *in range order* and routes
