@@ -399,23 +399,36 @@ def _count_lines(text: IO[str]) -> list[int]:
 
 
 def _owned_lines(handle: IO[bytes], piece: Piece) -> IO[str]:
-    """The lines a byte range owns, decoded as ``open(path, encoding="utf-8")`` decodes them."""
-    start, end = _line_start(handle, piece.start), _line_start(handle, piece.end)
+    """The lines a byte range owns, decoded as ``open(path, encoding="utf-8")`` decodes them.
+
+    A range inside one long line owns none and reads only its own bytes
+    looking for a line start, so a file of a few huge lines is still read
+    about once in all, not once per range.
+    """
+    start = _line_start(handle, piece.start, piece.end)
+    if start >= piece.end:
+        return io.StringIO("")
+    end = _line_start(handle, piece.end, None)
     handle.seek(start)
     return io.TextIOWrapper(io.BytesIO(handle.read(end - start)), encoding="utf-8")
 
 
-def _line_start(handle: IO[bytes], offset: int) -> int:
-    """The first byte at or after ``offset`` that starts a line (byte 0, or one after ``\\n``)."""
+def _line_start(handle: IO[bytes], offset: int, limit: int | None) -> int:
+    """The first byte at or after ``offset`` that starts a line (byte 0, or one after ``\\n``).
+
+    Looks no further than ``limit`` (then answers ``limit``) when given, else to the end of the file.
+    """
     if offset <= 0:
         return 0
     handle.seek(offset - 1)
     at = offset - 1
-    while chunk := handle.read(_SCAN):
+    while chunk := handle.read(_SCAN if limit is None else max(1, min(_SCAN, limit - at))):
         found = chunk.find(b"\n")
         if found >= 0:
             return at + found + 1
         at += len(chunk)
+        if limit is not None and at >= limit:
+            return limit
     return at
 
 
