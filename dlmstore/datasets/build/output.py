@@ -142,6 +142,13 @@ class Traffic:
             self.tokenizer += size
         return ray.put(value)
 
+    def relayed(self, documents: list[Any]) -> None:
+        """Documents the driver read and sent on to a task: input, read and sent alike."""
+        size = _text_size(documents)
+        self.input += size
+        self.read += size
+        self.sent += size
+
     def send(self, *values: Any) -> None:
         """Task arguments sent by value (object references are counted where they were put)."""
         self.sent += sum(_size(v) for v in values)
@@ -165,7 +172,7 @@ def _size(value: Any) -> int:
     return len(pickle.dumps(value, protocol=5))
 
 
-def text_size(texts: list[Any]) -> int:
+def _text_size(texts: list[Any]) -> int:
     """The UTF-8 bytes of documents (a conversation: its pickle's)."""
     return sum(len(t.encode("utf-8")) if isinstance(t, str) else _size(t) for t in texts)
 

@@ -91,7 +91,7 @@ from dlmstore.datasets.build.local import (
     range_texts,
     ranges_of,
 )
-from dlmstore.datasets.build.output import Clock, DriverBytes, Traffic, batched, text_size
+from dlmstore.datasets.build.output import Clock, DriverBytes, Traffic, batched
 from dlmstore.datasets.build.ray_local import import_ray, ray_session
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
@@ -407,10 +407,7 @@ def _pretrain_blocks(
     header = _pretrain_header(spec)
     for label, texts in _blocks(labelled, engine.block_docs):
         path = spill_path(out, block_key(header, texts))
-        size = text_size(texts)
-        traffic.input += size
-        traffic.read += size
-        traffic.sent += size
+        traffic.relayed(texts)
         traffic.send(str(path), spec.dtype_name)
         yield (label, len(texts), path), encode.remote(holder, texts, str(path), spec.dtype_name)
 
@@ -537,10 +534,7 @@ def build_sft_on_ray(
             first = 0
             for block in batched(examples, engine.block_docs):
                 path = spill_path(out, block_key(header, block))
-                size = text_size(block)
-                traffic.input += size
-                traffic.read += size
-                traffic.sent += size
+                traffic.relayed(block)
                 traffic.send(chat, first, str(path), dtype_name)
                 yield (
                     (first, len(block), path),
