@@ -355,7 +355,7 @@ def test_a_ray_build_of_a_few_megabytes_moves_at_most_one_percent_of_its_input_t
     ).driver_bytes  # fmt: skip
     assert by_workers is not None and by_workers.read == 0
     per_input = by_workers.read + by_workers.sent + by_workers.received - by_workers.tokenizer
-    assert per_input <= 0.01 * by_workers.input  # descriptors out, 4 bytes a document back
+    assert per_input <= 0.01 * by_workers.input  # descriptors out, 2 bytes a document back
     assert (
         0 < by_workers.tokenizer < len(pickle.dumps(encoder.for_data(), protocol=5)) / 2
     )  # once, compressed

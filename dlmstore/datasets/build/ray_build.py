@@ -25,7 +25,7 @@ and never reads a byte of it:
    the dataset in one transaction. No task opens ``store.db``.
 
 What crosses the driver is each range's descriptor (a file name, a byte
-range, four integers), 4 bytes of token count per document back, the
+range, four integers), 1 to 4 bytes of token count per document back, the
 written files' entries and the tokenizer once, compressed:
 :class:`~.output.Traffic` counts it and the result reports it
 (:class:`~.output.DriverBytes`).
@@ -249,8 +249,11 @@ def _encode_sft_range_task(
 
 
 def _counts(lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Token counts as they travel back to the driver: 4 bytes a document."""
-    return np.asarray(lengths, dtype=np.int32)
+    """Token counts as they travel back to the driver, in the smallest unsigned type that holds
+    the range's: 1, 2 or 4 bytes a document (2 for documents under 65 536 tokens)."""
+    lengths = np.asarray(lengths)
+    top = int(lengths.max()) if len(lengths) else 0
+    return lengths.astype(np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.uint32)
 
 
 def _in_order(
