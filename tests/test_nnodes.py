@@ -308,3 +308,18 @@ def test_nodes_that_cannot_meet_are_a_usage_error_in_one_line(
     result = CliRunner().invoke(cli, ["train", str(doc), *args])
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1] == f"Error: {message}"
+
+
+@pytest.mark.slow
+def test_a_rank_other_than_0_converts_a_built_in_base_into_its_own_home_in_a_child_outside_the_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # transformers' save_pretrained writes nothing on a rank other than 0 of a process group: a rank on
+    # another machine, with a home of its own, converted the base to an empty folder before
+    from dlmstore import bases
+
+    monkeypatch.setenv("DLM_HOME", str(second_home(tmp_path)))
+    monkeypatch.setattr(bases, "_rank_other_than_0", lambda: True)
+    folder = Path(bases.model_source(bases.resolve_base("smollm2-135m")))
+    assert folder == tmp_path / "node1-home" / "bases" / "smollm2-135m" / "model"
+    assert {"config.json", "model.safetensors"} <= {path.name for path in folder.iterdir()}
