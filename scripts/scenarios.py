@@ -17,6 +17,7 @@ from scenarios_lock import LOCK
 from scenarios_named import NAMED
 from scenarios_pack import PACK
 from scenarios_replay import REPLAY
+from scenarios_scale import SCALE
 from scenarios_templates import TEMPLATES
 from scenarios_tour import ERRORS, TOUR
 from sessions import Scenario
@@ -42,5 +43,6 @@ SCENARIOS: dict[str, Scenario] = {
         PACK,
         TEMPLATES,
         NAMED,
+        SCALE,
     )
 }
