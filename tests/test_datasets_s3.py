@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -270,19 +271,85 @@ def test_a_malformed_or_other_url_given_to_out_is_a_usage_error(url: str, messag
 
 
 @pytest.mark.slow  # starts a local Ray with two workers: seconds
-def test_a_ray_build_to_a_bucket_uploads_the_local_engines_bytes(
-    s3: S3Bucket, texts: Path, tmp_path: Path
+@pytest.mark.parametrize("kind", ["pretrain", "sft"])
+def test_a_ray_build_to_a_bucket_has_its_tasks_upload_the_local_engines_bytes(
+    kind: str,
+    s3: S3Bucket,
+    texts: Path,
+    chats: Path,
+    tmp_path: Path,
+    dlm_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytest.importorskip("ray")
+    from dlmstore.datasets.build import recipes
+
+    source, extra = (texts, ["--shard-bytes", "64"]) if kind == "pretrain" else (chats, [])
+    local = _build(kind, source, str(tmp_path / "local"), "--store", str(tmp_path / "st"), *extra)
+    assert local.exit_code == 0, local.output
+
+    def staged_upload(*_: object, **__: object) -> None:
+        raise AssertionError("the driver uploaded a staged copy")
+
+    monkeypatch.setattr(recipes, "publish", staged_upload)  # the driver (this process) must not upload
+    remote = _build(kind, source, s3.url("ray/ds"), *extra, "--engine", "ray", "--workers", "2", "--json")
+    assert remote.exit_code == 0, remote.output
+    assert _objects(s3, "ray/ds") == file_hashes(tmp_path / "local")  # no spill object, no marker left
+    done = json.loads(remote.output)
+    assert done["uploaded"]["files"] == len(s3.keys("ray/ds/"))
+    assert done["uploaded"]["bytes"] == sum(len(s3.read(key)) for key in s3.keys("ray/ds/"))
+    assert done["build"]["path"] == done["registered"]["path"] == "s3://dlm-test/ray/ds"
+    assert done["build"]["driver_bytes"]["read"] == 0
+    assert _staged(dlm_home) == []
+
+
+@pytest.mark.slow  # two local Ray builds with two workers: seconds
+def test_a_ray_task_whose_upload_fails_fails_the_build_in_one_line_and_the_rerun_checks_its_blocks(
+    s3: S3Bucket, texts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("ray")
+    # 20 000 request bytes: past the block's spill object (~8 KB with the claim and the marker),
+    # inside the 50 shard and index uploads (~35 KB)
+    proxy = CutProxy(int(s3.endpoint.rsplit(":", 1)[1]), allow=20000)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)  # the Ray workers inherit it
+    monkeypatch.setenv("DLM_S3_MAX_ATTEMPTS", "2")
+    ray = ["--shard-bytes", "64", "--engine", "ray", "--workers", "2"]
+    result = _build("pretrain", texts, s3.url("ds"), *ray)
+    assert proxy.cut.is_set()
+    assert result.exit_code == 1, result.output
+    error, hint = result.output.splitlines()[-2:]
+    assert error.startswith(f"error: cannot reach the object store at {proxy.endpoint} for s3://dlm-test/ds/")
+    assert hint.startswith("hint: check AWS_ENDPOINT_URL_S3")
+    keys = s3.keys("ds/")
+    assert "ds/meta.json" not in keys and "ds/.build/dlm-build" in keys  # dlm's, unfinished
+    spills = [key for key in keys if key.startswith("ds/.build/blocks/")]
+    assert spills  # the tokenized block was stored before the shards' uploads were cut off
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)  # the server is back: the build resumes there
+    s3.client.put_object(Bucket=s3.bucket, Key=spills[0], Body=s3.read(spills[0])[:-10])  # cut short
     local = _build(
         "pretrain", texts, str(tmp_path / "local"), "--store", str(tmp_path / "st"), "--shard-bytes", "64"
     )
     assert local.exit_code == 0, local.output
-    remote = _build(
-        "pretrain", texts, s3.url("ray/ds"), "--shard-bytes", "64", "--engine", "ray", "--workers", "2"
-    )
-    assert remote.exit_code == 0, remote.output
-    assert _objects(s3, "ray/ds") == file_hashes(tmp_path / "local")
+    again = _build("pretrain", texts, s3.url("ds"), *ray)
+    assert again.exit_code == 0, again.output
+    assert _objects(s3, "ds") == file_hashes(tmp_path / "local")  # the damaged block tokenized again
+
+
+def test_a_spill_object_loads_only_when_it_is_complete(s3: S3Bucket) -> None:
+    from dlmstore.datasets.build.blocks import load_spill, save_spill, spill_object
+
+    url = spill_object(s3.url("ds"), "k" * 32)
+    assert url == f"s3://dlm-test/ds/.build/blocks/{'k' * 32}.npz"
+    assert load_spill(url) is None
+    save_spill(url, lengths=np.array([2, 3]), tokens=np.arange(5, dtype=np.uint16))
+    loaded = load_spill(url)
+    assert loaded is not None and loaded["lengths"].tolist() == [2, 3]
+    assert loaded["tokens"].tolist() == [0, 1, 2, 3, 4]
+    key = f"ds/.build/blocks/{'k' * 32}.npz"
+    data = bytearray(s3.read(key))
+    data[-60] ^= 0xFF  # a flipped bit inside the archive: its CRC or structure no longer holds
+    s3.client.put_object(Bucket=s3.bucket, Key=key, Body=bytes(data[:-5]))
+    assert load_spill(url) is None
 
 
 def test_a_second_build_for_the_same_url_is_refused_while_one_is_staged(

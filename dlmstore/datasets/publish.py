@@ -6,9 +6,9 @@ the folder a local ``--out`` would hold (``meta.json`` and the files it
 lists; the store.db is registered elsewhere, see below). The staging
 folder is ``<staging>/<sha256 of the URL>/``, where ``<staging>`` is
 ``$DLM_BUILD_STAGING``, else ``<node cache>/builds`` (the node cache of
-:mod:`dlmstore.objstore.node_cache`, so a local disk; a Ray build on a
-cluster, whose workers write the files, needs ``$DLM_BUILD_STAGING`` on a
-filesystem every node mounts, as a local ``--out`` would be). It is held
+:mod:`dlmstore.objstore.node_cache`, so a local disk; a Ray build's
+tasks upload their files themselves and stage nothing there but
+``meta.json``, see below). It is held
 by an exclusive lock beside it for the build's length (a second build to
 the same URL is refused while one runs), removed once the upload has
 ended, and kept when the build itself stops, so that a Ray build resumes.
@@ -39,6 +39,18 @@ then only the names a build writes are replaced.
    every file it lists complete; a failed or killed upload leaves none;
 6. the marker is deleted.
 
+**A Ray build** (``--engine ray``) uploads without the staging folder's
+shards: :func:`mark_upload` does step 1 before the first task runs, the
+engine step 2 before the first shard task; each task that writes a shard or an SFT split file writes it on its
+worker and uploads it to its final key itself, and the tokenizing tasks
+keep their spill files as objects under ``.build/blocks/`` (so the
+cluster needs no shared filesystem for the output); then
+:func:`commit_uploaded` checks every object's size against ``meta.json``
+with one listing and does steps 4 to 6, deleting the spill objects with
+the marker. The driver stores only the marker and ``meta.json``. A failed
+build leaves the marker and its spill objects: the rerun claims the
+prefix without ``--force`` and reuses every complete spill object.
+
 The dataset is registered under its URL (``datasets.path`` is
 ``s3://bucket/prefix``) from the staged copy, in ``--store`` or, by
 default, ``<dlm home>/datasets/store.db``: a SQLite database wants a local
@@ -51,7 +63,7 @@ import hashlib
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +76,7 @@ from dlmstore.objstore.transfer import (
     abort_incomplete,
     delete_names,
     list_names,
+    list_sizes,
     put_bytes,
     put_files,
     read_object,
@@ -149,23 +162,89 @@ def publish(folder: Path, uri: ObjectURI, *, force: bool = False) -> Published:
         LocalFile(entry.path, folder / entry.path, entry.bytes, entry.sha256)
         for entry in sorted(meta.files, key=lambda entry: entry.path)
     ]
-    put_bytes(uri, MARKER_NAME, FORMAT.encode())
-    delete_names(uri, [META_NAME])
-    abort_incomplete(uri)
+    begin_upload(uri)
     with Task(f"uploading to {uri}", total=len(files), unit="files") as task:
         put_files(uri, files, sent=lambda _: task.advance())
-    written = {file.name for file in files}
-    stale = [name for name in list_names(uri) if _DATASET_FILE.fullmatch(name) and name not in written]
-    delete_names(uri, stale)
-    put_bytes(uri, META_NAME, commit)
-    delete_names(uri, [MARKER_NAME])
+    names = list_names(uri)
+    removed = _commit(uri, {file.name for file in files}, names, commit, _spill_objects(names))
     return Published(
         url=str(uri),
         files=len(files) + 1,
         bytes=sum(file.bytes for file in files) + len(commit),
-        removed=len(stale),
+        removed=removed,
         seconds=time.perf_counter() - started,
     )
+
+
+def begin_upload(uri: ObjectURI) -> None:
+    """Steps 1 and 2 of an upload: the marker written, the remote ``meta.json`` deleted, a killed
+    upload's multipart uploads aborted."""
+    mark_upload(uri)
+    delete_names(uri, [META_NAME])
+    abort_incomplete(uri)
+
+
+def mark_upload(uri: ObjectURI) -> None:
+    """Step 1: the marker ``.build/dlm-build`` written (the prefix is dlm's, and incomplete).
+
+    A Ray build whose tasks upload their own files writes it before its
+    first task stores a spill object, so that a failed build's prefix is
+    claimed again without ``--force``; the Ray engine does step 2 itself
+    just before its first shard is uploaded, so an earlier dataset there
+    keeps its ``meta.json`` while the input is tokenized.
+    """
+    put_bytes(uri, MARKER_NAME, FORMAT.encode())
+
+
+def commit_uploaded(folder: Path, uri: ObjectURI, *, building: float) -> tuple[Published, dict[str, int]]:
+    """End an upload whose files the build's tasks stored themselves under ``uri``
+    (``dlm data build --engine ray --out s3://...``); ``folder`` holds its ``meta.json`` only.
+
+    One listing checks that every file ``meta.json`` lists is there with
+    the size the task that wrote it returned (each task checked its
+    file's sha256 as it uploaded it); then steps 4 to 6 as
+    :func:`publish` does, and the build's spill objects under
+    ``.build/blocks/`` are deleted with the marker. Returns what was
+    published and the objects' sizes, by name (the registration's check);
+    its ``seconds`` are ``building`` (the build's, uploads included) and this commit's.
+
+    Raises:
+        ObjectStoreError: a listed object is missing or has another size
+            (no ``meta.json`` is written then), or the store failed.
+    """
+    started = time.perf_counter() - building
+    meta = load_meta(folder)
+    commit = read_regular(folder / META_NAME, limit=MAX_META_BYTES)
+    sizes = list_sizes(uri)
+    for entry in sorted(meta.files, key=lambda entry: entry.path):
+        if sizes.get(entry.path) != entry.bytes:
+            found = "missing" if entry.path not in sizes else f"{sizes[entry.path]} bytes"
+            raise ObjectStoreError(
+                f"{uri.url(entry.path)} is {found} but the build wrote {entry.bytes} bytes there; "
+                f"no {META_NAME} was written",
+                hint="rerun the build (tokenized blocks are kept); leave the prefix alone while it runs",
+            )
+    removed = _commit(uri, {entry.path for entry in meta.files}, list(sizes), commit, _spill_objects(sizes))
+    published = Published(
+        url=str(uri),
+        files=len(meta.files) + 1,
+        bytes=sum(entry.bytes for entry in meta.files) + len(commit),
+        removed=removed,
+        seconds=time.perf_counter() - started,
+    )
+    return published, {entry.path: entry.bytes for entry in meta.files}
+
+
+def _commit(
+    uri: ObjectURI, written: set[str], names: list[str], commit: bytes, scratch: Sequence[str] = ()
+) -> int:
+    """Steps 4 to 6: stale dataset files deleted, ``meta.json`` stored (the commit), the marker and
+    ``scratch`` deleted after it. Returns how many stale files were deleted."""
+    stale = [name for name in names if _DATASET_FILE.fullmatch(name) and name not in written]
+    delete_names(uri, stale)
+    put_bytes(uri, META_NAME, commit)
+    delete_names(uri, [*scratch, MARKER_NAME])
+    return len(stale)
 
 
 def default_store_dir() -> Path:
@@ -226,6 +305,11 @@ def staging_root() -> Path:
 
     staging = os.environ.get(STAGING_ENV)
     return Path(staging).expanduser().absolute() if staging else cache_root() / "builds"
+
+
+def _spill_objects(names: Iterable[str]) -> list[str]:
+    """The spill objects of a Ray build among ``names`` (``.build/blocks/...``), left by a failed one too."""
+    return [name for name in names if name.startswith(f"{BUILD_DIR}/blocks/")]
 
 
 def _is_marker(uri: ObjectURI) -> bool:

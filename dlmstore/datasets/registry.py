@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -58,12 +59,19 @@ class RegisteredDataset:
 
 
 def register_dataset(
-    store: Store, dataset_dir: str | os.PathLike[str], *, location: str | None = None
+    store: Store,
+    dataset_dir: str | os.PathLike[str],
+    *,
+    location: str | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> RegisteredDataset:
     """Record (or re-record) the dataset in ``dataset_dir`` in ``store``'s database.
 
     ``location``: where the dataset lives when that is not ``dataset_dir``
     (the ``s3://`` URL a local copy was uploaded to); it is the path recorded.
+    ``sizes``: the files' sizes at ``location``, by name, when ``dataset_dir``
+    holds only ``meta.json`` (a Ray build's tasks uploaded the files); they
+    are checked instead of the local files'.
 
     Raises:
         DatasetError: the directory is a stub that was never built.
@@ -80,8 +88,8 @@ def register_dataset(
     for entry in meta.files:
         path = directory / entry.path
         try:
-            size = path.stat().st_size
-        except FileNotFoundError:
+            size = path.stat().st_size if sizes is None else sizes[entry.path]
+        except (FileNotFoundError, KeyError):
             raise DatasetFileError(
                 f"{path} is listed in {META_NAME} but missing",
                 hint="rebuild the dataset; its files must stay together with meta.json",
@@ -134,13 +142,17 @@ def register_dataset(
 
 
 def register_in(
-    store_dir: str | os.PathLike[str], dataset_dir: str | os.PathLike[str], *, location: str | None = None
+    store_dir: str | os.PathLike[str],
+    dataset_dir: str | os.PathLike[str],
+    *,
+    location: str | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> RegisteredDataset:
     """Open (creating and migrating) the store at ``store_dir`` and register the dataset there."""
     from dlmstore.store.database import open_store_at
 
     with open_store_at(Path(store_dir)) as store:
-        return register_dataset(store, dataset_dir, location=location)
+        return register_dataset(store, dataset_dir, location=location, sizes=sizes)
 
 
 def registered_meta(store: Store, dataset_dir: str | os.PathLike[str]) -> dict[str, object] | None:

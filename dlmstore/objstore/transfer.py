@@ -69,13 +69,18 @@ class LocalFile:
 
 def list_names(uri: ObjectURI) -> list[str]:
     """The names (keys without the prefix and its slash) of every object under ``uri``, sorted."""
+    return sorted(list_sizes(uri))
+
+
+def list_sizes(uri: ObjectURI) -> dict[str, int]:
+    """The size of every object under ``uri``, by name (its key without the prefix and its slash)."""
     start = f"{uri.prefix}/" if uri.prefix else ""
     try:
         pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=start)
-        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        items = [(item["Key"], int(item["Size"])) for page in pages for item in page.get("Contents", [])]
     except Exception as exc:
         raise object_failure(exc, str(uri)) from None
-    return sorted(key[len(start) :] for key in keys)
+    return {key[len(start) :]: size for key, size in items}
 
 
 def read_object(uri: ObjectURI, name: str, *, limit: int) -> bytes | None:

@@ -39,9 +39,12 @@ from dlmstore.datasets.build.output import BUILD_DIR
 from dlmstore.datasets.build.writers import StreamingFile, npy_bytes
 from dlmstore.datasets.formats import MASK_DTYPE, OFFSET_DTYPE, TOKEN_DTYPES, doc_index_name, shard_name
 from dlmstore.datasets.meta import FileEntry
+from dlmstore.objstore.uri import ObjectURI, is_object_uri
 from dlmstore.store.atomic import write_bytes_atomic
 
 SKIP_CODES = {"": 0, "skipped_empty": 1, "skipped_no_assistant": 2}
+#: A spill object larger than this is not a spill this build wrote (a block is ~1 MiB of input).
+MAX_SPILL_OBJECT = 1 << 32
 
 
 def block_key(header: dict[str, Any], items: list[Any]) -> str:
@@ -62,24 +65,57 @@ def spill_path(out: Path, key: str) -> Path:
     return out / BUILD_DIR / "blocks" / f"{key}.npz"
 
 
-def save_spill(path: Path, **arrays: np.ndarray[Any, Any]) -> None:
+def spill_object(url: str, key: str) -> str:
+    """The spill object of a block, for a build whose tasks upload their files under ``url``:
+    ``<url>/.build/blocks/<key>.npz``, beside the marker of an unfinished upload."""
+    return ObjectURI.parse(url).url(f"{BUILD_DIR}/blocks/{key}.npz")
+
+
+def save_spill(path: Path | str, **arrays: np.ndarray[Any, Any]) -> None:
+    """Write a spill file, or (``path`` an ``s3://`` URL) store it as that object, whole or not at all."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    if isinstance(path, str) and is_object_uri(path):
+        from dlmstore.objstore.transfer import put_bytes
+
+        put_bytes(*_object(path), buffer.getvalue())
+        return
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buffer.getvalue())
 
 
-def load_spill(path: Path) -> dict[str, np.ndarray[Any, Any]] | None:
-    """A spill file's arrays; ``None`` when it is missing, cut short or damaged."""
+def load_spill(path: Path | str) -> dict[str, np.ndarray[Any, Any]] | None:
+    """A spill file's (or spill object's) arrays; ``None`` when it is missing, cut short or damaged.
+
+    An object is read whole and loaded as a file is, every member's CRC-32
+    checked, so a spill object that loads is complete and unaltered too.
+    """
+    source: Path | io.BytesIO
+    if isinstance(path, str) and is_object_uri(path):
+        from dlmstore.objstore.transfer import read_object
+
+        data = read_object(*_object(path), limit=MAX_SPILL_OBJECT)
+        if data is None:
+            return None
+        source = io.BytesIO(data)
+    else:
+        source = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
+        with np.load(source, allow_pickle=False) as arrays:
+            return {name: arrays[name] for name in arrays.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
 
+def _object(url: str) -> tuple[ObjectURI, str]:
+    """``s3://bucket/a/b/name`` as the prefix ``s3://bucket/a/b`` and the name ``name``."""
+    prefix, _, name = url.rpartition("/")
+    return ObjectURI.parse(prefix), name
+
+
 def encode_pretrain_block(
-    encoder: TextEncoder | DataEncoder, texts: list[str], path: Path, dtype_name: str
+    encoder: TextEncoder | DataEncoder, texts: list[str], path: Path | str, dtype_name: str
 ) -> np.ndarray[Any, Any]:
     """Tokenize a block into its spill file (unless a complete one exists); returns token counts."""
     done = load_spill(path)
@@ -93,7 +129,12 @@ def encode_pretrain_block(
 
 
 def encode_sft_block(
-    chat: ChatEncoding, encoder: TextEncoder, examples: list[Any], first: int, path: Path, dtype_name: str
+    chat: ChatEncoding,
+    encoder: TextEncoder,
+    examples: list[Any],
+    first: int,
+    path: Path | str,
+    dtype_name: str,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Tokenize a block of conversations into its spill file; returns ``(lengths, skip codes)``."""
     from dlmstore.datasets.build.sft import encode_examples
@@ -117,7 +158,7 @@ class BlockShare:
     """The documents one block gives one split, and where they land in it.
 
     Attributes:
-        path: the block's spill file.
+        path: the block's spill file (or object, an ``s3://`` URL).
         taken: ``np.packbits`` of which of its ``count`` documents the split takes.
         count: documents in the block.
         offset: position in the split's token stream of its first token.
@@ -135,12 +176,12 @@ class BlockShare:
         return np.unpackbits(bits, count=self.count).astype(bool)
 
 
-def share_of(path: Path, taken: np.ndarray[Any, Any], offset: int, tokens: int) -> BlockShare:
+def share_of(path: Path | str, taken: np.ndarray[Any, Any], offset: int, tokens: int) -> BlockShare:
     return BlockShare(str(path), np.packbits(taken).tobytes(), len(taken), offset, tokens)
 
 
 def _spill(share: BlockShare) -> dict[str, np.ndarray[Any, Any]]:
-    data = load_spill(Path(share.path))
+    data = load_spill(share.path)
     if data is None:
         raise FileNotFoundError(f"spill file {share.path} is missing or damaged")
     return data

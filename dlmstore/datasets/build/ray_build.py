@@ -75,6 +75,7 @@ from dlmstore.datasets.build.blocks import (
     encode_sft_block,
     load_spill,
     share_of,
+    spill_object,
     spill_path,
     write_pretrain_shard,
     write_sft_split,
@@ -95,7 +96,7 @@ from dlmstore.datasets.build.output import Clock, DriverBytes, Traffic, batched
 from dlmstore.datasets.build.ray_local import import_ray, ray_session
 from dlmstore.datasets.build.routing import PretrainRouter, draw_splits
 from dlmstore.datasets.formats import SPLITS
-from dlmstore.datasets.meta import FileEntry
+from dlmstore.datasets.meta import META_NAME, FileEntry
 from dlmstore.errors import DatasetError, DlmError
 
 if TYPE_CHECKING:
@@ -126,12 +127,18 @@ class RayEngine:
         range_bytes: bytes of input per task when the workers read it
             (a JSONL byte range, a run of text files); the output does not
             depend on it.
+        upload_to: ``s3://bucket/prefix`` when the tasks store what they
+            write there themselves (``dlm data build --engine ray --out
+            s3://...``): spill files as objects under ``.build/blocks/``,
+            shards and split files at their final keys (see :func:`_write_uploaded`);
+            the folder the builder passes then receives nothing from them.
     """
 
     address: str | None = None
     workers: int | None = None
     block_docs: int = DEFAULT_BLOCK_DOCS
     range_bytes: int = DEFAULT_RANGE_BYTES
+    upload_to: str | None = None
 
     def resolved_address(self) -> str | None:
         return self.address or os.environ.get("RAY_ADDRESS") or None
@@ -211,16 +218,16 @@ def _put_tokenizer(ray: Any, encoder: Any, traffic: Traffic) -> Any:
 
 
 def _encode_pretrain_task(holder: list[Any], texts: list[str], path: str, dtype_name: str) -> Any:
-    return _counts(encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name))
+    return _counts(encode_pretrain_block(_encoder(holder), texts, path, dtype_name))
 
 
 def _encode_range_task(holder: list[Any], part: Range, text_field: str, path: str, dtype_name: str) -> Any:
     """Tokenize a range of the input this task reads itself (unless its spill file is complete)."""
-    done = load_spill(Path(path))
+    done = load_spill(path)
     if done is not None:
         return _counts(done["lengths"])
     texts = range_texts(part, text_field)
-    return _counts(encode_pretrain_block(_encoder(holder), texts, Path(path), dtype_name))
+    return _counts(encode_pretrain_block(_encoder(holder), texts, path, dtype_name))
 
 
 def _encode_sft_task(
@@ -231,7 +238,7 @@ def _encode_sft_task(
     path: str,
     dtype_name: str,
 ) -> Any:
-    lengths, skipped = encode_sft_block(chat, _encoder(holder), examples, first, Path(path), dtype_name)
+    lengths, skipped = encode_sft_block(chat, _encoder(holder), examples, first, path, dtype_name)
     return _counts(lengths), skipped
 
 
@@ -239,7 +246,7 @@ def _encode_sft_range_task(
     holder: list[Any], chat: ChatEncoding, part: Range, path: str, dtype_name: str
 ) -> Any:
     """Tokenize the conversations of a range this task reads itself (dolly-style records converted)."""
-    done = load_spill(Path(path))
+    done = load_spill(path)
     if done is not None:
         return _counts(done["lengths"]), done["skipped"]
     from dlmstore.datasets.build.catalog import dolly_messages
@@ -254,6 +261,53 @@ def _counts(lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     lengths = np.asarray(lengths)
     top = int(lengths.max()) if len(lengths) else 0
     return lengths.astype(np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.uint32)
+
+
+def _spills(out: Path, engine: RayEngine) -> Callable[[str], str]:
+    """Where the spill file of a block keyed ``key`` goes: under ``out``, or an object under ``upload_to``."""
+    if engine.upload_to is None:
+        return lambda key: str(spill_path(out, key))
+    url = engine.upload_to
+    return lambda key: spill_object(url, key)
+
+
+def _write_uploaded(url: str, write: Callable[..., list[FileEntry]], *args: Any) -> list[FileEntry]:
+    """Run ``write`` (a shard's or an SFT split's) into a folder of this worker, then upload what it wrote.
+
+    Each file goes whole to its final key under ``url``
+    (:func:`~dlmstore.objstore.transfer.put_files`: one PUT, or a
+    multipart upload above its threshold), its size and sha256 checked
+    against the entry ``write`` returned as it is read, so the object is the
+    bytes the entry records or is not there. The folder is removed either way.
+    """
+    import tempfile
+
+    from dlmstore.objstore.transfer import LocalFile, put_files
+    from dlmstore.objstore.uri import ObjectURI
+
+    with tempfile.TemporaryDirectory(prefix="dlm-shard-") as folder:
+        entries = write(Path(folder), *args)
+        files = [LocalFile(e.path, Path(folder) / e.path, e.bytes, e.sha256) for e in entries]
+        put_files(ObjectURI.parse(url), files)
+    return entries
+
+
+def _writing(ray: Any, write: Callable[..., list[FileEntry]], out: Path, engine: RayEngine) -> Any:
+    """Submit ``write(out, *args)`` as a task; with ``upload_to``, its worker uploads the files instead."""
+    if engine.upload_to is None:
+        task = ray.remote(write).options(num_cpus=1, max_retries=MAX_RETRIES)
+        return lambda *args: task.remote(out, *args)
+    from dlmstore.objstore.transfer import abort_incomplete, delete_names
+    from dlmstore.objstore.uri import ObjectURI
+
+    # Before a shard is replaced: an earlier meta.json goes (no reader takes it over new
+    # shards) and a killed build's multipart uploads are aborted; the driver stores the
+    # new meta.json last (dlmstore.datasets.publish.commit_uploaded).
+    url = engine.upload_to
+    delete_names(ObjectURI.parse(url), [META_NAME])
+    abort_incomplete(ObjectURI.parse(url))
+    uploading = ray.remote(_write_uploaded).options(num_cpus=1, max_retries=MAX_RETRIES)
+    return lambda *args: uploading.remote(url, write, *args)
 
 
 def _in_order(
@@ -382,14 +436,17 @@ def build_pretrain_on_ray(
         submissions: Iterator[tuple[Any, Any]]
         if located is None:
             holder = [_put_tokenizer(ray, spec.encoder.for_data(), traffic)]
-            submissions = _pretrain_blocks(ray, holder, labelled, spec, out, engine, traffic)
+            submissions = _pretrain_blocks(ray, holder, labelled, spec, _spills(out, engine), engine, traffic)
         else:
             assert located.text_field is not None
             ranges = _counted(ray, located, engine, workers, clock, traffic)
             holder = [_put_tokenizer(ray, spec.encoder.for_data(), traffic)]
-            submissions = _pretrain_ranges(ray, holder, ranges, located.text_field, spec, out, traffic)
+            submissions = _pretrain_ranges(
+                ray, holder, ranges, located.text_field, spec, _spills(out, engine), traffic
+            )
         shares, router = _route_pretrain(ray, submissions, spec, stop, clock, workers, traffic)
-        return _write_pretrain(ray, out, shares, router, spec, traffic), router, traffic.result()
+        write = _writing(ray, write_pretrain_shard, out, engine)
+        return _write_pretrain(ray, out, write, shares, router, spec, traffic), router, traffic.result()
 
 
 def _pretrain_header(spec: PretrainSpec) -> dict[str, Any]:
@@ -401,7 +458,7 @@ def _pretrain_blocks(
     holder: list[Any],
     labelled: Iterator[tuple[str, str | None]],
     spec: PretrainSpec,
-    out: Path,
+    spill: Callable[[str], str],
     engine: RayEngine,
     traffic: Traffic,
 ) -> Iterator[tuple[Any, Any]]:
@@ -409,10 +466,10 @@ def _pretrain_blocks(
     encode = ray.remote(_encode_pretrain_task).options(num_cpus=1, max_retries=MAX_RETRIES)
     header = _pretrain_header(spec)
     for label, texts in _blocks(labelled, engine.block_docs):
-        path = spill_path(out, block_key(header, texts))
+        path = spill(block_key(header, texts))
         traffic.relayed(texts)
-        traffic.send(str(path), spec.dtype_name)
-        yield (label, len(texts), path), encode.remote(holder, texts, str(path), spec.dtype_name)
+        traffic.send(path, spec.dtype_name)
+        yield (label, len(texts), path), encode.remote(holder, texts, path, spec.dtype_name)
 
 
 def _pretrain_ranges(
@@ -421,16 +478,16 @@ def _pretrain_ranges(
     ranges: list[Range],
     text_field: str,
     spec: PretrainSpec,
-    out: Path,
+    spill: Callable[[str], str],
     traffic: Traffic,
 ) -> Iterator[tuple[Any, Any]]:
     """Tokenizing tasks of ranges of the input, each read by its task; a spill file named by its descriptor."""
     encode = ray.remote(_encode_range_task).options(num_cpus=1, max_retries=MAX_RETRIES)
     header = {**_pretrain_header(spec), "text_field": text_field, "reader": "range/1"}
     for part in ranges:
-        path = spill_path(out, block_key(header, [asdict(part)]))
-        traffic.send(part, text_field, str(path), spec.dtype_name)
-        yield (None, part.count, path), encode.remote(holder, part, text_field, str(path), spec.dtype_name)
+        path = spill(block_key(header, [asdict(part)]))
+        traffic.send(part, text_field, path, spec.dtype_name)
+        yield (None, part.count, path), encode.remote(holder, part, text_field, path, spec.dtype_name)
 
 
 def _route_pretrain(
@@ -477,13 +534,13 @@ def _route_pretrain(
 def _write_pretrain(
     ray: Any,
     out: Path,
+    write: Any,
     shares: dict[str, list[BlockShare]],
     router: PretrainRouter,
     spec: PretrainSpec,
     traffic: Traffic,
 ) -> list[FileEntry]:
-    """Round 4: a task per shard writes it from the spill files it covers."""
-    write = ray.remote(write_pretrain_shard).options(num_cpus=1, max_retries=MAX_RETRIES)
+    """Round 4: a task per shard writes it from the spill files it covers (``write``: :func:`_writing`'s)."""
     tasks = []
     for split in SPLITS:
         total, size = router.held[split], spec.shard_tokens
@@ -492,7 +549,7 @@ def _write_pretrain(
             lo, hi = index * size, min(total, (index + 1) * size)
             covering = shares[split][max(0, bisect_right(starts, lo) - 1) : bisect_left(starts, hi)]
             traffic.send(out, split, index, lo, hi, covering, spec.eos_id)
-            tasks.append(write.remote(out, split, index, lo, hi, covering, spec.eos_id))
+            tasks.append(write(split, index, lo, hi, covering, spec.eos_id))
     return _write_all(ray, tasks, traffic)
 
 
@@ -522,7 +579,8 @@ def build_sft_on_ray(
     with engine.session() as (ray, workers):
         traffic = Traffic("driver" if located is None else "workers")
         ranges = None if located is None else _counted(ray, located, engine, workers, clock, traffic)
-        write = ray.remote(write_sft_split).options(num_cpus=1, max_retries=MAX_RETRIES)
+        write = _writing(ray, write_sft_split, out, engine)
+        spill = _spills(out, engine)
         holder = [_put_tokenizer(ray, encoder, traffic)]
         header = {
             "kind": "sft",
@@ -536,12 +594,12 @@ def build_sft_on_ray(
             encode = ray.remote(_encode_sft_task).options(num_cpus=1, max_retries=MAX_RETRIES)
             first = 0
             for block in batched(examples, engine.block_docs):
-                path = spill_path(out, block_key(header, block))
+                path = spill(block_key(header, block))
                 traffic.relayed(block)
-                traffic.send(chat, first, str(path), dtype_name)
+                traffic.send(chat, first, path, dtype_name)
                 yield (
                     (first, len(block), path),
-                    encode.remote(holder, chat, block, first, str(path), dtype_name),
+                    encode.remote(holder, chat, block, first, path, dtype_name),
                 )
                 first += len(block)
 
@@ -549,11 +607,11 @@ def build_sft_on_ray(
             encode = ray.remote(_encode_sft_range_task).options(num_cpus=1, max_retries=MAX_RETRIES)
             keyed = {**header, "reader": "range/1", "records": "dolly_messages"}
             for part in ranges:
-                path = spill_path(out, block_key(keyed, [asdict(part)]))
-                traffic.send(chat, part, str(path), dtype_name)
+                path = spill(block_key(keyed, [asdict(part)]))
+                traffic.send(chat, part, path, dtype_name)
                 yield (
                     (part.position, part.count, path),
-                    encode.remote(holder, chat, part, str(path), dtype_name),
+                    encode.remote(holder, chat, part, path, dtype_name),
                 )
 
         skip_counts = {reason: 0 for reason in SKIP_CODES if reason}
@@ -584,6 +642,6 @@ def build_sft_on_ray(
         tasks = []
         for split in SPLITS:
             traffic.send(out, split, shares[split])
-            tasks.append(write.remote(out, split, shares[split]))
+            tasks.append(write(split, shares[split]))
         entries = _write_all(ray, tasks, traffic)
         return entries, skip_counts, kept, filled, seen["docs"], traffic.result()

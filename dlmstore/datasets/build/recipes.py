@@ -45,7 +45,15 @@ from dlmstore.datasets.build.output import BuildResult, ProgressFn, claim_out_di
 from dlmstore.datasets.build.pretrain import DEFAULT_SHARD_BYTES, build_pretrain_cache
 from dlmstore.datasets.build.sft import DEFAULT_VAL_FRAC, build_sft_cache
 from dlmstore.datasets.meta import FORMAT, REQUIRED, write_meta
-from dlmstore.datasets.publish import Published, claim_prefix, default_store_dir, publish, staging_for
+from dlmstore.datasets.publish import (
+    Published,
+    claim_prefix,
+    commit_uploaded,
+    default_store_dir,
+    mark_upload,
+    publish,
+    staging_for,
+)
 from dlmstore.datasets.registry import RegisteredDataset, register_dataset, register_in
 from dlmstore.errors import DatasetError
 from dlmstore.objstore.uri import ObjectURI, is_object_uri
@@ -203,6 +211,7 @@ def build_pretrain_from(
         store = _store_for(out_dir, store_dir, remote)
         _check_store(store)
         with _destination(out_dir, remote) as folder, _store_held(store):
+            engine = _uploader(engine, remote)
             result = build_pretrain_cache(
                 texts,
                 folder,
@@ -217,7 +226,7 @@ def build_pretrain_from(
                 force=force,
                 **options,
             )
-            return _finish(result, folder, store, remote, force=force)
+            return _finish(result, folder, store, remote, engine, force=force)
 
 
 def _claim(
@@ -261,14 +270,43 @@ def _destination(out_dir: str | os.PathLike[str], remote: ObjectURI | None) -> I
         yield folder
 
 
+def _uploader(engine: Engine | None, remote: ObjectURI | None) -> Engine | None:
+    """``engine``; for a Ray build to ``remote``, a copy whose tasks upload the files they write there
+    themselves, the prefix marked as being built first. The local engine's build to ``remote`` is
+    staged and uploaded by :func:`_finish`."""
+    if remote is None or engine is None:
+        return engine
+    from dlmstore.datasets.build.ray_build import RayEngine
+
+    if not isinstance(engine, RayEngine):
+        return engine
+    mark_upload(remote)
+    return dataclasses.replace(engine, upload_to=str(remote))
+
+
 def _finish(
-    result: BuildResult, folder: Path, store: Path, remote: ObjectURI | None, *, force: bool
+    result: BuildResult,
+    folder: Path,
+    store: Path,
+    remote: ObjectURI | None,
+    engine: Engine | None,
+    *,
+    force: bool,
 ) -> DatasetBuild:
-    """Register the dataset built in ``folder``; first upload it to ``remote``, registered by its URL."""
+    """Register the dataset built in ``folder``; first upload it to ``remote``, registered by its URL.
+
+    When ``engine``'s tasks uploaded the files themselves (:func:`_uploader`),
+    ``folder`` holds ``meta.json`` only: the upload is committed and the
+    dataset registered from the objects' sizes.
+    """
     if remote is None:
         return DatasetBuild(result, register_in(store, folder))
-    uploaded = publish(folder, remote, force=force)
-    registered = register_in(store, folder, location=str(remote))
+    if getattr(engine, "upload_to", None) is not None:
+        uploaded, sizes = commit_uploaded(folder, remote, building=result.seconds)
+        registered = register_in(store, folder, location=str(remote), sizes=sizes)
+    else:
+        uploaded = publish(folder, remote, force=force)
+        registered = register_in(store, folder, location=str(remote))
     return DatasetBuild(dataclasses.replace(result, path=str(remote)), registered, uploaded)
 
 
@@ -324,6 +362,7 @@ def build_sft_from(
         store = _store_for(out_dir, store_dir, remote)
         _check_store(store)
         with _destination(out_dir, remote) as folder, _store_held(store):
+            engine = _uploader(engine, remote)
             result = build_sft_cache(
                 examples,
                 folder,
@@ -335,7 +374,7 @@ def build_sft_from(
                 force=force,
                 **options,
             )
-            return _finish(result, folder, store, remote, force=force)
+            return _finish(result, folder, store, remote, engine, force=force)
 
 
 def build_all(
